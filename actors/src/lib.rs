@@ -1,0 +1,1 @@
+//! herder's running service.

@@ -1,0 +1,1 @@
+//! Upgrade steps of herder's on-disk format.

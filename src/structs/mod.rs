@@ -1,0 +1,55 @@
+//! herder's domain model: jobs, nodes, allocations, evaluations, plans.
+//!
+//! Every type serializes to the JSON Nomad's HTTP API uses (PascalCase
+//! names, durations as nanoseconds, Go's `null` for empty collections), so
+//! the same structs serve the API, the state store and the scheduler.
+
+pub mod alloc;
+pub mod eval;
+pub mod job;
+pub mod node;
+pub mod operator;
+pub mod plan;
+pub mod resources;
+pub mod serde_util;
+pub mod summary;
+pub mod validate;
+pub mod vecmap;
+pub mod version;
+
+pub use alloc::{
+    AllocMetric, Allocation, ClientStatus, DesiredStatus, DesiredTransition, NodeScoreMeta,
+    RescheduleEvent, RescheduleTracker, TaskEvent, TaskState,
+};
+pub use eval::{EvalStatus, Evaluation, TriggeredBy};
+pub use job::{
+    Affinity, Constraint, EphemeralDisk, Job, JobType, LogConfig, MigrateStrategy,
+    ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
+    Task, TaskGroup, UpdateStrategy,
+};
+pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
+pub use operator::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use plan::{AllocStop, DesiredUpdates, Plan, PlanAnnotations, PlanResult};
+pub use resources::{
+    AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedSharedResources,
+    AllocatedTaskResources, ComparableResources, NetworkResource, NodeCpuResources,
+    NodeDiskResources, NodeMemoryResources, NodeReservedResources, NodeResources, Port, Resources,
+};
+pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
+pub use validate::ValidationError;
+pub use vecmap::VecMap;
+
+/// Node IDs are UUIDs, as Nomad's clients generate them.
+pub type NodeId = uuid::Uuid;
+/// Allocation IDs are UUIDs.
+pub type AllocId = uuid::Uuid;
+/// Evaluation IDs are UUIDs.
+pub type EvalId = uuid::Uuid;
+
+/// A fresh random ID for an allocation, evaluation or node.
+pub fn new_id() -> uuid::Uuid {
+    uuid::Uuid::new_v4()
+}
+
+#[cfg(test)]
+mod fixture_tests;
