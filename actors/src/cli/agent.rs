@@ -1,0 +1,125 @@
+//! `herder agent`: load the configuration and run the agent until a signal.
+
+use crate::config::{AgentConfig, ConfigSources, FlagOverrides};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Development mode: a server and a client in one process, on loopback,
+    /// with a temporary data dir.
+    #[arg(long)]
+    pub dev: bool,
+    /// A configuration file (TOML); may be repeated, later files win.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Vec<PathBuf>,
+    /// Where state is kept.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address the HTTP API binds.
+    #[arg(long = "bind", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Run a server.
+    #[arg(long)]
+    pub server: bool,
+    /// Run a client.
+    #[arg(long)]
+    pub client: bool,
+    /// This agent's name.
+    #[arg(long = "node", value_name = "NAME")]
+    pub node: Option<String>,
+    /// This agent's datacenter.
+    #[arg(long = "dc", value_name = "DC")]
+    pub dc: Option<String>,
+    /// Servers a client joins, comma-separated host:port.
+    #[arg(long = "servers", value_name = "ADDR", value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// HTTP API port; 0 picks a free port and prints it.
+    #[arg(long = "http-port", value_name = "PORT")]
+    pub http_port: Option<u16>,
+    /// Bind loopback only (sidecar next to an application).
+    #[arg(long)]
+    pub sidecar: bool,
+    /// Log level: trace, debug, info, warn, error.
+    #[arg(long = "log-level", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+}
+
+impl AgentArgs {
+    /// The configuration layers these flags describe.
+    pub fn sources(&self) -> ConfigSources {
+        let mut flags = FlagOverrides {
+            data_dir: self.data_dir.clone(),
+            name: self.node.clone(),
+            datacenter: self.dc.clone(),
+            bind_addr: self.bind.clone(),
+            log_level: self.log_level.clone(),
+            sidecar: self.sidecar.then_some(true),
+            ..Default::default()
+        };
+        if let Some(p) = self.http_port {
+            flags.ports.insert("http".into(), p);
+        }
+        if self.server {
+            flags.server.insert("enabled".into(), true.into());
+        }
+        if self.client {
+            flags.client.insert("enabled".into(), true.into());
+        }
+        if !self.servers.is_empty() {
+            flags
+                .client
+                .insert("servers".into(), serde_json::json!(self.servers));
+        }
+        ConfigSources {
+            dev: self.dev,
+            files: self.config.clone(),
+            env: None,
+            flags,
+        }
+    }
+
+    pub fn load_config(&self) -> anyhow::Result<AgentConfig> {
+        Ok(AgentConfig::load(&self.sources())?)
+    }
+}
+
+/// Runs the agent until SIGINT or SIGTERM, then shuts it down in order.
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let config = args.load_config()?;
+    crate::logging::init(&config.log_level);
+    let temp = args.dev && args.data_dir.is_none();
+    let system = actix_rt::System::new();
+    system.block_on(async move {
+        let agent = crate::agent::Agent::start(config, temp).await?;
+        let addr = agent.http_addr();
+        println!("==> herder agent started");
+        println!("    HTTP API: http://{addr}");
+        println!("    data dir: {}", agent.data_dir().display());
+        println!(
+            "    roles:    server={} client={}",
+            agent.config().server.enabled,
+            agent.config().client.enabled
+        );
+        wait_for_signal().await;
+        println!("==> caught signal, shutting down");
+        agent.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; waiting for Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

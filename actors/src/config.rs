@@ -1,0 +1,421 @@
+//! The agent's configuration: typed, layered, and strict.
+//!
+//! Layers, lowest first: the documented defaults (`config/default.toml`,
+//! compiled in), `config/dev.toml` for `-dev`, files given with `-config`,
+//! `HERDER_*` environment variables (`__` separates nested keys), then flags.
+//! figment merges the layers and remembers where each value came from, so an
+//! unknown key or a bad value is reported with the key and its source.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use herder::structs::JobType;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The compiled-in defaults; every key is documented there.
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+/// The overrides `-dev` applies.
+pub const DEV_TOML: &str = include_str!("../../config/dev.toml");
+
+/// Environment variables the CLI reads that are not configuration keys.
+const CLI_ENV: [&str; 2] = ["ADDR", "TOKEN"];
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub data_dir: PathBuf,
+    pub name: String,
+    pub region: String,
+    pub datacenter: String,
+    pub bind_addr: String,
+    pub log_level: String,
+    pub sidecar: bool,
+    pub ports: Ports,
+    pub limits: Limits,
+    pub server: ServerConfig,
+    pub client: ClientConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ports {
+    pub http: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub http_max_body_bytes: usize,
+    pub max_job_bytes: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub enabled: bool,
+    pub num_schedulers: usize,
+    pub enabled_schedulers: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub min_heartbeat_ttl: Duration,
+    pub max_heartbeats_per_second: f64,
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub failover_heartbeat_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub eval_nack_timeout: Duration,
+    pub eval_delivery_limit: u32,
+    #[serde(with = "humantime_serde")]
+    pub eval_nack_initial_reenqueue_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub eval_nack_subsequent_reenqueue_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_lost_duration: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_flaky_duration: Duration,
+    #[serde(with = "humantime_serde")]
+    pub eval_gc_threshold: Duration,
+    #[serde(with = "humantime_serde")]
+    pub job_gc_threshold: Duration,
+    #[serde(with = "humantime_serde")]
+    pub node_gc_threshold: Duration,
+    #[serde(with = "humantime_serde")]
+    pub gc_interval: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub enabled: bool,
+    pub servers: Vec<String>,
+    pub node_class: String,
+    pub node_pool: String,
+    pub meta: BTreeMap<String, String>,
+    pub drivers: Vec<String>,
+    pub readiness_check: String,
+    pub reserved_cpu: i64,
+    pub reserved_memory_mb: i64,
+    pub reserved_disk_mb: i64,
+}
+
+/// Values given as command-line flags: the top layer. `None` leaves the
+/// lower layers' value.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FlagOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub datacenter: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<bool>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ports: BTreeMap<String, u16>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub server: BTreeMap<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub client: BTreeMap<String, serde_json::Value>,
+}
+
+/// Where the configuration comes from.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSources {
+    pub dev: bool,
+    pub files: Vec<PathBuf>,
+    /// Environment variables to read; `None` reads the process environment.
+    /// Tests pass their own so they do not race on process state.
+    pub env: Option<Vec<(String, String)>>,
+    pub flags: FlagOverrides,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {0}: not found")]
+    MissingFile(PathBuf),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+impl AgentConfig {
+    /// Merges every layer and checks the result.
+    pub fn load(sources: &ConfigSources) -> Result<AgentConfig, ConfigError> {
+        let mut fig = Figment::from(Toml::string(DEFAULT_TOML));
+        if sources.dev {
+            fig = fig.merge(Toml::string(DEV_TOML));
+        }
+        for file in &sources.files {
+            if !file.is_file() {
+                return Err(ConfigError::MissingFile(file.clone()));
+            }
+            fig = fig.merge(Toml::file_exact(file));
+        }
+        fig = merge_env(fig, sources.env.as_deref());
+        fig = fig.merge(Serialized::defaults(&sources.flags));
+        let config: AgentConfig = fig
+            .extract()
+            .map_err(|e| ConfigError::Invalid(describe_figment_error(e)))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks the values no type can express.
+    fn check(&self) -> Result<(), ConfigError> {
+        let bad = |msg: String| Err(ConfigError::Invalid(msg));
+        if !matches!(
+            self.log_level.as_str(),
+            "trace" | "debug" | "info" | "warn" | "error"
+        ) {
+            return bad(format!(
+                "log_level: must be one of trace, debug, info, warn, error; got {:?}",
+                self.log_level
+            ));
+        }
+        if self.bind_addr.parse::<std::net::IpAddr>().is_err() {
+            return bad(format!(
+                "bind_addr: {:?} is not an IP address",
+                self.bind_addr
+            ));
+        }
+        if let Err(e) = parse_enabled_schedulers(&self.server.enabled_schedulers) {
+            return bad(format!("server.enabled_schedulers: {e}"));
+        }
+        if self.server.max_heartbeats_per_second <= 0.0 {
+            return bad("server.max_heartbeats_per_second: must be positive".into());
+        }
+        if self.server.eval_delivery_limit == 0 {
+            return bad("server.eval_delivery_limit: must be at least 1".into());
+        }
+        if !self.server.enabled && !self.client.enabled {
+            return bad(
+                "neither server.enabled nor client.enabled is set: give -server, -client or -dev"
+                    .into(),
+            );
+        }
+        if self.client.enabled && !self.server.enabled && self.client.servers.is_empty() {
+            return bad("client.servers: a client without a local server needs servers to join (-servers)".into());
+        }
+        Ok(())
+    }
+
+    /// The address the HTTP API binds: loopback when `sidecar` is set.
+    pub fn http_bind(&self) -> (String, u16) {
+        let host = if self.sidecar {
+            "127.0.0.1".to_string()
+        } else {
+            self.bind_addr.clone()
+        };
+        (host, self.ports.http)
+    }
+
+    /// Worker count in effect: `num_schedulers`, or one per CPU when 0.
+    pub fn effective_num_schedulers(&self) -> usize {
+        if self.server.num_schedulers == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.server.num_schedulers
+        }
+    }
+}
+
+fn merge_env(fig: Figment, vars: Option<&[(String, String)]>) -> Figment {
+    let keep = |key: &figment::value::UncasedStr| !CLI_ENV.iter().any(|c| key == *c);
+    match vars {
+        None => fig.merge(Env::prefixed("HERDER_").filter(keep).split("__")),
+        Some(vars) => {
+            // figment reads the process environment only; a test's variables
+            // are turned into a nested map here with the same rules.
+            let mut root = serde_json::Map::new();
+            for (k, v) in vars {
+                let Some(rest) = k.strip_prefix("HERDER_") else {
+                    continue;
+                };
+                if CLI_ENV.contains(&rest) {
+                    continue;
+                }
+                let path: Vec<String> = rest.split("__").map(|s| s.to_lowercase()).collect();
+                insert_path(&mut root, &path, parse_env_value(v));
+            }
+            fig.merge(Serialized::defaults(serde_json::Value::Object(root)))
+        }
+    }
+}
+
+fn insert_path(map: &mut serde_json::Map<String, serde_json::Value>, path: &[String], v: serde_json::Value) {
+    match path {
+        [] => {}
+        [last] => {
+            map.insert(last.clone(), v);
+        }
+        [first, rest @ ..] => {
+            let child = map
+                .entry(first.clone())
+                .or_insert_with(|| serde_json::Value::Object(Default::default()));
+            if let serde_json::Value::Object(m) = child {
+                insert_path(m, rest, v);
+            }
+        }
+    }
+}
+
+/// Environment values are strings; like figment, read numbers, booleans and
+/// arrays when they parse as such.
+fn parse_env_value(v: &str) -> serde_json::Value {
+    serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()))
+}
+
+fn describe_figment_error(e: figment::Error) -> String {
+    e.into_iter()
+        .map(|one| {
+            let key = one.path.join(".");
+            let source = one
+                .metadata
+                .as_ref()
+                .map(|m| match &m.source {
+                    Some(s) => format!(" (from {s})"),
+                    None => format!(" (from {})", m.name),
+                })
+                .unwrap_or_default();
+            if key.is_empty() {
+                format!("{}{source}", one.kind)
+            } else {
+                format!("key {key:?}: {}{source}", one.kind)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Parses `enabled_schedulers`: known scheduler names, `_core` required.
+pub fn parse_enabled_schedulers(names: &[String]) -> Result<Vec<JobType>, String> {
+    let mut out = Vec::new();
+    for n in names {
+        match JobType::parse(n) {
+            JobType::Unknown(u) => {
+                return Err(format!(
+                    "unknown scheduler {u:?} (one of service, batch, system, sysbatch, _core)"
+                ))
+            }
+            t => {
+                if !out.contains(&t) {
+                    out.push(t)
+                }
+            }
+        }
+    }
+    if !out.contains(&JobType::Core) {
+        return Err("\"_core\" must be enabled".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(sources: ConfigSources) -> Result<AgentConfig, String> {
+        AgentConfig::load(&ConfigSources {
+            env: Some(sources.env.clone().unwrap_or_default()),
+            ..sources
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn dev_mode_enables_server_and_client_on_loopback() {
+        let c = load(ConfigSources { dev: true, ..Default::default() }).unwrap();
+        assert!(c.server.enabled && c.client.enabled);
+        assert_eq!(c.bind_addr, "127.0.0.1");
+        assert_eq!(c.ports.http, 4646);
+        assert_eq!(c.server.eval_nack_timeout, Duration::from_secs(60));
+        assert_eq!(c.server.eval_delivery_limit, 3);
+    }
+
+    #[test]
+    fn layers_apply_in_order_defaults_file_env_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(&dir, "a.toml", "datacenter = \"file-dc\"\nname = \"file-name\"\n[server]\nenabled = true\nnum_schedulers = 3\n");
+        let mut flags = FlagOverrides { name: Some("flag-name".into()), ..Default::default() };
+        flags.ports.insert("http".into(), 0);
+        let c = load(ConfigSources {
+            files: vec![f],
+            env: Some(vec![
+                ("HERDER_DATACENTER".into(), "env-dc".into()),
+                ("HERDER_NAME".into(), "env-name".into()),
+                ("HERDER_SERVER__NUM_SCHEDULERS".into(), "2".into()),
+                ("HERDER_ADDR".into(), "http://ignored:4646".into()),
+            ]),
+            flags,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.datacenter, "env-dc");
+        assert_eq!(c.name, "flag-name");
+        assert_eq!(c.server.num_schedulers, 2);
+        assert_eq!(c.ports.http, 0);
+        assert_eq!(c.region, "global", "untouched keys keep their default");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(&dir, "bad.toml", "[server]\nenabled = true\nnum_schedulrs = 2\n");
+        let err = load(ConfigSources { files: vec![f], ..Default::default() }).unwrap_err();
+        assert!(err.contains("num_schedulrs"), "{err}");
+        assert!(err.contains("bad.toml"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(&dir, "bad.toml", "[server]\nenabled = true\nheartbeat_grace = \"soon\"\n");
+        let err = load(ConfigSources { files: vec![f], ..Default::default() }).unwrap_err();
+        assert!(err.contains("server.heartbeat_grace"), "{err}");
+        let err = load(ConfigSources {
+            dev: true,
+            env: Some(vec![("HERDER_SERVER__ENABLED_SCHEDULERS".into(), "[\"service\"]".into())]),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("_core"), "{err}");
+        let err = load(ConfigSources {
+            dev: true,
+            env: Some(vec![("HERDER_LOG_LEVEL".into(), "loud".into())]),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("log_level"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_and_missing_role_are_errors() {
+        let err = load(ConfigSources {
+            files: vec![PathBuf::from("/nonexistent/herder.toml")],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.contains("not found"), "{err}");
+        let err = load(ConfigSources::default()).unwrap_err();
+        assert!(err.contains("-server, -client or -dev"), "{err}");
+    }
+
+    #[test]
+    fn every_default_key_is_documented_in_default_toml() {
+        // The compiled-in file is the single source of defaults: it must
+        // parse on its own into a complete configuration.
+        let c: AgentConfig = Figment::from(Toml::string(DEFAULT_TOML)).extract().unwrap();
+        assert_eq!(c.server.enabled_schedulers.len(), 5);
+    }
+}

@@ -1,0 +1,46 @@
+//! API errors and their status codes.
+//!
+//! Nomad answers errors as plain text bodies with the status code carrying
+//! the class; clients (python-nomad, the Go api package) read the text.
+
+use actix_web::{http::StatusCode, HttpResponse, ResponseError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code())
+            .content_type("text/plain; charset=utf-8")
+            .body(self.to_string())
+    }
+}
+
+/// Unknown paths: 404 with the path, as Nomad's mux answers.
+pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound(format!("Invalid URL path: {}", req.path())))
+}

@@ -1,0 +1,71 @@
+//! The HTTP API: Nomad's paths, JSON shapes, status codes and headers.
+//!
+//! Handlers are thin: they decode and check the request, ask the state
+//! store or an actor, and encode the answer. Bad input is a 4xx with a
+//! message that says what to fix; a handler never panics on user input.
+
+mod agent_routes;
+mod errors;
+
+use crate::agent::{AgentError, AgentInfo};
+use actix_web::{web, App};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use errors::ApiError;
+
+/// A bound, running HTTP server.
+pub struct HttpServer {
+    addr: SocketAddr,
+    handle: actix_web::dev::ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl HttpServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Graceful stop: no new connections, requests in flight complete.
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+        if let Err(e) = self.task.await {
+            tracing::warn!(error = %e, "HTTP server task ended abnormally");
+        }
+    }
+}
+
+/// Binds the API and starts serving.
+pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
+    let (host, port) = info.config.http_bind();
+    let body_limit = info.config.limits.http_max_body_bytes;
+    let data = web::Data::from(info.clone());
+    let server = actix_web::HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .app_data(web::JsonConfig::default().limit(body_limit))
+            .app_data(web::PayloadConfig::new(body_limit))
+            .configure(agent_routes::configure)
+            .default_service(web::to(errors::not_found))
+    })
+    .workers(2)
+    .shutdown_timeout(10)
+    .disable_signals()
+    .bind((host.as_str(), port))
+    .map_err(|source| AgentError::Bind {
+        addr: format!("{host}:{port}"),
+        source,
+    })?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .ok_or_else(|| AgentError::Bind {
+            addr: format!("{host}:{port}"),
+            source: std::io::Error::other("no address bound"),
+        })?;
+    let server = server.run();
+    let handle = server.handle();
+    let task = tokio::spawn(server);
+    Ok(HttpServer { addr, handle, task })
+}
