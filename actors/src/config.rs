@@ -199,7 +199,10 @@ impl AgentConfig {
             );
         }
         if self.client.enabled && !self.server.enabled && self.client.servers.is_empty() {
-            return bad("client.servers: a client without a local server needs servers to join (-servers)".into());
+            return bad(
+                "client.servers: a client without a local server needs servers to join (-servers)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -247,7 +250,11 @@ fn merge_env(fig: Figment, vars: Option<&[(String, String)]>) -> Figment {
     }
 }
 
-fn insert_path(map: &mut serde_json::Map<String, serde_json::Value>, path: &[String], v: serde_json::Value) {
+fn insert_path(
+    map: &mut serde_json::Map<String, serde_json::Value>,
+    path: &[String],
+    v: serde_json::Value,
+) {
     match path {
         [] => {}
         [last] => {
@@ -335,7 +342,11 @@ mod tests {
 
     #[test]
     fn dev_mode_enables_server_and_client_on_loopback() {
-        let c = load(ConfigSources { dev: true, ..Default::default() }).unwrap();
+        let c = load(ConfigSources {
+            dev: true,
+            ..Default::default()
+        })
+        .unwrap();
         assert!(c.server.enabled && c.client.enabled);
         assert_eq!(c.bind_addr, "127.0.0.1");
         assert_eq!(c.ports.http, 4646);
@@ -347,7 +358,10 @@ mod tests {
     fn layers_apply_in_order_defaults_file_env_flags() {
         let dir = tempfile::tempdir().unwrap();
         let f = write(&dir, "a.toml", "datacenter = \"file-dc\"\nname = \"file-name\"\n[server]\nenabled = true\nnum_schedulers = 3\n");
-        let mut flags = FlagOverrides { name: Some("flag-name".into()), ..Default::default() };
+        let mut flags = FlagOverrides {
+            name: Some("flag-name".into()),
+            ..Default::default()
+        };
         flags.ports.insert("http".into(), 0);
         let c = load(ConfigSources {
             files: vec![f],
@@ -371,8 +385,16 @@ mod tests {
     #[test]
     fn unknown_keys_are_errors_naming_the_key_and_file() {
         let dir = tempfile::tempdir().unwrap();
-        let f = write(&dir, "bad.toml", "[server]\nenabled = true\nnum_schedulrs = 2\n");
-        let err = load(ConfigSources { files: vec![f], ..Default::default() }).unwrap_err();
+        let f = write(
+            &dir,
+            "bad.toml",
+            "[server]\nenabled = true\nnum_schedulrs = 2\n",
+        );
+        let err = load(ConfigSources {
+            files: vec![f],
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.contains("num_schedulrs"), "{err}");
         assert!(err.contains("bad.toml"), "{err}");
     }
@@ -380,12 +402,23 @@ mod tests {
     #[test]
     fn bad_values_name_the_key() {
         let dir = tempfile::tempdir().unwrap();
-        let f = write(&dir, "bad.toml", "[server]\nenabled = true\nheartbeat_grace = \"soon\"\n");
-        let err = load(ConfigSources { files: vec![f], ..Default::default() }).unwrap_err();
+        let f = write(
+            &dir,
+            "bad.toml",
+            "[server]\nenabled = true\nheartbeat_grace = \"soon\"\n",
+        );
+        let err = load(ConfigSources {
+            files: vec![f],
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.contains("server.heartbeat_grace"), "{err}");
         let err = load(ConfigSources {
             dev: true,
-            env: Some(vec![("HERDER_SERVER__ENABLED_SCHEDULERS".into(), "[\"service\"]".into())]),
+            env: Some(vec![(
+                "HERDER_SERVER__ENABLED_SCHEDULERS".into(),
+                "[\"service\"]".into(),
+            )]),
             ..Default::default()
         })
         .unwrap_err();

@@ -211,7 +211,8 @@ fn job_with(f: impl FnOnce(&mut Job)) -> Result<(), String> {
 
 #[test]
 fn validation_names_the_field_for_every_user_mistake() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Job)>)> = vec![
+    type Mutation = Box<dyn FnOnce(&mut Job)>;
+    let cases: Vec<(&str, Mutation)> = vec![
         ("Missing job ID", Box::new(|j: &mut Job| j.id.clear())),
         (
             "Job priority must be between [1, 100]",

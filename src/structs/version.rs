@@ -43,7 +43,7 @@ impl Version {
             ));
         }
         let pre = match pre {
-            Some(p) if p.is_empty() => return Err(format!("{text:?} has an empty pre-release")),
+            Some("") => return Err(format!("{text:?} has an empty pre-release")),
             Some(p) => p.split('.').map(str::to_string).collect(),
             None => Vec::new(),
         };

@@ -1,5 +1,15 @@
-//! Shared helpers for herder's end-to-end tests: temporary data dirs, free
-//! ports, starting an agent and talking to it.
+//! Shared helpers for herder's end-to-end tests: start an agent (in this
+//! process or as the real binary), talk to it over HTTP, stop it.
+
+use futures::channel::oneshot;
+use herder_actors::agent::Agent;
+use herder_actors::config::{AgentConfig, ConfigSources, FlagOverrides};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// A fresh temporary directory that is removed when dropped.
 pub fn temp_dir() -> tempfile::TempDir {
@@ -7,4 +17,175 @@ pub fn temp_dir() -> tempfile::TempDir {
         .prefix("herder-test-")
         .tempdir()
         .expect("create a temporary directory")
+}
+
+/// A dev-mode configuration on a free loopback port.
+pub fn dev_config() -> AgentConfig {
+    let mut flags = FlagOverrides::default();
+    flags.ports.insert("http".into(), 0);
+    flags.log_level = Some("warn".into());
+    AgentConfig::load(&ConfigSources {
+        dev: true,
+        env: Some(Vec::new()),
+        flags,
+        ..Default::default()
+    })
+    .expect("dev configuration")
+}
+
+/// An agent running in its own thread with its own actix system, as a
+/// separate process would; stopped (gracefully) on drop.
+pub struct TestAgent {
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestAgent {
+    /// Starts an agent with `config`; `temp_data_dir` as `-dev` does.
+    pub fn start(config: AgentConfig, temp_data_dir: bool) -> TestAgent {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let system = actix_rt::System::new();
+            system.block_on(async move {
+                let agent = Agent::start(config, temp_data_dir)
+                    .await
+                    .expect("agent starts");
+                ready_tx
+                    .send((agent.http_addr(), agent.data_dir().to_path_buf()))
+                    .expect("report address");
+                // A dropped sender means the test ended: stop as well.
+                let _ = stop_rx.await;
+                agent.shutdown().await;
+            });
+        });
+        let (addr, data_dir) = ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("agent started within 30 s");
+        TestAgent {
+            addr,
+            data_dir,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Stops the agent and waits until it is down.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// GET, returning (status, body) for any status.
+pub fn get(url: &str) -> (u16, String) {
+    match ureq::get(url).timeout(Duration::from_secs(30)).call() {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("GET {url}: {e}"),
+    }
+}
+
+/// The `herder` binary built next to this test binary.
+pub fn herder_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("herder");
+    assert!(
+        bin.is_file(),
+        "{} not built: run the tests with `cargo test --workspace`",
+        bin.display()
+    );
+    bin
+}
+
+/// A running `herder` process whose stdout is read for its address.
+pub struct HerderProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+impl HerderProcess {
+    /// Runs `herder <args>` and waits for its "HTTP API:" line.
+    pub fn spawn(args: &[&str]) -> HerderProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(herder_bin())
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn herder");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut addr = None;
+            let mut dir = None;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(a) = line.trim().strip_prefix("HTTP API: http://") {
+                    addr = a.parse::<SocketAddr>().ok();
+                }
+                if let Some(d) = line.trim().strip_prefix("data dir: ") {
+                    dir = Some(PathBuf::from(d));
+                }
+                if let (Some(a), Some(d)) = (addr, dir.clone()) {
+                    let _ = tx.send((a, d));
+                    addr = None;
+                }
+            }
+        });
+        let (addr, data_dir) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("herder printed its address");
+        HerderProcess {
+            child,
+            addr,
+            data_dir,
+        }
+    }
+
+    /// Sends `signal` and waits (bounded) for the exit status.
+    pub fn signal_and_wait(mut self, signal: i32) -> std::process::ExitStatus {
+        let pid = self.child.id() as i32;
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "herder did not exit within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for HerderProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

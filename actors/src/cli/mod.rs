@@ -49,7 +49,10 @@ pub fn nomad_style_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsStri
         let is_word_flag = text.len() > 2
             && text.starts_with('-')
             && !text.starts_with("--")
-            && text[1..].chars().next().is_some_and(|c| c.is_ascii_alphabetic());
+            && text[1..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic());
         if is_word_flag {
             out.push(OsString::from(format!("-{text}")));
         } else {
@@ -73,17 +76,45 @@ mod tests {
     #[test]
     fn single_dash_words_become_long_flags() {
         assert_eq!(
-            rewrite(&["herder", "agent", "-dev", "-data-dir=/x", "-h", "-5", "--", "-keep"]),
-            vec!["herder", "agent", "--dev", "--data-dir=/x", "-h", "-5", "--", "-keep"]
+            rewrite(&[
+                "herder",
+                "agent",
+                "-dev",
+                "-data-dir=/x",
+                "-h",
+                "-5",
+                "--",
+                "-keep"
+            ]),
+            vec![
+                "herder",
+                "agent",
+                "--dev",
+                "--data-dir=/x",
+                "-h",
+                "-5",
+                "--",
+                "-keep"
+            ]
         );
     }
 
     #[test]
     fn agent_flags_parse_in_nomad_spelling() {
         let cli = Cli::parse_from(nomad_style_args(
-            ["herder", "agent", "-dev", "-http-port", "0", "-node", "n1", "-dc", "dc2"]
-                .iter()
-                .map(OsString::from),
+            [
+                "herder",
+                "agent",
+                "-dev",
+                "-http-port",
+                "0",
+                "-node",
+                "n1",
+                "-dc",
+                "dc2",
+            ]
+            .iter()
+            .map(OsString::from),
         ));
         let Command::Agent(a) = cli.command;
         assert!(a.dev);

@@ -42,5 +42,8 @@ impl ResponseError for ApiError {
 
 /// Unknown paths: 404 with the path, as Nomad's mux answers.
 pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::NotFound(format!("Invalid URL path: {}", req.path())))
+    Err(ApiError::NotFound(format!(
+        "Invalid URL path: {}",
+        req.path()
+    )))
 }
