@@ -9,3 +9,4 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod logging;
+pub mod node_lifecycle;
