@@ -6,6 +6,7 @@
 
 mod agent_routes;
 mod errors;
+pub mod filter;
 
 use crate::agent::{AgentError, AgentInfo};
 use actix_web::{web, App};
