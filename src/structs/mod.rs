@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod eval;
+pub mod fit;
 pub mod job;
 pub mod node;
 pub mod operator;

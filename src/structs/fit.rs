@@ -1,0 +1,145 @@
+//! Whether a set of allocations fits on a node: the one rule the scheduler
+//! plans by and the plan applier re-checks before committing.
+//!
+//! Only non-terminal allocations count. CPU, memory and disk must not exceed
+//! what the node offers less what it reserves; no two allocations may hold
+//! the same host port, and none may hold a port the node reserves.
+
+use super::{Allocation, ComparableResources, Node};
+use std::collections::HashSet;
+
+/// Why allocations do not fit, named as Nomad names exhausted dimensions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FitError {
+    /// "cpu", "memory" or "disk".
+    Exhausted(&'static str),
+    /// Two allocations, or an allocation and the node, claim this port.
+    PortCollision(u16),
+    /// The node's reserved port list cannot be read.
+    BadReservedPorts(String),
+}
+
+impl FitError {
+    /// The dimension string Nomad reports in `DimensionExhausted`.
+    pub fn dimension(&self) -> String {
+        match self {
+            FitError::Exhausted(d) => (*d).to_string(),
+            FitError::PortCollision(_) => "network: port collision".to_string(),
+            FitError::BadReservedPorts(_) => "network: reserved ports".to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for FitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FitError::Exhausted(d) => write!(f, "{d} exhausted"),
+            FitError::PortCollision(p) => write!(f, "port {p} is already in use"),
+            FitError::BadReservedPorts(e) => write!(f, "node reserved ports: {e}"),
+        }
+    }
+}
+
+/// Checks that `allocs` (the whole proposed set on `node`) fit; returns
+/// the resources they use. Terminal allocations are skipped.
+pub fn allocs_fit<'a>(
+    node: &Node,
+    allocs: impl IntoIterator<Item = &'a Allocation>,
+) -> Result<ComparableResources, FitError> {
+    let mut used = ComparableResources::default();
+    let mut ports: HashSet<u16> = node
+        .reserved_resources
+        .networks
+        .parse_ports()
+        .map_err(FitError::BadReservedPorts)?
+        .into_iter()
+        .collect();
+    for alloc in allocs.into_iter().filter(|a| !a.is_terminal()) {
+        used.add(&alloc.allocated_resources.comparable());
+        for port in alloc.allocated_resources.ports() {
+            if !ports.insert(port) {
+                return Err(FitError::PortCollision(port));
+            }
+        }
+    }
+    ComparableResources::superset_of(&node.available(), &used).map_err(FitError::Exhausted)?;
+    Ok(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::structs::*;
+
+    fn node(cpu: i64, mem: i64) -> Node {
+        let mut n = Node {
+            id: new_id(),
+            status: NodeStatus::Ready,
+            ..Default::default()
+        };
+        n.node_resources.cpu.cpu_shares = cpu;
+        n.node_resources.memory.memory_mb = mem;
+        n.node_resources.disk.disk_mb = 10_000;
+        n.reserved_resources.cpu.cpu_shares = 100;
+        n.reserved_resources.networks.reserved_host_ports = "22".into();
+        n
+    }
+
+    fn alloc(cpu: i64, mem: i64, port: Option<i64>) -> Allocation {
+        let mut a = Allocation {
+            id: new_id(),
+            ..Default::default()
+        };
+        let mut task = AllocatedTaskResources::default();
+        task.cpu.cpu_shares = cpu;
+        task.memory.memory_mb = mem;
+        if let Some(p) = port {
+            task.networks.push(NetworkResource {
+                dynamic_ports: vec![Port {
+                    label: "http".into(),
+                    value: p,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        }
+        a.allocated_resources.tasks.insert("t".into(), task);
+        a
+    }
+
+    #[test]
+    fn fits_until_a_dimension_is_exhausted_after_reservations() {
+        let n = node(1100, 1000);
+        let a = alloc(500, 400, None);
+        let b = alloc(500, 400, None);
+        assert_eq!(allocs_fit(&n, [&a, &b]).unwrap().cpu, 1000);
+        let c = alloc(1, 1, None);
+        assert_eq!(
+            allocs_fit(&n, [&a, &b, &c]),
+            Err(FitError::Exhausted("cpu"))
+        );
+        let big = alloc(10, 2000, None);
+        assert_eq!(allocs_fit(&n, [&big]).unwrap_err().dimension(), "memory");
+    }
+
+    #[test]
+    fn terminal_allocations_do_not_count() {
+        let n = node(600, 1000);
+        let mut old = alloc(500, 100, None);
+        old.desired_status = DesiredStatus::Stop;
+        let new = alloc(500, 100, None);
+        assert!(allocs_fit(&n, [&old, &new]).is_ok());
+    }
+
+    #[test]
+    fn ports_collide_with_each_other_and_with_reserved_ports() {
+        let n = node(10_000, 10_000);
+        let a = alloc(1, 10, Some(8080));
+        let b = alloc(1, 10, Some(8080));
+        assert_eq!(allocs_fit(&n, [&a, &b]), Err(FitError::PortCollision(8080)));
+        let ssh = alloc(1, 10, Some(22));
+        assert_eq!(allocs_fit(&n, [&ssh]), Err(FitError::PortCollision(22)));
+        let c = alloc(1, 10, Some(8081));
+        assert!(allocs_fit(&n, [&a, &c]).is_ok());
+    }
+}
