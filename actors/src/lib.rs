@@ -1,1 +1,4 @@
 //! herder's running service.
+
+pub mod blocked_evals;
+pub mod broker;
