@@ -9,8 +9,9 @@
 //! eligible, or capacity was freed, on one class) sends back to the broker
 //! every evaluation that could use that class: escaped ones, ones that found
 //! it eligible, and ones that never saw it; never the ones that found it
-//! ineligible. Evaluations that ran out of plan attempts are retried by a
-//! periodic [`UnblockFailed`].
+//! ineligible. System evaluations block per node (`NodeID` set) and are
+//! released by [`UnblockNode`] for that node. Evaluations that ran out of
+//! plan attempts are retried by a periodic [`UnblockFailed`].
 //!
 //! The tracker also reaps **cancelable** evaluations: when an evaluation of
 //! a job is acked, the job's older pending evaluations (handed over by the
@@ -19,9 +20,9 @@
 //! periodic sweep, so cancelation pace follows scheduling progress and a
 //! quiet cluster still drains the backlog.
 
-use crate::broker::{EnqueueAll, EvalWrites, JobKey, SetEnabled};
+use crate::broker::{Enqueue, EvalWrites, JobKey, SetEnabled, Token};
 use actix::prelude::*;
-use herder::structs::{EvalId, EvalStatus, Evaluation, TriggeredBy};
+use herder::structs::{EvalId, EvalStatus, Evaluation, NodeId, TriggeredBy};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -65,6 +66,20 @@ impl Message for Block {
     type Result = ();
 }
 
+/// A worker re-blocked the evaluation it is processing (it was unblocked,
+/// dequeued, and still cannot place): track it again under its delivery
+/// `token`, so an unblock before the worker acks reaches the broker once
+/// that delivery is acked.
+#[derive(Debug)]
+pub struct Reblock {
+    pub eval: Evaluation,
+    pub token: Token,
+}
+
+impl Message for Reblock {
+    type Result = ();
+}
+
 /// Capacity appeared on nodes of `computed_class` at state `index`.
 #[derive(Debug)]
 pub struct Unblock {
@@ -73,6 +88,18 @@ pub struct Unblock {
 }
 
 impl Message for Unblock {
+    type Result = ();
+}
+
+/// Capacity changed on one node (allocations stopped or finished, the node
+/// registered or became eligible): release the system evaluations blocked
+/// on that node.
+#[derive(Debug)]
+pub struct UnblockNode {
+    pub node_id: NodeId,
+}
+
+impl Message for UnblockNode {
     type Result = ();
 }
 
@@ -130,17 +157,26 @@ pub struct BlockedStats {
     pub total_cancelable: usize,
 }
 
+/// A tracked blocked evaluation and, when a worker re-blocked the
+/// evaluation it is still processing, that delivery's token.
+struct Tracked {
+    eval: Evaluation,
+    token: Option<Token>,
+}
+
 /// The blocked-evaluation tracker actor. Like the broker it runs on the
 /// leader only: send [`SetEnabled`] on leadership changes.
 pub struct BlockedEvals {
     config: BlockedEvalsConfig,
-    broker: Recipient<EnqueueAll>,
+    broker: Recipient<Enqueue>,
     sink: Recipient<EvalWrites>,
     enabled: bool,
     /// Bumped by every flush so write failures from before it are dropped.
     epoch: u64,
-    evals: HashMap<EvalId, Evaluation>,
-    by_job: HashMap<JobKey, EvalId>,
+    evals: HashMap<EvalId, Tracked>,
+    /// The blocked evaluation of each job: one per job, except system jobs,
+    /// which block per node (keyed by the eval's `NodeID`).
+    by_job: HashMap<JobKey, HashMap<Option<NodeId>, EvalId>>,
     /// The last unblock index per computed class: an evaluation blocked on
     /// a snapshot older than that missed the unblock and runs at once.
     unblock_indexes: HashMap<String, u64>,
@@ -165,7 +201,7 @@ impl BlockedEvals {
     /// cancelations through `sink`.
     pub fn new(
         config: BlockedEvalsConfig,
-        broker: Recipient<EnqueueAll>,
+        broker: Recipient<Enqueue>,
         sink: Recipient<EvalWrites>,
     ) -> Self {
         BlockedEvals {
@@ -181,41 +217,66 @@ impl BlockedEvals {
         }
     }
 
-    fn block(&mut self, eval: Evaluation, ctx: &mut Context<Self>) {
+    fn block(&mut self, eval: Evaluation, token: Option<Token>, ctx: &mut Context<Self>) {
         if !self.enabled || self.evals.contains_key(&eval.id) {
             return;
         }
         let _span =
             tracing::debug_span!("eval", eval_id = %eval.id, job_id = %eval.job_id).entered();
-        let key = eval.job_key();
-        if let Some(existing_id) = self.by_job.get(&key).copied() {
-            let existing_index = self.evals.get(&existing_id).map_or(0, |e| e.modify_index);
+        let existing = self
+            .by_job
+            .get(&eval.job_key())
+            .and_then(|slots| slots.get(&eval.node_id))
+            .copied();
+        if let Some(existing_id) = existing {
+            let existing_index = self
+                .evals
+                .get(&existing_id)
+                .map_or(0, |tracked| tracked.eval.modify_index);
             if existing_index > eval.modify_index {
                 tracing::debug!("a newer blocked evaluation exists; canceling this one");
                 self.write_duplicate(eval, ctx);
                 return;
             }
-            self.by_job.remove(&key);
-            if let Some(existing) = self.evals.remove(&existing_id) {
-                tracing::debug!(replaced = %existing.id, "canceling the older blocked evaluation");
-                self.write_duplicate(existing, ctx);
+            if let Some(replaced) = self.untrack_eval(existing_id) {
+                tracing::debug!(replaced = %replaced.eval.id, "canceling the older blocked evaluation");
+                self.write_duplicate(replaced.eval, ctx);
             }
         }
         if self.missed_unblock(&eval) {
             tracing::debug!("capacity appeared since the evaluation's snapshot; enqueueing");
-            self.broker.do_send(EnqueueAll { evals: vec![eval] });
+            self.broker.do_send(Enqueue { eval, token });
             return;
         }
-        self.by_job.insert(key, eval.id);
-        self.evals.insert(eval.id, eval);
+        self.by_job
+            .entry(eval.job_key())
+            .or_default()
+            .insert(eval.node_id, eval.id);
+        self.evals.insert(eval.id, Tracked { eval, token });
+    }
+
+    /// Remove one evaluation from every index.
+    fn untrack_eval(&mut self, id: EvalId) -> Option<Tracked> {
+        let tracked = self.evals.remove(&id)?;
+        let key = tracked.eval.job_key();
+        if let Some(slots) = self.by_job.get_mut(&key) {
+            slots.remove(&tracked.eval.node_id);
+            if slots.is_empty() {
+                self.by_job.remove(&key);
+            }
+        }
+        Some(tracked)
     }
 
     /// Whether a class this evaluation could use was unblocked after the
-    /// snapshot the scheduler blocked it on.
+    /// snapshot the scheduler blocked it on. Evaluations blocked on one node
+    /// wait for that node instead.
     fn missed_unblock(&self, eval: &Evaluation) -> bool {
-        self.unblock_indexes
-            .iter()
-            .any(|(class, &index)| index > eval.snapshot_index && could_use(eval, class))
+        eval.node_id.is_none()
+            && self
+                .unblock_indexes
+                .iter()
+                .any(|(class, &index)| index > eval.snapshot_index && could_use(eval, class))
     }
 
     fn unblock(&mut self, computed_class: String, index: u64) {
@@ -227,13 +288,17 @@ impl BlockedEvals {
             .entry(computed_class.clone())
             .or_insert(0);
         *last = (*last).max(index);
-        let ids: Vec<EvalId> = self
-            .evals
-            .values()
-            .filter(|eval| could_use(eval, &computed_class))
-            .map(|eval| eval.id)
-            .collect();
+        let ids = self.select(|eval| eval.node_id.is_none() && could_use(eval, &computed_class));
         tracing::debug!(computed_class, index, unblocked = ids.len(), "unblock");
+        self.release(ids);
+    }
+
+    fn unblock_node(&mut self, node_id: NodeId) {
+        if !self.enabled {
+            return;
+        }
+        let ids = self.select(|eval| eval.node_id == Some(node_id));
+        tracing::debug!(%node_id, unblocked = ids.len(), "unblock node");
         self.release(ids);
     }
 
@@ -241,28 +306,25 @@ impl BlockedEvals {
         if !self.enabled {
             return;
         }
-        let ids: Vec<EvalId> = self
-            .evals
-            .values()
-            .filter(|eval| eval.triggered_by == TriggeredBy::MaxPlanAttempts)
-            .map(|eval| eval.id)
-            .collect();
+        let ids = self.select(|eval| eval.triggered_by == TriggeredBy::MaxPlanAttempts);
         self.release(ids);
+    }
+
+    fn select(&self, wanted: impl Fn(&Evaluation) -> bool) -> Vec<EvalId> {
+        self.evals
+            .values()
+            .filter(|tracked| wanted(&tracked.eval))
+            .map(|tracked| tracked.eval.id)
+            .collect()
     }
 
     /// Stop tracking `ids` and hand them back to the broker.
     fn release(&mut self, ids: Vec<EvalId>) {
-        let evals: Vec<Evaluation> = ids
-            .into_iter()
-            .filter_map(|id| self.evals.remove(&id))
-            .collect();
-        if evals.is_empty() {
-            return;
+        for id in ids {
+            if let Some(Tracked { eval, token }) = self.untrack_eval(id) {
+                self.broker.do_send(Enqueue { eval, token });
+            }
         }
-        for eval in &evals {
-            self.by_job.remove(&eval.job_key());
-        }
-        self.broker.do_send(EnqueueAll { evals });
     }
 
     fn job_eval_acked(&mut self, msg: JobEvalAcked, ctx: &mut Context<Self>) {
@@ -272,18 +334,21 @@ impl BlockedEvals {
         self.cancelable
             .extend(msg.cancelable.into_iter().map(Arc::unwrap_or_clone));
         let key = (msg.namespace, msg.job_id);
-        let superseded = self
+        let superseded: Vec<EvalId> = self
             .by_job
             .get(&key)
-            .and_then(|id| self.evals.get(id))
-            .is_some_and(|blocked| blocked.modify_index < msg.acked_modify_index);
-        if superseded {
-            if let Some(blocked) = self
-                .by_job
-                .remove(&key)
-                .and_then(|id| self.evals.remove(&id))
-            {
-                self.cancelable.push_back(blocked);
+            .into_iter()
+            .flat_map(|slots| slots.values())
+            .filter(|id| {
+                self.evals
+                    .get(id)
+                    .is_some_and(|tracked| tracked.eval.modify_index < msg.acked_modify_index)
+            })
+            .copied()
+            .collect();
+        for id in superseded {
+            if let Some(tracked) = self.untrack_eval(id) {
+                self.cancelable.push_back(tracked.eval);
             }
         }
         self.reap_cancelable_batch(ctx);
@@ -331,14 +396,19 @@ impl BlockedEvals {
         let writes = EvalWrites {
             evals: vec![canceled(&eval, description)],
         };
-        ctx.spawn(self.sink.send(writes).into_actor(self).map(move |result, _, _| {
-            let error = match result {
-                Ok(Ok(_)) => return,
-                Ok(Err(err)) => err.to_string(),
-                Err(err) => err.to_string(),
-            };
-            tracing::error!(eval_id = %eval.id, error, "failed to cancel a duplicate blocked evaluation");
-        }));
+        ctx.spawn(
+            self.sink
+                .send(writes)
+                .into_actor(self)
+                .map(move |result, _, _| {
+                    let error = match result {
+                        Ok(Ok(_)) => return,
+                        Ok(Err(err)) => err.to_string(),
+                        Err(err) => err.to_string(),
+                    };
+                    tracing::error!(eval_id = %eval.id, error, "failed to cancel a duplicate blocked evaluation");
+                }),
+        );
     }
 
     fn flush(&mut self) {
@@ -355,7 +425,7 @@ impl BlockedEvals {
             total_escaped: self
                 .evals
                 .values()
-                .filter(|eval| eval.escaped_computed_class)
+                .filter(|tracked| tracked.eval.escaped_computed_class)
                 .count(),
             total_cancelable: self.cancelable.len(),
         }
@@ -383,7 +453,23 @@ impl Handler<Block> for BlockedEvals {
     type Result = ();
 
     fn handle(&mut self, msg: Block, ctx: &mut Context<Self>) {
-        self.block(msg.eval, ctx);
+        self.block(msg.eval, None, ctx);
+    }
+}
+
+impl Handler<Reblock> for BlockedEvals {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reblock, ctx: &mut Context<Self>) {
+        self.block(msg.eval, Some(msg.token), ctx);
+    }
+}
+
+impl Handler<UnblockNode> for BlockedEvals {
+    type Result = ();
+
+    fn handle(&mut self, msg: UnblockNode, _ctx: &mut Context<Self>) {
+        self.unblock_node(msg.node_id);
     }
 }
 
@@ -407,7 +493,13 @@ impl Handler<Untrack> for BlockedEvals {
     type Result = ();
 
     fn handle(&mut self, msg: Untrack, _ctx: &mut Context<Self>) {
-        if let Some(id) = self.by_job.remove(&(msg.namespace, msg.job_id)) {
+        let key = (msg.namespace, msg.job_id);
+        for id in self
+            .by_job
+            .remove(&key)
+            .into_iter()
+            .flat_map(|slots| slots.into_values())
+        {
             self.evals.remove(&id);
         }
     }

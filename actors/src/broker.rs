@@ -116,6 +116,18 @@ pub struct Delivery {
 #[derive(Debug)]
 pub struct Enqueue {
     pub eval: Evaluation,
+    /// Set when the evaluation is one a worker holds (it was re-blocked, then
+    /// unblocked, while still being processed): the token of that delivery.
+    /// The broker keeps it until the delivery is acked and enqueues it then;
+    /// a nack drops it, since the nacked evaluation is delivered again anyway.
+    pub token: Option<Token>,
+}
+
+impl Enqueue {
+    /// Enqueue an evaluation no worker holds.
+    pub fn new(eval: Evaluation) -> Self {
+        Enqueue { eval, token: None }
+    }
 }
 
 impl Message for Enqueue {
@@ -406,6 +418,8 @@ pub struct EvalBroker {
     unacked: HashMap<EvalId, Unacked>,
     delayed: HashMap<EvalId, Delayed>,
     failed: HashMap<EvalId, Failed>,
+    /// Evaluations to enqueue again once the delivery (token) is acked.
+    requeue: HashMap<EvalId, (Token, Evaluation)>,
     /// Parked dequeues, oldest first.
     waiters: BTreeMap<u64, Waiter>,
     timers: BinaryHeap<TimerEntry>,
@@ -439,6 +453,7 @@ impl EvalBroker {
             unacked: HashMap::new(),
             delayed: HashMap::new(),
             failed: HashMap::new(),
+            requeue: HashMap::new(),
             waiters: BTreeMap::new(),
             timers: BinaryHeap::new(),
             armed: None,
@@ -450,11 +465,22 @@ impl EvalBroker {
         self.seq
     }
 
-    fn enqueue(&mut self, eval: Evaluation, ctx: &mut Context<Self>) -> Result<(), BrokerError> {
+    fn enqueue(
+        &mut self,
+        eval: Evaluation,
+        token: Option<Token>,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), BrokerError> {
         if !self.enabled {
             return Err(BrokerError::Disabled);
         }
         if self.tracked.contains_key(&eval.id) {
+            let held = self.unacked.get(&eval.id).map(|unacked| unacked.token);
+            if let (Some(token), Some(held)) = (token, held) {
+                if token == held {
+                    self.requeue.insert(eval.id, (token, eval));
+                }
+            }
             return Ok(());
         }
         let _span = eval_span(&eval).entered();
@@ -637,6 +663,11 @@ impl EvalBroker {
         let _span = eval_span(&unacked.eval).entered();
         tracing::debug!("evaluation acked");
         self.finish(&unacked.eval, ctx);
+        if let Some((held, eval)) = self.requeue.remove(&eval_id) {
+            if held == token {
+                self.enqueue(eval, None, ctx)?;
+            }
+        }
         Ok(())
     }
 
@@ -702,6 +733,7 @@ impl EvalBroker {
     /// delay, or fails once it has used up its deliveries.
     fn requeue_nacked(&mut self, eval: Arc<Evaluation>, ctx: &mut Context<Self>) {
         let _span = eval_span(&eval).entered();
+        self.requeue.remove(&eval.id);
         let deliveries = self.tracked.get(&eval.id).copied().unwrap_or(0);
         if deliveries >= self.config.delivery_limit {
             tracing::warn!(deliveries, "evaluation reached the delivery limit");
@@ -802,7 +834,7 @@ impl EvalBroker {
             follow_up.modify_index = index;
         }
         self.finish(&failed.eval, ctx);
-        if let Err(err) = self.enqueue(follow_up, ctx) {
+        if let Err(err) = self.enqueue(follow_up, None, ctx) {
             tracing::warn!(%eval_id, %err, "follow-up evaluation not enqueued");
         }
     }
@@ -836,6 +868,7 @@ impl EvalBroker {
         self.unacked.clear();
         self.delayed.clear();
         self.failed.clear();
+        self.requeue.clear();
         self.timers.clear();
     }
 
@@ -974,7 +1007,7 @@ impl Handler<Enqueue> for EvalBroker {
     type Result = Result<(), BrokerError>;
 
     fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
-        self.enqueue(msg.eval, ctx)
+        self.enqueue(msg.eval, msg.token, ctx)
     }
 }
 
@@ -984,7 +1017,7 @@ impl Handler<EnqueueAll> for EvalBroker {
     fn handle(&mut self, msg: EnqueueAll, ctx: &mut Context<Self>) -> Self::Result {
         msg.evals
             .into_iter()
-            .try_for_each(|eval| self.enqueue(eval, ctx))
+            .try_for_each(|eval| self.enqueue(eval, None, ctx))
     }
 }
 

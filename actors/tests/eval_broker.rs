@@ -5,7 +5,8 @@
 use actix::prelude::*;
 use herder::structs::{new_id, EvalStatus, Evaluation, JobType, TriggeredBy};
 use herder_actors::blocked_evals::{
-    Block, BlockedEvals, BlockedEvalsConfig, GetBlockedStats, Unblock, CANCELED_AFTER_NEWER_EVAL,
+    Block, BlockedEvals, BlockedEvalsConfig, GetBlockedStats, Reblock, Unblock, UnblockNode,
+    CANCELED_AFTER_NEWER_EVAL,
 };
 use herder_actors::broker::{
     Ack, BrokerConfig, BrokerError, Delivery, Dequeue, Enqueue, EvalBroker, EvalWriteError,
@@ -147,7 +148,7 @@ fn typed(mut eval: Evaluation, eval_type: JobType) -> Evaluation {
 
 async fn enqueue(broker: &Addr<EvalBroker>, eval: &Evaluation) {
     broker
-        .send(Enqueue { eval: eval.clone() })
+        .send(Enqueue::new(eval.clone()))
         .await
         .unwrap()
         .unwrap();
@@ -284,7 +285,7 @@ async fn parked_dequeue_is_answered_by_enqueue_and_times_out_empty() {
     let sent = arriving.clone();
     actix_rt::spawn(async move {
         actix_rt::time::sleep(Duration::from_millis(20)).await;
-        sender.send(Enqueue { eval: sent }).await.unwrap().unwrap();
+        sender.send(Enqueue::new(sent)).await.unwrap().unwrap();
     });
     let started = Instant::now();
     let delivery = waiting.await.unwrap().unwrap().unwrap();
@@ -520,12 +521,7 @@ async fn disable_flushes_everything_and_fails_parked_dequeues() {
         .await
         .unwrap();
     assert_eq!(late_ack, Err(BrokerError::NotOutstanding(held.eval.id)));
-    let refused = broker
-        .send(Enqueue {
-            eval: eval("c", 50, 4),
-        })
-        .await
-        .unwrap();
+    let refused = broker.send(Enqueue::new(eval("c", 50, 4))).await.unwrap();
     assert_eq!(refused, Err(BrokerError::Disabled));
 
     broker.send(SetEnabled(true)).await.unwrap();
@@ -812,6 +808,89 @@ async fn ack_cancels_the_jobs_older_blocked_eval() {
     assert_eq!(writes[0].len(), 1);
     assert_eq!(writes[0][0].id, old_blocked.id);
     assert_eq!(writes[0][0].status_description, CANCELED_AFTER_NEWER_EVAL);
+    assert_eq!(
+        tracker.send(GetBlockedStats).await.unwrap().total_blocked,
+        1
+    );
+}
+
+#[actix::test]
+async fn reblocked_eval_unblocked_while_held_runs_again_after_the_ack() {
+    let (broker, tracker, _) = start_pair(test_config(), blocked_config()).await;
+    let e = blocked("web", 10, &[("gpu", true)], false);
+    enqueue(&broker, &e).await;
+    let held = dequeue(&broker, 10).await.unwrap();
+    tracker
+        .send(Reblock {
+            eval: e.clone(),
+            token: held.token,
+        })
+        .await
+        .unwrap();
+    tracker
+        .send(Unblock {
+            computed_class: "gpu".into(),
+            index: 20,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tracker.send(GetBlockedStats).await.unwrap().total_blocked,
+        0
+    );
+    assert!(
+        dequeue(&broker, 30).await.is_none(),
+        "held until its delivery is acked"
+    );
+    ack(&broker, &held).await;
+    let again = dequeue(&broker, 1000)
+        .await
+        .expect("the unblock was not lost");
+    assert_eq!(again.eval.id, e.id);
+    assert_ne!(again.token, held.token);
+}
+
+#[actix::test]
+async fn system_evals_block_per_node_and_unblock_with_their_node() {
+    let (broker, tracker, sink) = start_pair(test_config(), blocked_config()).await;
+    let (n1, n2) = (new_id(), new_id());
+    let mut on_n1 = typed(blocked("sys", 10, &[], false), JobType::System);
+    on_n1.node_id = Some(n1);
+    let mut on_n2 = typed(blocked("sys", 11, &[], false), JobType::System);
+    on_n2.node_id = Some(n2);
+    tracker
+        .send(Block {
+            eval: on_n1.clone(),
+        })
+        .await
+        .unwrap();
+    tracker
+        .send(Block {
+            eval: on_n2.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tracker.send(GetBlockedStats).await.unwrap().total_blocked,
+        2
+    );
+    assert!(
+        sink.batches().is_empty(),
+        "one blocked eval per node, not per job"
+    );
+
+    tracker
+        .send(Unblock {
+            computed_class: "any".into(),
+            index: 20,
+        })
+        .await
+        .unwrap();
+    let system = vec![JobType::System];
+    assert!(dequeue_from(&broker, system.clone(), 30).await.is_none());
+    tracker.send(UnblockNode { node_id: n1 }).await.unwrap();
+    let d = dequeue_from(&broker, system.clone(), 1000).await.unwrap();
+    assert_eq!(d.eval.id, on_n1.id);
     assert_eq!(
         tracker.send(GetBlockedStats).await.unwrap().total_blocked,
         1
