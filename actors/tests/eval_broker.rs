@@ -10,7 +10,7 @@ use herder_actors::blocked_evals::{
 };
 use herder_actors::broker::{
     Ack, BrokerConfig, BrokerError, Delivery, Dequeue, Enqueue, EvalBroker, EvalWriteError,
-    EvalWrites, Nack, Outstanding, OutstandingReset, SetEnabled, SetPaused, Stats,
+    EvalWrites, Nack, Outstanding, OutstandingReset, SchedulerStats, SetEnabled, SetPaused, Stats,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -343,7 +343,7 @@ async fn ack_and_nack_need_the_delivery_token() {
 #[actix::test]
 async fn nack_timeout_redelivers_with_a_new_token() {
     let config = BrokerConfig {
-        nack_timeout: Duration::from_millis(300),
+        nack_timeout: Duration::from_millis(600),
         ..test_config()
     };
     let (broker, _) = start_broker(config).await;
@@ -351,7 +351,7 @@ async fn nack_timeout_redelivers_with_a_new_token() {
     enqueue(&broker, &e).await;
     let first = dequeue(&broker, 10).await.unwrap();
     // Resetting keeps it outstanding past the original deadline.
-    actix_rt::time::sleep(Duration::from_millis(200)).await;
+    actix_rt::time::sleep(Duration::from_millis(400)).await;
     broker
         .send(OutstandingReset {
             eval_id: e.id,
@@ -360,7 +360,7 @@ async fn nack_timeout_redelivers_with_a_new_token() {
         .await
         .unwrap()
         .unwrap();
-    actix_rt::time::sleep(Duration::from_millis(200)).await;
+    actix_rt::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         broker.send(Outstanding { eval_id: e.id }).await.unwrap(),
         Some(first.token)
@@ -385,7 +385,7 @@ async fn nack_timeout_redelivers_with_a_new_token() {
 #[actix::test]
 async fn nacked_eval_waits_the_nack_delay() {
     let config = BrokerConfig {
-        initial_nack_delay: Duration::from_millis(100),
+        initial_nack_delay: Duration::from_millis(300),
         subsequent_nack_delay: Duration::from_millis(150),
         ..test_config()
     };
@@ -459,14 +459,14 @@ async fn delayed_eval_is_released_at_its_time() {
         .unwrap()
         .as_nanos() as i64;
     let mut later = eval("web", 50, 1);
-    later.wait_until = Some(now + 150_000_000);
+    later.wait_until = Some(now + 400_000_000);
     let started = Instant::now();
     enqueue(&broker, &later).await;
     assert_eq!(broker.send(Stats).await.unwrap().total_delayed, 1);
     assert!(dequeue(&broker, 30).await.is_none());
     let d = dequeue(&broker, 2000).await.unwrap();
     assert_eq!(d.eval.id, later.id);
-    assert!(started.elapsed() >= Duration::from_millis(140));
+    assert!(started.elapsed() >= Duration::from_millis(390));
     assert_eq!(broker.send(Stats).await.unwrap().total_delayed, 0);
 }
 
@@ -895,4 +895,60 @@ async fn system_evals_block_per_node_and_unblock_with_their_node() {
         tracker.send(GetBlockedStats).await.unwrap().total_blocked,
         1
     );
+}
+
+#[actix::test]
+async fn stats_count_per_scheduler() {
+    let (broker, _) = start_broker(test_config()).await;
+    enqueue(&broker, &eval("a", 50, 1)).await;
+    enqueue(&broker, &eval("a", 50, 2)).await;
+    enqueue(&broker, &eval("b", 50, 3)).await;
+    enqueue(&broker, &typed(eval("c", 50, 4), JobType::Batch)).await;
+    dequeue(&broker, 10).await.unwrap();
+    let stats = broker.send(Stats).await.unwrap();
+    assert_eq!(
+        (stats.total_ready, stats.total_unacked, stats.total_blocked),
+        (2, 1, 1)
+    );
+    let service = SchedulerStats {
+        ready: 1,
+        unacked: 1,
+    };
+    let batch = SchedulerStats {
+        ready: 1,
+        unacked: 0,
+    };
+    assert_eq!(stats.by_scheduler.get(&JobType::Service), Some(&service));
+    assert_eq!(stats.by_scheduler.get(&JobType::Batch), Some(&batch));
+}
+
+#[actix::test]
+async fn disabled_tracker_forgets_and_ignores_blocked_evals() {
+    let (broker, tracker, _) = start_pair(test_config(), blocked_config()).await;
+    tracker
+        .send(Block {
+            eval: blocked("a", 10, &[], false),
+        })
+        .await
+        .unwrap();
+    tracker.send(SetEnabled(false)).await.unwrap();
+    assert_eq!(
+        tracker.send(GetBlockedStats).await.unwrap(),
+        Default::default()
+    );
+    tracker
+        .send(Block {
+            eval: blocked("b", 11, &[], false),
+        })
+        .await
+        .unwrap();
+    tracker.send(SetEnabled(true)).await.unwrap();
+    tracker
+        .send(Unblock {
+            computed_class: "any".into(),
+            index: 20,
+        })
+        .await
+        .unwrap();
+    assert!(dequeue_all(&broker).await.is_empty());
 }
