@@ -976,6 +976,32 @@ impl EvalBroker {
     }
 }
 
+/// Start a broker and a `BlockedEvals` tracker wired to each other (acks
+/// flow to the tracker, unblocked evaluations back to the broker), both
+/// persisting through `sink`. Both start disabled: send `SetEnabled(true)`
+/// to each on gaining leadership.
+pub fn start_with_blocked_evals(
+    config: BrokerConfig,
+    blocked_config: crate::blocked_evals::BlockedEvalsConfig,
+    sink: Recipient<EvalWrites>,
+) -> (Addr<EvalBroker>, Addr<crate::blocked_evals::BlockedEvals>) {
+    // The broker's mailbox exists before the broker, so the tracker can
+    // hold its address and the broker the tracker's.
+    let broker_ctx = Context::<EvalBroker>::new();
+    let tracker = crate::blocked_evals::BlockedEvals::new(
+        blocked_config,
+        broker_ctx.address().recipient(),
+        sink.clone(),
+    )
+    .start();
+    let broker = broker_ctx.run(EvalBroker::new(
+        config,
+        sink,
+        Some(tracker.clone().recipient()),
+    ));
+    (broker, tracker)
+}
+
 /// How long an evaluation must wait before it may run, if at all.
 fn release_delay(eval: &Evaluation) -> Option<Duration> {
     if !eval.wait.is_zero() {

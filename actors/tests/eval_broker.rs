@@ -9,8 +9,9 @@ use herder_actors::blocked_evals::{
     CANCELED_AFTER_NEWER_EVAL,
 };
 use herder_actors::broker::{
-    Ack, BrokerConfig, BrokerError, Delivery, Dequeue, Enqueue, EvalBroker, EvalWriteError,
-    EvalWrites, Nack, Outstanding, OutstandingReset, SchedulerStats, SetEnabled, SetPaused, Stats,
+    start_with_blocked_evals, Ack, BrokerConfig, BrokerError, Delivery, Dequeue, Enqueue,
+    EvalBroker, EvalWriteError, EvalWrites, Nack, Outstanding, OutstandingReset, PauseNackTimeout,
+    ResumeNackTimeout, SchedulerStats, SetEnabled, SetPaused, Stats,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -114,14 +115,8 @@ async fn start_pair(
     blocked: BlockedEvalsConfig,
 ) -> (Addr<EvalBroker>, Addr<BlockedEvals>, Sink) {
     let sink = Sink::start();
-    let recipient = sink.addr.clone().recipient::<EvalWrites>();
-    let mut tracker = None;
-    let broker = EvalBroker::create(|ctx| {
-        let addr = BlockedEvals::new(blocked, ctx.address().recipient(), recipient.clone()).start();
-        tracker = Some(addr.clone());
-        EvalBroker::new(config, recipient, Some(addr.recipient()))
-    });
-    let tracker = tracker.unwrap();
+    let (broker, tracker) =
+        start_with_blocked_evals(config, blocked, sink.addr.clone().recipient());
     broker.send(SetEnabled(true)).await.unwrap();
     tracker.send(SetEnabled(true)).await.unwrap();
     (broker, tracker, sink)
@@ -951,4 +946,39 @@ async fn disabled_tracker_forgets_and_ignores_blocked_evals() {
         .await
         .unwrap();
     assert!(dequeue_all(&broker).await.is_empty());
+}
+
+#[actix::test]
+async fn paused_nack_timer_keeps_the_eval_outstanding_until_resumed() {
+    let config = BrokerConfig {
+        nack_timeout: Duration::from_millis(100),
+        ..test_config()
+    };
+    let (broker, _) = start_broker(config).await;
+    let e = eval("web", 50, 1);
+    enqueue(&broker, &e).await;
+    let d = dequeue(&broker, 10).await.unwrap();
+    let (eval_id, token) = (e.id, d.token);
+    broker
+        .send(PauseNackTimeout { eval_id, token })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        dequeue(&broker, 300).await.is_none(),
+        "no redelivery while paused"
+    );
+    assert_eq!(
+        broker.send(Outstanding { eval_id }).await.unwrap(),
+        Some(token)
+    );
+    broker
+        .send(ResumeNackTimeout { eval_id, token })
+        .await
+        .unwrap()
+        .unwrap();
+    let again = dequeue(&broker, 2000)
+        .await
+        .expect("the resumed timer expires");
+    assert_eq!(again.eval.id, e.id);
 }
