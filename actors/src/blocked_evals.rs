@@ -125,8 +125,8 @@ impl Message for Untrack {
 }
 
 /// Sent by the broker on every ack: the job's evaluation at
-/// `acked_modify_index` was processed, and `cancelable` are the job's older
-/// pending evaluations the broker dropped.
+/// `acked_modify_index` was processed (0 when it failed instead), and
+/// `cancelable` are the job's older pending evaluations the broker dropped.
 #[derive(Debug)]
 pub struct JobEvalAcked {
     pub namespace: String,

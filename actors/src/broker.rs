@@ -662,7 +662,7 @@ impl EvalBroker {
         };
         let _span = eval_span(&unacked.eval).entered();
         tracing::debug!("evaluation acked");
-        self.finish(&unacked.eval, ctx);
+        self.finish(&unacked.eval, true, ctx);
         if let Some((held, eval)) = self.requeue.remove(&eval_id) {
             if held == token {
                 self.enqueue(eval, None, ctx)?;
@@ -673,7 +673,9 @@ impl EvalBroker {
 
     /// `eval` is done with: free its job's slot for the job's best pending
     /// evaluation, make the others cancelable, and tell the listener.
-    fn finish(&mut self, eval: &Arc<Evaluation>, ctx: &mut Context<Self>) {
+    /// `processed` is false for a failed evaluation: it reconciled nothing,
+    /// so it must not supersede the job's blocked evaluation.
+    fn finish(&mut self, eval: &Arc<Evaluation>, processed: bool, ctx: &mut Context<Self>) {
         self.tracked.remove(&eval.id);
         let key = eval.job_key();
         let mut cancelable = Vec::new();
@@ -709,7 +711,7 @@ impl EvalBroker {
             listener.do_send(JobEvalAcked {
                 namespace: key.0,
                 job_id: key.1,
-                acked_modify_index: eval.modify_index,
+                acked_modify_index: if processed { eval.modify_index } else { 0 },
                 cancelable,
             });
         }
@@ -833,7 +835,7 @@ impl EvalBroker {
         if follow_up.modify_index == 0 {
             follow_up.modify_index = index;
         }
-        self.finish(&failed.eval, ctx);
+        self.finish(&failed.eval, false, ctx);
         if let Err(err) = self.enqueue(follow_up, None, ctx) {
             tracing::warn!(%eval_id, %err, "follow-up evaluation not enqueued");
         }
