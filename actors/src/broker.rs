@@ -18,6 +18,11 @@
 //! through the [`EvalWrites`] sink together with a `failed-follow-up`
 //! evaluation that the broker then enqueues.
 //!
+//! Wiring (see [`start_with_blocked_evals`]): the state writer sends every
+//! applied `pending` evaluation to the broker ([`Enqueue`]) and every
+//! `blocked` one to `BlockedEvals`; the broker tells `BlockedEvals` of each
+//! ack; both persist through a `Recipient<EvalWrites>`.
+//!
 //! All timers (nack timeouts, delayed evaluations, dequeue timeouts) share
 //! one heap and one armed actix timer, so the cost of a timer is a heap push
 //! and the actor's context never holds thousands of sleeping futures.
@@ -91,8 +96,10 @@ pub struct EvalWriteError(pub String);
 /// Evaluations to persist (upsert) in the state store. Sent by the broker
 /// (failed evaluations and their follow-ups) and by `BlockedEvals` (canceled
 /// evaluations). New evaluations get their create index from the write.
-/// The writer only persists: it must not enqueue these evaluations again,
-/// the sender already owns what happens to them next.
+/// The sender already owns what happens to these evaluations next (the
+/// broker enqueues the follow-up itself once the write succeeds); a writer
+/// that routes every pending evaluation it applies to the broker does no
+/// harm, as enqueueing an evaluation the broker tracks is a no-op.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvalWrites {
     pub evals: Vec<Evaluation>,
