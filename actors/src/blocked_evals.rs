@@ -187,12 +187,20 @@ impl Actor for BlockedEvals {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.config.unblock_failed_interval, |tracker, _| {
-            tracker.unblock_failed();
-        });
-        ctx.run_interval(self.config.cancel_sweep_interval, |tracker, ctx| {
-            tracker.reap_cancelable_batch(ctx);
-        });
+        // A zero period would make the interval timer panic.
+        let floor = Duration::from_millis(1);
+        ctx.run_interval(
+            self.config.unblock_failed_interval.max(floor),
+            |tracker, _| {
+                tracker.unblock_failed();
+            },
+        );
+        ctx.run_interval(
+            self.config.cancel_sweep_interval.max(floor),
+            |tracker, ctx| {
+                tracker.reap_cancelable_batch(ctx);
+            },
+        );
     }
 }
 
