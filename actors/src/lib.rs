@@ -5,6 +5,8 @@
 //! core crate, which this crate drives.
 
 pub mod agent;
+pub mod blocked_evals;
+pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod http;
