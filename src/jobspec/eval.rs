@@ -101,7 +101,7 @@ impl<'s> Evaluator<'s> {
         }
         let mut locals = Map::new();
         while !pending.is_empty() {
-            let mut last_error = None;
+            let mut first_error = None;
             let before = pending.len();
             let mut still = Vec::new();
             for (name, expr, span) in pending {
@@ -116,13 +116,13 @@ impl<'s> Evaluator<'s> {
                             .declare_var("local", json_to_hcl(Value::Object(locals.clone())));
                     }
                     Err(e) => {
-                        last_error.get_or_insert(e);
+                        first_error.get_or_insert(e);
                         still.push((name, expr, span));
                     }
                 }
             }
             if still.len() == before {
-                if let Some(e) = last_error {
+                if let Some(e) = first_error {
                     return Err(e);
                 }
             }

@@ -255,6 +255,15 @@ fn variables_and_locals_are_evaluated_and_runtime_references_kept() {
 }
 
 #[test]
+fn heredocs_and_escapes_keep_their_text() {
+    let src = "job \"x\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      env {\n        LITERAL = \"$${NOT_INTERPOLATED}\"\n      }\n      config {\n        script = <<-EOT\n          echo ${NOMAD_ALLOC_ID}\n          echo done\n        EOT\n      }\n    }\n  }\n}\n";
+    let job = parse_hcl(src, "x.hcl").unwrap();
+    let task = &job.task_groups[0].tasks[0];
+    assert_eq!(task.env["LITERAL"], "${NOT_INTERPOLATED}");
+    assert_eq!(task.config["script"], "echo ${NOMAD_ALLOC_ID}\necho done\n");
+}
+
+#[test]
 fn undefined_variables_are_errors() {
     let src = "job \"x\" {\n  datacenters = [var.nope]\n}\n";
     let e = err(src);
@@ -499,6 +508,26 @@ fn json_jobs_wrapped_or_bare_are_canonicalized() {
     let nomad = fixture("parse-web.json");
     let hcl = parse_hcl(&fixture("web.nomad.hcl"), "web.nomad.hcl").unwrap();
     assert_eq!(parse_any(&nomad, "web.json").unwrap(), hcl);
+}
+
+#[test]
+fn json_fields_left_out_take_nomads_defaults() {
+    let job = parse_json(
+        r#"{"Job": {"ID": "j", "Type": "service",
+            "Update": {"MaxParallel": 2, "Canary": 1, "AutoRevert": true},
+            "TaskGroups": [
+              {"Name": "a", "Tasks": [{"Name": "t", "Driver": "raw_exec"}]},
+              {"Name": "b", "Count": 0, "Update": {"Canary": 3},
+               "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}
+            ]}}"#,
+    )
+    .unwrap();
+    let (a, b) = (&job.task_groups[0], &job.task_groups[1]);
+    assert_eq!((a.count, b.count), (1, 0), "a missing Count means 1");
+    let ua = a.update.as_ref().unwrap();
+    assert_eq!((ua.max_parallel, ua.canary, ua.auto_revert), (2, 1, true));
+    assert_eq!(ua.health_check, "checks");
+    assert_eq!(b.update.as_ref().unwrap().canary, 3);
 }
 
 #[test]
