@@ -15,6 +15,7 @@ use hcl::edit::template::Element;
 use hcl::edit::Span;
 use hcl::eval::{Context, ErrorKind, Evaluate};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 
 /// Roots an interpolation may reference at parse time; every other root is
 /// a runtime reference left for the client.
@@ -34,10 +35,15 @@ impl<'s> Evaluator<'s> {
         Evaluator { src, ctx }
     }
 
-    /// Declares `var.*` (from `variable` blocks) and `local.*` (from
-    /// `locals` blocks) found at the top of the file.
-    pub fn declare_top_level(&mut self, body: &Body) -> Result<(), JobspecError> {
-        let vars = self.variable_defaults(body)?;
+    /// Declares `var.*` (from `variable` blocks, overridden by `given`,
+    /// the `-var name=value` pairs of the command line) and `local.*`
+    /// (from `locals` blocks) found at the top of the file.
+    pub fn declare_top_level(
+        &mut self,
+        body: &Body,
+        given: &BTreeMap<String, String>,
+    ) -> Result<(), JobspecError> {
+        let vars = self.variables(body, given)?;
         self.ctx
             .declare_var("var", json_to_hcl(Value::Object(vars)));
         let locals = self.locals(body)?;
@@ -46,7 +52,11 @@ impl<'s> Evaluator<'s> {
         Ok(())
     }
 
-    fn variable_defaults(&self, body: &Body) -> Result<Map<String, Value>, JobspecError> {
+    fn variables(
+        &self,
+        body: &Body,
+        given: &BTreeMap<String, String>,
+    ) -> Result<Map<String, Value>, JobspecError> {
         let mut vars = Map::new();
         for block in body.get_blocks("variable") {
             let name = match block.labels.as_slice() {
@@ -59,16 +69,16 @@ impl<'s> Evaluator<'s> {
                 }
             };
             check_variable_block(self.src, block, &name)?;
-            let default = block.body.get_attribute("default").ok_or_else(|| {
-                self.src.error(
-                    block.ident.span(),
-                    format!(
-                        "variable {name:?} has no default; herder does not take variable \
-                         values from the command line, so give it a default"
-                    ),
-                )
-            })?;
-            let value = self.value(&default.value)?;
+            let value = match (given.get(&name), block.body.get_attribute("default")) {
+                (Some(text), default) => self.given_value(block, &name, text, default)?,
+                (None, Some(default)) => self.value(&default.value)?,
+                (None, None) => {
+                    return Err(self.src.error(
+                        block.ident.span(),
+                        format!("variable {name:?} has no default and no value was given"),
+                    ))
+                }
+            };
             if vars.insert(name.clone(), value).is_some() {
                 return Err(self.src.error(
                     block.ident.span(),
@@ -76,7 +86,49 @@ impl<'s> Evaluator<'s> {
                 ));
             }
         }
+        if let Some(name) = given.keys().find(|name| !vars.contains_key(*name)) {
+            return Err(self.src.error(
+                None,
+                format!(
+                    "a value was given for variable {name:?}, which this file does not declare"
+                ),
+            ));
+        }
         Ok(vars)
+    }
+
+    /// A value given on the command line is text. As in Nomad, it is taken
+    /// literally for string variables (declared `type = string`, or
+    /// untyped with a string or no default) and read as an HCL expression
+    /// (`8080`, `true`, `["a", "b"]`) for every other type.
+    fn given_value(
+        &self,
+        block: &Block,
+        name: &str,
+        text: &str,
+        default: Option<&hcl::edit::structure::Attribute>,
+    ) -> Result<Value, JobspecError> {
+        let declared = block.body.get_attribute("type").map(|t| &t.value);
+        let is_string = match declared {
+            Some(Expression::Variable(t)) => t.as_str() == "string",
+            Some(_) => false,
+            None => default.is_none_or(|d| matches!(d.value, Expression::String(_))),
+        };
+        if is_string {
+            return Ok(Value::String(text.to_string()));
+        }
+        let bad = |detail: String| {
+            self.src.error(
+                block.ident.span(),
+                format!("invalid value {text:?} given for variable {name:?}: {detail}"),
+            )
+        };
+        let expr = hcl::edit::parser::parse_expr(text).map_err(|e| bad(e.message().to_string()))?;
+        let value: hcl::Expression = expr.into();
+        let value = value
+            .evaluate(&Context::new())
+            .map_err(|e| bad(e.to_string()))?;
+        serde_json::to_value(value).map_err(|e| bad(e.to_string()))
     }
 
     /// Locals may refer to each other in any order: evaluate in passes

@@ -19,6 +19,7 @@ use crate::structs::{
 };
 use hcl::edit::Span;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 const TOP_LEVEL: Schema = Schema {
     attributes: &[],
@@ -134,8 +135,13 @@ const TASK: Schema = Schema {
     ],
 };
 
-/// Parses the file into a job, not yet canonicalized.
-pub(crate) fn parse(text: &str, file: &str) -> Result<Job, JobspecError> {
+/// Parses the file into a job, not yet canonicalized; `vars` are values
+/// for the file's `variable` blocks.
+pub(crate) fn parse(
+    text: &str,
+    file: &str,
+    vars: &BTreeMap<String, String>,
+) -> Result<Job, JobspecError> {
     let body = hcl::edit::parser::parse_body(text).map_err(|e| JobspecError::Syntax {
         file: file.to_string(),
         line: e.location().line(),
@@ -151,7 +157,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Job, JobspecError> {
         place: "the file".to_string(),
     };
     top.check(&TOP_LEVEL)?;
-    eval.declare_top_level(&body)?;
+    eval.declare_top_level(&body, vars)?;
     let top = BodyReader {
         src: &src,
         eval: &eval,
@@ -336,9 +342,7 @@ fn task(r: &BodyReader, name: String, group_restart: &RestartPolicy) -> Result<T
 }
 
 /// `config { ... }` (or `config = { ... }`): free-form, driver-specific.
-fn driver_config(
-    r: &BodyReader,
-) -> Result<std::collections::BTreeMap<String, Value>, JobspecError> {
+fn driver_config(r: &BodyReader) -> Result<BTreeMap<String, Value>, JobspecError> {
     let block = r.single_block("config")?;
     let attr = r.json("config")?;
     match (block, attr) {

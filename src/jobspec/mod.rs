@@ -11,7 +11,8 @@
 //! The core does no file I/O: callers read the file and pass its text.
 //!
 //! HCL2 language support: `variable` blocks with defaults (`var.x`),
-//! `locals` blocks (`local.x`), arithmetic, conditionals and `for`
+//! `locals` blocks (`local.x`), values for variables given by the caller
+//! (the CLI's `-var name=value`), arithmetic, conditionals and `for`
 //! expressions via `hcl-rs`'s evaluator, and string interpolation of those.
 //! Interpolations of anything else (`${attr.kernel.name}`,
 //! `${NOMAD_PORT_http}`, `${meta.rack}`) are runtime references the client
@@ -29,6 +30,7 @@ mod source;
 mod tests;
 
 use crate::structs::{Job, ValidationError};
+use std::collections::BTreeMap;
 
 pub use duration::parse_go_duration;
 
@@ -89,9 +91,23 @@ impl JobspecError {
 pub const JSON_INPUT_NAME: &str = "<json>";
 
 /// Parses an HCL2 job file into a canonicalized (not yet validated) job.
-/// `filename` only labels error messages.
+/// `filename` only labels error messages. `variable` blocks take their
+/// defaults; see [`parse_hcl_with_vars`] to set them.
 pub fn parse_hcl(src: &str, filename: &str) -> Result<Job, JobspecError> {
-    let mut job = hcl_job::parse(src, filename)?;
+    parse_hcl_with_vars(src, filename, &BTreeMap::new())
+}
+
+/// [`parse_hcl`] with values for the file's `variable` blocks, as
+/// `nomad job run -var name=value` gives them: text, taken literally for
+/// string variables and read as an HCL expression (`3`, `true`, `["a"]`)
+/// for variables of other types. A value for an undeclared variable is an
+/// error, as in Nomad.
+pub fn parse_hcl_with_vars(
+    src: &str,
+    filename: &str,
+    vars: &BTreeMap<String, String>,
+) -> Result<Job, JobspecError> {
+    let mut job = hcl_job::parse(src, filename, vars)?;
     job.canonicalize();
     Ok(job)
 }

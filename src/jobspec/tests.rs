@@ -254,6 +254,40 @@ fn variables_and_locals_are_evaluated_and_runtime_references_kept() {
     assert_eq!(tg.tasks[0].resources.memory_mb, 256);
 }
 
+fn given(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn given_variable_values_override_defaults_by_declared_type() {
+    let vars = given(&[("dc", "east-1"), ("replicas", "4")]);
+    let job = parse_hcl_with_vars(VARIABLES, "api.hcl", &vars).unwrap();
+    assert_eq!(job.datacenters, vec!["east-1"]);
+    assert_eq!(job.task_groups[0].count, 5);
+    assert_eq!(job.task_groups[0].tasks[0].env["NAME"], "east-1-api");
+
+    let src =
+        "variable \"dcs\" {\n  type = list(string)\n}\njob \"x\" {\n  datacenters = var.dcs\n}\n";
+    let job = parse_hcl_with_vars(src, "x.hcl", &given(&[("dcs", r#"["a", "b"]"#)])).unwrap();
+    assert_eq!(job.datacenters, vec!["a", "b"]);
+
+    let e = parse_hcl_with_vars(VARIABLES, "api.hcl", &given(&[("replicas", "many")])).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("invalid value \"many\" given for variable \"replicas\""),
+        "{e}"
+    );
+    let e = parse_hcl_with_vars(VARIABLES, "api.hcl", &given(&[("region", "x")])).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("variable \"region\", which this file does not declare"),
+        "{e}"
+    );
+}
+
 #[test]
 fn heredocs_and_escapes_keep_their_text() {
     let src = "job \"x\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      env {\n        LITERAL = \"$${NOT_INTERPOLATED}\"\n      }\n      config {\n        script = <<-EOT\n          echo ${NOMAD_ALLOC_ID}\n          echo done\n        EOT\n      }\n    }\n  }\n}\n";
