@@ -150,13 +150,6 @@ pub(crate) fn parse(
     })?;
     let src = Source::new(text, file);
     let mut eval = Evaluator::new(&src);
-    let top = BodyReader {
-        src: &src,
-        eval: &eval,
-        body: &body,
-        place: "the file".to_string(),
-    };
-    top.check(&TOP_LEVEL)?;
     eval.declare_top_level(&body, vars)?;
     let top = BodyReader {
         src: &src,
@@ -164,6 +157,7 @@ pub(crate) fn parse(
         body: &body,
         place: "the file".to_string(),
     };
+    top.check(&TOP_LEVEL)?;
     let job_block = top.single_block("job")?.ok_or_else(|| {
         src.error(
             Some(0..0),

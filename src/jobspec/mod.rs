@@ -18,6 +18,16 @@
 //! `${NOMAD_PORT_http}`, `${meta.rack}`) are runtime references the client
 //! resolves, so they stay literal text, exactly as Nomad keeps them.
 //! HCL functions (`upper()`, `file()`, ...) are not provided.
+//!
+//! Limits, each a deliberate choice:
+//! - Nomad blocks herder does not act on (`service`, `template`, `vault`,
+//!   `volume`, `volume_mount`, `scaling`, `consul`, `multiregion`,
+//!   `device`, ...) are accepted and ignored rather than refused, so valid
+//!   Nomad jobs still run; they are listed in each block's schema.
+//! - `dynamic` blocks and variable `validation` blocks are refused.
+//! - Nested blocks inside a task's free-form `config` become lists of
+//!   objects (`mount { ... }` -> `"mount": [{...}]`), the JSON form Nomad
+//!   accepts; herder has no per-driver schema to tell single blocks apart.
 
 mod body;
 mod duration;
