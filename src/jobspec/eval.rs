@@ -4,8 +4,9 @@
 //! runtime interpolations (`${attr.kernel.name}`, `${NOMAD_PORT_http}`)
 //! can be kept as the literal text the user wrote; Nomad's HCL2 parser
 //! does the same, because the client resolves them on the node. Anything
-//! else (variables, arithmetic, conditionals, `for`) goes to `hcl-rs`'s
-//! evaluator with `var` and `local` declared.
+//! else (variables, arithmetic, conditionals, `for`, function calls) goes
+//! to `hcl-rs`'s evaluator with `var`, `local` and the functions of
+//! `functions.rs` declared.
 
 use super::source::Source;
 use super::JobspecError;
@@ -30,6 +31,7 @@ impl<'s> Evaluator<'s> {
     /// An evaluator that knows no variables yet (for evaluating defaults).
     pub fn new(src: &'s Source<'s>) -> Self {
         let mut ctx = Context::new();
+        super::functions::declare_all(&mut ctx);
         ctx.declare_var("var", hcl::Value::Object(hcl::Map::new()));
         ctx.declare_var("local", hcl::Value::Object(hcl::Map::new()));
         Evaluator { src, ctx }

@@ -17,7 +17,11 @@
 //! Interpolations of anything else (`${attr.kernel.name}`,
 //! `${NOMAD_PORT_http}`, `${meta.rack}`) are runtime references the client
 //! resolves, so they stay literal text, exactly as Nomad keeps them.
-//! HCL functions (`upper()`, `file()`, ...) are not provided.
+//! A subset of HCL's function library is provided (`upper`, `lower`,
+//! `trimspace`, `replace`, `split`, `join`, `concat`, `length`,
+//! `coalesce`, `lookup`, `merge`, `contains`, `keys`, `values`,
+//! `tostring`, `tonumber`); functions that read files or the environment
+//! are not, since the core does no I/O.
 //!
 //! Limits, each a deliberate choice:
 //! - Nomad blocks herder does not act on (`service`, `template`, `vault`,
@@ -32,6 +36,7 @@
 mod body;
 mod duration;
 mod eval;
+mod functions;
 mod hcl_job;
 mod json;
 mod source;

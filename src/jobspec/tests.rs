@@ -289,6 +289,50 @@ fn given_variable_values_override_defaults_by_declared_type() {
 }
 
 #[test]
+fn functions_compute_values_and_unknown_ones_are_errors() {
+    let src = r#"
+variable "dcs" {
+  default = "east, west"
+}
+locals {
+  extra = { TIER = "web" }
+}
+job "f" {
+  datacenters = [for dc in split(",", var.dcs) : trimspace(dc)]
+  meta = merge(local.extra, { OWNER = upper("ops") })
+  group "g" {
+    count = length(concat(["a"], ["b", "c"]))
+    task "t" {
+      driver = lookup({ linux = "exec" }, "linux", "raw_exec")
+      env {
+        LIST = join("-", keys(local.extra), ["x"])
+        N    = tonumber("7") + 1
+        HAS  = contains(["a"], "a")
+        NODE = "${upper(var.dcs)} on ${node.unique.name}"
+      }
+    }
+  }
+}
+"#;
+    let job = parse_hcl(src, "f.hcl").unwrap();
+    assert_eq!(job.datacenters, vec!["east", "west"]);
+    assert_eq!(job.meta["OWNER"], "OPS");
+    assert_eq!(job.meta["TIER"], "web");
+    let tg = &job.task_groups[0];
+    assert_eq!(tg.count, 3);
+    let t = &tg.tasks[0];
+    assert_eq!(t.driver, "exec");
+    assert_eq!(t.env["LIST"], "TIER-x");
+    assert_eq!(t.env["N"], "8");
+    assert_eq!(t.env["HAS"], "true");
+    assert_eq!(t.env["NODE"], "EAST, WEST on ${node.unique.name}");
+
+    let e = err("job \"x\" {\n  region = file(\"/etc/passwd\")\n}\n");
+    assert_eq!(e.location(), Some((2, 12)), "{e}");
+    assert!(e.to_string().contains("file"), "{e}");
+}
+
+#[test]
 fn heredocs_and_escapes_keep_their_text() {
     let src = "job \"x\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      env {\n        LITERAL = \"$${NOT_INTERPOLATED}\"\n      }\n      config {\n        script = <<-EOT\n          echo ${NOMAD_ALLOC_ID}\n          echo done\n        EOT\n      }\n    }\n  }\n}\n";
     let job = parse_hcl(src, "x.hcl").unwrap();
