@@ -14,6 +14,7 @@ use hcl::edit::structure::{Attribute, Block, Body};
 use hcl::edit::Span;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::time::Duration;
 
 /// What a block may contain.
@@ -33,6 +34,9 @@ pub(crate) struct BodyReader<'s> {
     /// Where this body is, for messages: `group "frontend"`,
     /// `restart block of group "frontend"`.
     pub place: String,
+    /// The span of the block's name, where errors about the block as a
+    /// whole (a missing required attribute) point.
+    pub at: Option<Range<usize>>,
 }
 
 impl<'s> BodyReader<'s> {
@@ -105,6 +109,7 @@ impl<'s> BodyReader<'s> {
                 eval: self.eval,
                 body: &block.body,
                 place,
+                at: block.ident.span(),
             },
             names,
         ))

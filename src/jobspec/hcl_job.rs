@@ -156,6 +156,7 @@ pub(crate) fn parse(
         eval: &eval,
         body: &body,
         place: "the file".to_string(),
+        at: None,
     };
     top.check(&TOP_LEVEL)?;
     let job_block = top.single_block("job")?.ok_or_else(|| {
@@ -717,7 +718,7 @@ fn lifecycle(r: &BodyReader) -> Result<TaskLifecycle, JobspecError> {
     })?;
     let hook = r.string("hook")?.ok_or_else(|| {
         r.src.error(
-            r.body.span(),
+            r.at.clone(),
             format!("{} needs a hook (prestart, poststart or poststop)", r.place),
         )
     })?;
@@ -744,7 +745,7 @@ fn artifact(r: &BodyReader) -> Result<Value, JobspecError> {
     })?;
     let source = r.string("source")?.ok_or_else(|| {
         r.src
-            .error(r.body.span(), format!("{} needs a source", r.place))
+            .error(r.at.clone(), format!("{} needs a source", r.place))
     })?;
     let non_empty =
         |m: std::collections::BTreeMap<String, String>| (!m.is_empty()).then(|| json!(m));

@@ -207,6 +207,18 @@ fn structural_mistakes_are_positioned() {
         5,
         "only one \"restart\" block is allowed in group \"g\"",
     );
+    spec_error(
+        "job \"a\" {\n  group \"g\" {\n    task \"t\" {\n      lifecycle {\n        sidecar = true\n      }\n    }\n  }\n}\n",
+        4,
+        7,
+        "lifecycle block of task \"t\" needs a hook",
+    );
+    spec_error(
+        "job \"a\" {\n  group \"g\" {\n    task \"t\" {\n      config = \"x\"\n    }\n  }\n}\n",
+        4,
+        16,
+        "invalid value for \"config\" in task \"t\": an object is required, got string \"x\"",
+    );
 }
 
 const VARIABLES: &str = r#"
