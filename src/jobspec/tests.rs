@@ -673,3 +673,112 @@ fn parse_and_validate_reports_validation_errors_with_the_file() {
     let ok = parse_and_validate(&fixture("cleanup.nomad.hcl"), "cleanup.nomad.hcl").unwrap();
     assert_eq!(ok.job_type, JobType::SysBatch);
 }
+
+#[test]
+fn every_modelled_attribute_reaches_its_field() {
+    let src = r#"
+job "full" {
+  region      = "eu"
+  namespace   = "team-a"
+  node_pool   = "gpu"
+  all_at_once = true
+  group "g" {
+    stop_after_client_disconnect = "90s"
+    max_client_disconnect        = "1h"
+    shutdown_delay               = "5s"
+    ephemeral_disk {
+      size    = 1024
+      sticky  = true
+      migrate = true
+    }
+    network {
+      mode = "bridge"
+      port "db" {
+        to           = 5432
+        host_network = "internal"
+      }
+      dns {
+        servers = ["10.0.0.1"]
+      }
+    }
+    meta {
+      zone = "a"
+    }
+    task "t" {
+      driver         = "exec"
+      user           = "nobody"
+      kill_signal    = "SIGINT"
+      leader         = true
+      kind           = "connect-proxy:web"
+      shutdown_delay = "2s"
+      meta = {
+        "build.id" = 42
+      }
+      constraint {
+        attribute = "${attr.cpu.arch}"
+        operator  = "!="
+        value     = "arm64"
+      }
+      affinity {
+        attribute = "${node.class}"
+        value     = "fast"
+        weight    = -30
+      }
+      resources {
+        cores      = 2
+        memory     = 512
+        memory_max = 1024
+        disk       = 50
+      }
+    }
+  }
+}
+"#;
+    let job = parse_hcl(src, "full.hcl").unwrap();
+    assert_eq!(
+        (
+            job.region.as_str(),
+            job.namespace.as_str(),
+            job.node_pool.as_str()
+        ),
+        ("eu", "team-a", "gpu")
+    );
+    assert!(job.all_at_once);
+    let tg = &job.task_groups[0];
+    assert_eq!(
+        tg.stop_after_client_disconnect,
+        Some(Duration::from_secs(90))
+    );
+    assert_eq!(tg.max_client_disconnect, Some(Duration::from_secs(3600)));
+    assert_eq!(tg.shutdown_delay, Some(Duration::from_secs(5)));
+    let disk = tg.ephemeral_disk.as_ref().unwrap();
+    assert_eq!(
+        (disk.size_mb, disk.sticky, disk.migrate),
+        (1024, true, true)
+    );
+    let net = &tg.networks[0];
+    assert_eq!(net.mode, "bridge");
+    let port = &net.dynamic_ports[0];
+    assert_eq!(
+        (port.label.as_str(), port.to, port.host_network.as_str()),
+        ("db", 5432, "internal")
+    );
+    assert_eq!(net.dns.as_ref().unwrap()["Servers"][0], "10.0.0.1");
+    assert_eq!(tg.meta["zone"], "a");
+    let t = &tg.tasks[0];
+    assert_eq!(
+        (t.user.as_str(), t.kill_signal.as_str(), t.kind.as_str()),
+        ("nobody", "SIGINT", "connect-proxy:web")
+    );
+    assert!(t.leader);
+    assert_eq!(t.shutdown_delay, Duration::from_secs(2));
+    assert_eq!(t.meta["build.id"], "42");
+    assert_eq!(t.constraints[0].operand, "!=");
+    assert_eq!(t.affinities[0].weight, -30);
+    let r = &t.resources;
+    assert_eq!(
+        (r.cpu, r.cores, r.memory_mb, r.memory_max_mb, r.disk_mb),
+        (0, 2, 512, 1024, 50)
+    );
+    job.validate().unwrap();
+}
