@@ -612,7 +612,11 @@ fn periodic(r: &BodyReader) -> Result<PeriodicConfig, JobspecError> {
         spec,
         spec_type: "cron".to_string(),
         prohibit_overlap: r.bool("prohibit_overlap")?.unwrap_or_default(),
-        time_zone: r.string("time_zone")?.unwrap_or_default(),
+        // Nomad reads cron specs in UTC unless told otherwise.
+        time_zone: r
+            .string("time_zone")?
+            .filter(|z| !z.is_empty())
+            .unwrap_or_else(|| "UTC".into()),
     })
 }
 

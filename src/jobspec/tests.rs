@@ -621,6 +621,89 @@ fn json_fields_left_out_take_nomads_defaults() {
 }
 
 #[test]
+fn json_partial_blocks_merge_over_defaults_like_hcl() {
+    let job = parse_json(
+        r#"{"ID": "j", "Type": "batch",
+            "Periodic": {"Spec": "@daily"},
+            "Affinities": [{"LTarget": "${node.class}", "RTarget": "x", "Operand": "="}],
+            "TaskGroups": [{
+              "Name": "g",
+              "RestartPolicy": {"Attempts": 5, "Interval": null},
+              "EphemeralDisk": {"Sticky": true},
+              "Tasks": [
+                {"Name": "a", "Driver": "raw_exec", "RestartPolicy": {"Delay": 1000000000},
+                 "LogConfig": {"MaxFiles": 2}},
+                {"Name": "b", "Driver": "raw_exec"}
+              ]}]}"#,
+    )
+    .unwrap();
+    let p = job.periodic.as_ref().unwrap();
+    assert!(p.enabled);
+    assert_eq!(
+        (p.spec_type.as_str(), p.time_zone.as_str()),
+        ("cron", "UTC")
+    );
+    assert_eq!(job.affinities[0].weight, 50);
+    let tg = &job.task_groups[0];
+    let rp = tg.restart_policy.as_ref().unwrap();
+    // Attempts written; the batch default fills interval, delay and mode.
+    assert_eq!(
+        (rp.attempts, rp.interval, rp.mode.as_str()),
+        (5, Duration::from_secs(86400), "fail")
+    );
+    let disk = tg.ephemeral_disk.as_ref().unwrap();
+    assert_eq!((disk.sticky, disk.size_mb), (true, 300));
+    let a = &tg.tasks[0];
+    let arp = a.restart_policy.as_ref().unwrap();
+    assert_eq!((arp.attempts, arp.delay), (5, Duration::from_secs(1)));
+    let logs = a.log_config.as_ref().unwrap();
+    assert_eq!((logs.max_files, logs.max_file_size_mb), (2, 10));
+    assert_eq!(tg.tasks[1].restart_policy.as_ref(), Some(rp));
+    job.validate().unwrap();
+
+    // The same job written in HCL reads the same.
+    let hcl = r#"
+job "j" {
+  type = "batch"
+  periodic {
+    cron = "@daily"
+  }
+  affinity {
+    attribute = "${node.class}"
+    value     = "x"
+  }
+  group "g" {
+    restart {
+      attempts = 5
+    }
+    ephemeral_disk {
+      sticky = true
+    }
+    task "a" {
+      driver = "raw_exec"
+      restart {
+        delay = "1s"
+      }
+      logs {
+        max_files = 2
+      }
+    }
+    task "b" {
+      driver = "raw_exec"
+    }
+  }
+}
+"#;
+    assert_eq!(parse_hcl(hcl, "j.hcl").unwrap(), job);
+}
+
+#[test]
+fn hcl_json_syntax_is_refused_with_a_reason() {
+    let e = parse_json(r#"{"job": {"x": {"group": {"g": {}}}}}"#).unwrap_err();
+    assert!(e.to_string().contains("HCL's JSON syntax"), "{e}");
+}
+
+#[test]
 fn malformed_json_reports_line_and_column() {
     let e = parse_json("{\n  \"ID\": \"j\",\n  \"Type\": batch\n}").unwrap_err();
     assert!(
