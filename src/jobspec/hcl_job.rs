@@ -367,15 +367,15 @@ fn driver_config(r: &BodyReader) -> Result<BTreeMap<String, Value>, JobspecError
 
 /// Operators that can also be written as an attribute naming them:
 /// `regexp = "^web"` means `operator = "regexp"`, `value = "^web"`.
-const CONSTRAINT_SHORTHANDS: [&str; 8] = [
+/// (`is_set` and `is_not_set` have no shorthand: they name no value, so
+/// they are written `operator = "is_set"`.)
+const CONSTRAINT_SHORTHANDS: [&str; 6] = [
     operand::VERSION,
     operand::SEMVER,
     operand::REGEXP,
     operand::SET_CONTAINS,
     operand::SET_CONTAINS_ALL,
     operand::SET_CONTAINS_ANY,
-    operand::IS_SET,
-    operand::IS_NOT_SET,
 ];
 
 fn constraints(r: &BodyReader) -> Result<Vec<Constraint>, JobspecError> {
