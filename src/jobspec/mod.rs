@@ -128,8 +128,10 @@ pub fn parse_hcl_with_vars(
 }
 
 /// Parses a JSON job, either `{"Job": {...}}` (what `nomad job run -output`
-/// prints and `PUT /v1/jobs` takes) or a bare job object, into a
-/// canonicalized (not yet validated) job.
+/// prints and `PUT /v1/jobs` takes; other keys beside `Job` are ignored)
+/// or a bare job object, into a canonicalized (not yet validated) job.
+/// Fields left out or `null` get Nomad's defaults field by field, as for
+/// HCL (a partial `RestartPolicy` keeps the job type's other values).
 pub fn parse_json(src: &str) -> Result<Job, JobspecError> {
     parse_json_named(src, JSON_INPUT_NAME)
 }
