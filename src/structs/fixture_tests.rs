@@ -382,3 +382,18 @@ fn computed_class_ignores_unique_attributes() {
     b.compute_class();
     assert_ne!(a.computed_class, b.computed_class);
 }
+
+#[test]
+fn group_without_update_copies_the_jobs_whole_update_block() {
+    let mut job: Job = serde_json::from_value(serde_json::json!({
+        "ID": "web",
+        "Update": {"MaxParallel": 3, "Canary": 2, "AutoRevert": true},
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]
+    }))
+    .unwrap();
+    job.canonicalize();
+    let u = job.task_groups[0].update.as_ref().unwrap();
+    assert_eq!((u.max_parallel, u.canary, u.auto_revert), (3, 2, true));
+    assert_eq!(u.health_check, "checks");
+    assert_eq!(u.min_healthy_time, std::time::Duration::from_secs(10));
+}

@@ -299,11 +299,11 @@ impl TaskGroup {
                         Some(g)
                     }
                     (None, Some(j)) => {
-                        let mut g = UpdateStrategy::group_default();
-                        g.max_parallel = 0;
-                        g.health_check.clear();
-                        g.stagger = Duration::ZERO;
-                        g.inherit(j);
+                        // Nomad copies the job's whole block (canary,
+                        // auto_revert, auto_promote included), then fills
+                        // what the job left unset with the group defaults.
+                        let mut g = j.clone();
+                        g.inherit(&UpdateStrategy::group_default());
                         Some(g)
                     }
                     (None, None) => None,
