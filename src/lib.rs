@@ -9,4 +9,5 @@
 //! uses no async runtime: the actors crate drives it.
 
 pub mod jobspec;
+pub mod state;
 pub mod structs;

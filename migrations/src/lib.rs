@@ -1,1 +1,89 @@
 //! Upgrade steps of herder's on-disk format.
+//!
+//! The data dir is one sled tree of rows (key = table prefix byte + key
+//! bytes, value = the row as JSON) plus a meta row holding the format
+//! version. Each step `vN_to_vN1` rewrites raw JSON rows from format N to
+//! N+1 in one atomic batch that also moves the meta row's version, so an
+//! interrupted upgrade leaves either the old or the new format, never a
+//! mix. Steps work on raw JSON on purpose: they must keep working after the
+//! Rust structs have moved on.
+
+mod v1_to_v2;
+
+use serde_json::Value;
+
+/// The format version this build writes.
+pub const CURRENT: u32 = 2;
+
+/// The key of the meta row (the same in every format).
+pub const META_KEY: &[u8] = b"m";
+
+/// The meta row's field holding the format version.
+pub const FORMAT_VERSION_FIELD: &str = "FormatVersion";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error("sled: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("row {key} cannot be migrated: {reason}")]
+    BadRow { key: String, reason: String },
+    #[error("no upgrade path from format version {from} to {to}")]
+    NoPath { from: u32, to: u32 },
+}
+
+/// Upgrades the data dir from format `from` to [`CURRENT`], one numbered
+/// step at a time; each step is durable before the next starts.
+pub fn migrate(db: &sled::Db, from: u32) -> Result<(), MigrationError> {
+    let mut version = from;
+    while version < CURRENT {
+        match version {
+            1 => v1_to_v2::run(db)?,
+            _ => {
+                return Err(MigrationError::NoPath {
+                    from: version,
+                    to: CURRENT,
+                })
+            }
+        }
+        version += 1;
+    }
+    Ok(())
+}
+
+/// A printable form of a raw key: the table prefix and the rest, as text
+/// where it is text and hex where it is not.
+pub fn describe_key(key: &[u8]) -> String {
+    let Some((prefix, rest)) = key.split_first() else {
+        return "<empty key>".to_string();
+    };
+    let rest_text = match std::str::from_utf8(rest) {
+        Ok(s) if !s.chars().any(|c| c.is_control() && c != '\0') => s.replace('\0', "/"),
+        _ => rest.iter().map(|b| format!("{b:02x}")).collect(),
+    };
+    format!("{}:{}", *prefix as char, rest_text)
+}
+
+/// Reads the meta row as JSON.
+pub(crate) fn read_meta(db: &sled::Db) -> Result<Value, MigrationError> {
+    let raw = db.get(META_KEY)?.ok_or_else(|| MigrationError::BadRow {
+        key: describe_key(META_KEY),
+        reason: "the meta row is missing".into(),
+    })?;
+    serde_json::from_slice(&raw).map_err(|e| MigrationError::BadRow {
+        key: describe_key(META_KEY),
+        reason: e.to_string(),
+    })
+}
+
+/// The meta row with its format version set to `version`.
+pub(crate) fn meta_with_version(mut meta: Value, version: u32) -> Result<Vec<u8>, MigrationError> {
+    let bad = |reason: &str| MigrationError::BadRow {
+        key: describe_key(META_KEY),
+        reason: reason.to_string(),
+    };
+    let object = meta
+        .as_object_mut()
+        .ok_or_else(|| bad("the meta row is not a JSON object"))?;
+    object.insert(FORMAT_VERSION_FIELD.to_string(), Value::from(version));
+    serde_json::to_vec(&meta).map_err(|e| bad(&e.to_string()))
+}

@@ -1,0 +1,926 @@
+//! How each command changes the tables (Nomad's state store semantics).
+//!
+//! A `Txn` works on its own copy of the tables (cheap: persistent maps),
+//! records every row it touches, and is either finished (the copy becomes
+//! the new state) or dropped on the first error, so a rejected command
+//! changes nothing. Index bookkeeping follows Nomad: `CreateIndex` is kept
+//! across updates, `ModifyIndex` moves on every write, `JobModifyIndex` and
+//! `Version` only when a job's spec changes, `AllocModifyIndex` only on
+//! server-side allocation changes.
+
+use super::changes::{AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet};
+use super::command::{AllocClientUpdate, Command, PlanResults};
+use super::snapshot::{index_alloc, set_insert, set_remove, Tables};
+use super::ApplyError;
+use crate::structs::job::job_status;
+use crate::structs::{
+    AllocId, AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, EvalId,
+    EvalStatus, Evaluation, Job, JobChildrenSummary, JobSummary, JobType, Node, NodeEvent, NodeId,
+    SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// How many versions of a job are kept (Nomad's `JobTrackedVersions`),
+/// besides the newest stable one and versions allocations still run.
+pub const JOB_TRACKED_VERSIONS: usize = 6;
+
+pub(crate) struct Txn {
+    t: Tables,
+    index: u64,
+    touched: BTreeSet<RowKey>,
+    /// Jobs whose status must be recomputed at the end; `true` when
+    /// evaluations were deleted (a job left with nothing is then dead,
+    /// not pending, as in Nomad).
+    status_refresh: BTreeMap<JobKey, bool>,
+}
+
+impl Txn {
+    pub(crate) fn new(tables: Tables, index: u64) -> Self {
+        Txn {
+            t: tables,
+            index,
+            touched: BTreeSet::new(),
+            status_refresh: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn apply(&mut self, cmd: &Command) -> Result<(), ApplyError> {
+        match cmd {
+            Command::JobRegister {
+                job,
+                eval,
+                enforce_index,
+            } => self.job_register(job, eval.as_ref(), *enforce_index),
+            Command::JobDeregister {
+                namespace,
+                job_id,
+                purge,
+                eval,
+            } => self.job_deregister(&JobKey::new(namespace, job_id), *purge, eval.as_ref()),
+            Command::JobStabilityUpdate {
+                namespace,
+                job_id,
+                version,
+                stable,
+            } => {
+                self.job_stability(&JobKey::new(namespace, job_id), *version, *stable);
+                Ok(())
+            }
+            Command::NodeRegister { node } => self.node_register(node),
+            Command::NodeDeregister { node_ids } => self.node_deregister(node_ids),
+            Command::NodeUpdateStatus {
+                node_id,
+                status,
+                event,
+                evals,
+                updated_at,
+            } => {
+                self.update_node(node_id, event.as_ref(), |node| {
+                    node.status = *status;
+                    node.status_updated_at = *updated_at;
+                    Ok(())
+                })?;
+                self.upsert_evals(evals)
+            }
+            Command::NodeUpdateEligibility {
+                node_id,
+                eligibility,
+                event,
+                evals,
+            } => {
+                self.update_node(node_id, event.as_ref(), |node| {
+                    if node.drain_strategy.is_some()
+                        && *eligibility == SchedulingEligibility::Eligible
+                    {
+                        return Err(ApplyError::NodeDraining(node.id));
+                    }
+                    node.scheduling_eligibility = *eligibility;
+                    Ok(())
+                })?;
+                self.upsert_evals(evals)
+            }
+            Command::NodeUpdateDrain {
+                node_id,
+                drain,
+                mark_eligible,
+                event,
+                evals,
+            } => {
+                self.update_node(node_id, event.as_ref(), |node| {
+                    node.drain_strategy = drain.clone();
+                    node.drain = drain.is_some();
+                    if drain.is_some() {
+                        node.scheduling_eligibility = SchedulingEligibility::Ineligible;
+                    } else if *mark_eligible {
+                        node.scheduling_eligibility = SchedulingEligibility::Eligible;
+                    }
+                    Ok(())
+                })?;
+                self.upsert_evals(evals)
+            }
+            Command::EvalUpdate { evals } => self.upsert_evals(evals),
+            Command::EvalDelete {
+                eval_ids,
+                alloc_ids,
+            } => {
+                self.delete_evals_and_allocs(eval_ids, alloc_ids);
+                Ok(())
+            }
+            Command::ApplyPlanResults(results) => self.apply_plan_results(results),
+            Command::AllocClientUpdate { updates, evals } => {
+                self.alloc_client_updates(updates);
+                self.upsert_evals(evals)
+            }
+            Command::AllocDesiredTransition { transitions, evals } => {
+                self.alloc_desired_transitions(transitions);
+                self.upsert_evals(evals)
+            }
+            Command::SchedulerConfigUpdate { config, cas_index } => {
+                self.scheduler_config(config, *cas_index)
+            }
+        }
+    }
+
+    /// Recomputes job statuses, stamps the changed tables with the index
+    /// and lists every changed row with its final value.
+    pub(crate) fn finish(mut self) -> (Tables, AppliedChanges) {
+        let refresh = std::mem::take(&mut self.status_refresh);
+        for (key, evals_deleted) in refresh {
+            self.refresh_job_status(&key, evals_deleted);
+        }
+        let mut tables = TableSet::default();
+        let mut changes = Vec::with_capacity(self.touched.len());
+        for key in std::mem::take(&mut self.touched) {
+            tables.insert(key.table());
+            let row = self.row(&key);
+            changes.push(RowChange { key, row });
+        }
+        for table in tables.iter() {
+            self.t.table_indexes[table.slot()] = self.index;
+        }
+        self.t.latest_index = self.index;
+        let applied = AppliedChanges {
+            index: self.index,
+            tables,
+            changes,
+        };
+        (self.t, applied)
+    }
+
+    fn row(&self, key: &RowKey) -> Option<Row> {
+        let t = &self.t;
+        match key {
+            RowKey::Job(k) => t.jobs.get(k).cloned().map(Row::Job),
+            RowKey::JobVersion(k) => t.job_versions.get(k).cloned().map(Row::JobVersion),
+            RowKey::JobSummary(k) => t.job_summaries.get(k).cloned().map(Row::JobSummary),
+            RowKey::Alloc(id) => t.allocs.get(id).cloned().map(Row::Alloc),
+            RowKey::Eval(id) => t.evals.get(id).cloned().map(Row::Eval),
+            RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
+            RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
+        }
+    }
+
+    // ---- jobs -----------------------------------------------------------
+
+    fn job_register(
+        &mut self,
+        job: &Job,
+        eval: Option<&Evaluation>,
+        enforce_index: Option<u64>,
+    ) -> Result<(), ApplyError> {
+        if job.id.is_empty() || job.namespace.is_empty() {
+            return Err(ApplyError::Invalid(
+                "job register: the job needs an ID and a namespace".into(),
+            ));
+        }
+        let key = JobKey::of_job(job);
+        let existing = self.t.jobs.get(&key).cloned();
+        if let Some(expected) = enforce_index {
+            let actual = existing.as_ref().map_or(0, |j| j.job_modify_index);
+            if expected != actual {
+                return Err(ApplyError::JobModifyIndexConflict { expected, actual });
+            }
+        }
+        let job_modify_index = self.upsert_job(&key, job.clone(), existing.as_deref());
+        if let Some(eval) = eval {
+            let mut eval = eval.clone();
+            eval.job_modify_index = job_modify_index;
+            self.upsert_eval(eval)?;
+        }
+        Ok(())
+    }
+
+    /// Stores `job` as the job's current version and returns its
+    /// `JobModifyIndex`. An unchanged spec leaves the stored job as it is
+    /// (Nomad: same spec, same version).
+    fn upsert_job(&mut self, key: &JobKey, mut job: Job, existing: Option<&Job>) -> u64 {
+        let index = self.index;
+        match existing {
+            Some(old) if !spec_changed(old, &job) => return old.job_modify_index,
+            Some(old) => {
+                job.create_index = old.create_index;
+                job.version = old.version + 1;
+                job.status = old.status.clone();
+                job.status_description = old.status_description.clone();
+            }
+            None => {
+                job.create_index = index;
+                job.version = self.next_free_version(key);
+                job.status.clear();
+            }
+        }
+        job.modify_index = index;
+        job.job_modify_index = index;
+        job.stable = false;
+        let job = Arc::new(job);
+        self.ensure_summary(key, &job);
+        self.put_job(key, job.clone());
+        let version_key = JobVersionKey {
+            job: key.clone(),
+            version: job.version,
+        };
+        self.t.job_versions.insert(version_key.clone(), job.clone());
+        self.touched.insert(RowKey::JobVersion(version_key));
+        self.prune_versions(key);
+        self.status_refresh.entry(key.clone()).or_insert(false);
+        index
+    }
+
+    fn put_job(&mut self, key: &JobKey, job: Arc<Job>) {
+        self.t.jobs.insert(key.clone(), job);
+        self.touched.insert(RowKey::Job(key.clone()));
+    }
+
+    /// A purged job may leave versions behind that allocations still run;
+    /// a new job with the same ID continues after them so a version number
+    /// never means two different jobs.
+    fn next_free_version(&self, key: &JobKey) -> u64 {
+        self.version_keys(key)
+            .last()
+            .map_or(0, |v| v.version.saturating_add(1))
+    }
+
+    fn version_keys(&self, key: &JobKey) -> Vec<JobVersionKey> {
+        let from = JobVersionKey {
+            job: key.clone(),
+            version: 0,
+        };
+        let to = JobVersionKey {
+            job: key.clone(),
+            version: u64::MAX,
+        };
+        self.t
+            .job_versions
+            .range(from..=to)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Drops versions outside the newest `JOB_TRACKED_VERSIONS` unless they
+    /// are the newest stable version or allocations still run them. A
+    /// purged job (no current version) keeps only referenced versions.
+    fn prune_versions(&mut self, key: &JobKey) {
+        let mut versions = self.version_keys(key);
+        versions.reverse();
+        let job_exists = self.t.jobs.contains_key(key);
+        let keep_newest = if job_exists { JOB_TRACKED_VERSIONS } else { 0 };
+        let newest_stable = versions
+            .iter()
+            .find(|v| self.t.job_versions.get(*v).is_some_and(|j| j.stable))
+            .cloned();
+        for version in versions.into_iter().skip(keep_newest) {
+            let referenced = self.t.version_refs.get(&version).is_some_and(|n| *n > 0);
+            let is_stable = job_exists && newest_stable.as_ref() == Some(&version);
+            if !referenced && !is_stable {
+                self.t.job_versions.remove(&version);
+                self.touched.insert(RowKey::JobVersion(version));
+            }
+        }
+    }
+
+    /// Creates the job's summary, or adds groups the job gained.
+    fn ensure_summary(&mut self, key: &JobKey, job: &Job) {
+        let mut summary = match self.t.job_summaries.get(key) {
+            Some(s) => (**s).clone(),
+            None => JobSummary {
+                job_id: job.id.clone(),
+                namespace: job.namespace.clone(),
+                create_index: self.index,
+                children: is_parent(job).then(JobChildrenSummary::default),
+                ..Default::default()
+            },
+        };
+        let mut changed = !self.t.job_summaries.contains_key(key);
+        for tg in &job.task_groups {
+            if !summary.summary.contains_key(&tg.name) {
+                summary
+                    .summary
+                    .insert(tg.name.clone(), TaskGroupSummary::default());
+                changed = true;
+            }
+        }
+        if is_parent(job) && summary.children.is_none() {
+            summary.children = Some(JobChildrenSummary::default());
+            changed = true;
+        }
+        if changed {
+            self.put_summary(key, summary);
+        }
+    }
+
+    fn put_summary(&mut self, key: &JobKey, mut summary: JobSummary) {
+        summary.modify_index = self.index;
+        self.t.job_summaries.insert(key.clone(), Arc::new(summary));
+        self.touched.insert(RowKey::JobSummary(key.clone()));
+    }
+
+    fn job_deregister(
+        &mut self,
+        key: &JobKey,
+        purge: bool,
+        eval: Option<&Evaluation>,
+    ) -> Result<(), ApplyError> {
+        let Some(existing) = self.t.jobs.get(key).cloned() else {
+            return Err(ApplyError::JobNotFound {
+                namespace: key.namespace.to_string(),
+                job_id: key.id.to_string(),
+            });
+        };
+        let job_modify_index = if purge {
+            self.purge_job(key, &existing);
+            self.index
+        } else {
+            let mut stopped = (*existing).clone();
+            stopped.stop = true;
+            self.upsert_job(key, stopped, Some(&existing))
+        };
+        if let Some(eval) = eval {
+            let mut eval = eval.clone();
+            eval.job_modify_index = job_modify_index;
+            self.upsert_eval(eval)?;
+        }
+        Ok(())
+    }
+
+    fn purge_job(&mut self, key: &JobKey, job: &Job) {
+        self.t.jobs.remove(key);
+        self.touched.insert(RowKey::Job(key.clone()));
+        if self.t.job_summaries.remove(key).is_some() {
+            self.touched.insert(RowKey::JobSummary(key.clone()));
+        }
+        self.prune_versions(key);
+        self.update_parent_children(job, &job.status, "");
+        self.status_refresh.remove(key);
+    }
+
+    fn job_stability(&mut self, key: &JobKey, version: u64, stable: bool) {
+        let version_key = JobVersionKey {
+            job: key.clone(),
+            version,
+        };
+        let Some(stored) = self.t.job_versions.get(&version_key).cloned() else {
+            return; // already pruned: nothing left to mark
+        };
+        if stored.stable == stable {
+            return;
+        }
+        let mut marked = (*stored).clone();
+        marked.stable = stable;
+        self.t
+            .job_versions
+            .insert(version_key.clone(), Arc::new(marked));
+        self.touched.insert(RowKey::JobVersion(version_key));
+        if let Some(current) = self.t.jobs.get(key).cloned() {
+            if current.version == version {
+                let mut current = (*current).clone();
+                current.stable = stable;
+                current.modify_index = self.index;
+                self.put_job(key, Arc::new(current));
+            }
+        }
+        self.prune_versions(key);
+    }
+
+    /// Nomad's job status: system, periodic and parameterized jobs run
+    /// until stopped; others run while an allocation is not terminal, are
+    /// pending while an evaluation is not terminal, and are dead once
+    /// everything they had finished.
+    fn compute_job_status(&self, key: &JobKey, job: &Job, evals_deleted: bool) -> &'static str {
+        if job.job_type == JobType::System
+            || job.periodic.is_some()
+            || job.parameterized_job.is_some()
+        {
+            return if job.stop {
+                job_status::DEAD
+            } else {
+                job_status::RUNNING
+            };
+        }
+        let allocs = self.t.allocs_by_job.get(key);
+        let mut has_alloc = false;
+        for id in allocs.into_iter().flat_map(|s| s.iter()) {
+            has_alloc = true;
+            if self.t.allocs.get(id).is_some_and(|a| !a.is_terminal()) {
+                return job_status::RUNNING;
+            }
+        }
+        let evals = self.t.evals_by_job.get(key);
+        let mut has_eval = false;
+        for id in evals.into_iter().flat_map(|s| s.iter()) {
+            has_eval = true;
+            if self.t.evals.get(id).is_some_and(|e| !e.is_terminal()) {
+                return job_status::PENDING;
+            }
+        }
+        if evals_deleted || has_eval || has_alloc {
+            job_status::DEAD
+        } else {
+            job_status::PENDING
+        }
+    }
+
+    fn refresh_job_status(&mut self, key: &JobKey, evals_deleted: bool) {
+        let Some(job) = self.t.jobs.get(key).cloned() else {
+            return;
+        };
+        let status = self.compute_job_status(key, &job, evals_deleted);
+        if job.status == status {
+            return;
+        }
+        let mut updated = (*job).clone();
+        updated.status = status.to_string();
+        updated.modify_index = self.index;
+        self.put_job(key, Arc::new(updated));
+        self.update_parent_children(&job, &job.status, status);
+    }
+
+    /// Keeps a periodic or parameterized parent's children counts current.
+    fn update_parent_children(&mut self, child: &Job, old: &str, new: &str) {
+        if child.parent_id.is_empty() || old == new {
+            return;
+        }
+        let parent = JobKey::new(&child.namespace, &child.parent_id);
+        let Some(summary) = self.t.job_summaries.get(&parent) else {
+            return;
+        };
+        let mut summary = (**summary).clone();
+        let Some(children) = summary.children.as_mut() else {
+            return;
+        };
+        if let Some(slot) = children_slot(children, old) {
+            *slot = slot.saturating_sub(1);
+        }
+        if let Some(slot) = children_slot(children, new) {
+            *slot += 1;
+        }
+        self.put_summary(&parent, summary);
+    }
+
+    // ---- nodes ----------------------------------------------------------
+
+    fn node_register(&mut self, node: &Node) -> Result<(), ApplyError> {
+        if node.id.is_nil() {
+            return Err(ApplyError::Invalid(
+                "node register: the node needs an ID".into(),
+            ));
+        }
+        let mut node = node.clone();
+        match self.t.nodes.get(&node.id) {
+            Some(old) => {
+                // The client does not know the servers' view of its node.
+                node.create_index = old.create_index;
+                node.drain = old.drain;
+                node.drain_strategy = old.drain_strategy.clone();
+                node.scheduling_eligibility = old.scheduling_eligibility;
+                node.events = old.events.clone();
+            }
+            None => {
+                node.create_index = self.index;
+                for event in &mut node.events {
+                    event.create_index = self.index;
+                }
+            }
+        }
+        node.modify_index = self.index;
+        node.compute_class();
+        self.put_node(Arc::new(node));
+        Ok(())
+    }
+
+    fn put_node(&mut self, node: Arc<Node>) {
+        self.touched.insert(RowKey::Node(node.id));
+        self.t.nodes.insert(node.id, node);
+    }
+
+    fn node_deregister(&mut self, ids: &[NodeId]) -> Result<(), ApplyError> {
+        if let Some(missing) = ids.iter().find(|id| !self.t.nodes.contains_key(*id)) {
+            return Err(ApplyError::NodeNotFound(*missing));
+        }
+        for id in ids {
+            self.t.nodes.remove(id);
+            self.touched.insert(RowKey::Node(*id));
+        }
+        Ok(())
+    }
+
+    fn update_node(
+        &mut self,
+        id: &NodeId,
+        event: Option<&NodeEvent>,
+        change: impl FnOnce(&mut Node) -> Result<(), ApplyError>,
+    ) -> Result<(), ApplyError> {
+        let Some(node) = self.t.nodes.get(id) else {
+            return Err(ApplyError::NodeNotFound(*id));
+        };
+        let mut node = (**node).clone();
+        change(&mut node)?;
+        if let Some(event) = event {
+            let mut event = event.clone();
+            event.create_index = self.index;
+            node.push_event(event);
+        }
+        node.modify_index = self.index;
+        self.put_node(Arc::new(node));
+        Ok(())
+    }
+
+    // ---- evaluations ----------------------------------------------------
+
+    fn upsert_evals(&mut self, evals: &[Evaluation]) -> Result<(), ApplyError> {
+        for eval in evals {
+            self.upsert_eval(eval.clone())?;
+        }
+        Ok(())
+    }
+
+    fn upsert_eval(&mut self, mut eval: Evaluation) -> Result<(), ApplyError> {
+        if eval.id.is_nil() {
+            return Err(ApplyError::Invalid("evaluation without an ID".into()));
+        }
+        let key = JobKey::new(&eval.namespace, &eval.job_id);
+        match self.t.evals.get(&eval.id) {
+            Some(old) => {
+                eval.create_index = old.create_index;
+                let old_key = JobKey::new(&old.namespace, &old.job_id);
+                if old_key != key {
+                    set_remove(&mut self.t.evals_by_job, &old_key, &eval.id);
+                    self.status_refresh.entry(old_key).or_insert(false);
+                }
+            }
+            None => eval.create_index = self.index,
+        }
+        eval.modify_index = self.index;
+        self.set_queued_from_eval(&key, &eval);
+        if eval.status == EvalStatus::Complete && eval.failed_tg_allocs.is_empty() {
+            self.cancel_blocked_evals(&key, eval.id);
+        }
+        set_insert(&mut self.t.evals_by_job, key.clone(), eval.id);
+        self.touched.insert(RowKey::Eval(eval.id));
+        self.t.evals.insert(eval.id, Arc::new(eval));
+        self.status_refresh.entry(key).or_insert(false);
+        Ok(())
+    }
+
+    /// The scheduler reports what it could not place yet as the
+    /// evaluation's `QueuedAllocations`: that is the summary's `Queued`.
+    fn set_queued_from_eval(&mut self, key: &JobKey, eval: &Evaluation) {
+        if eval.queued_allocations.is_empty() {
+            return;
+        }
+        let Some(summary) = self.t.job_summaries.get(key) else {
+            return;
+        };
+        let mut summary = (**summary).clone();
+        let mut changed = false;
+        for (group, queued) in &eval.queued_allocations {
+            if let Some(tg) = summary.summary.get_mut(group) {
+                if tg.queued != *queued {
+                    tg.queued = *queued;
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.put_summary(key, summary);
+        }
+    }
+
+    /// A successful evaluation of a job makes its blocked ones pointless.
+    fn cancel_blocked_evals(&mut self, key: &JobKey, successful: EvalId) {
+        let Some(ids) = self.t.evals_by_job.get(key).cloned() else {
+            return;
+        };
+        for id in ids.iter().filter(|id| **id != successful) {
+            let Some(blocked) = self.t.evals.get(id) else {
+                continue;
+            };
+            if blocked.status != EvalStatus::Blocked {
+                continue;
+            }
+            let mut canceled = (**blocked).clone();
+            canceled.status = EvalStatus::Canceled;
+            canceled.status_description = format!("evaluation {successful:?} successful");
+            canceled.modify_index = self.index;
+            self.t.evals.insert(*id, Arc::new(canceled));
+            self.touched.insert(RowKey::Eval(*id));
+        }
+    }
+
+    fn delete_evals_and_allocs(&mut self, eval_ids: &[EvalId], alloc_ids: &[AllocId]) {
+        for id in eval_ids {
+            if let Some(eval) = self.t.evals.remove(id) {
+                let key = JobKey::new(&eval.namespace, &eval.job_id);
+                set_remove(&mut self.t.evals_by_job, &key, id);
+                self.touched.insert(RowKey::Eval(*id));
+                self.status_refresh.insert(key, true);
+            }
+        }
+        for id in alloc_ids {
+            if let Some(alloc) = self.t.allocs.remove(id) {
+                self.touched.insert(RowKey::Alloc(*id));
+                let key = self.unindex_alloc(&alloc);
+                self.status_refresh.insert(key, true);
+            }
+        }
+    }
+
+    // ---- allocations ----------------------------------------------------
+
+    fn apply_plan_results(&mut self, plan: &PlanResults) -> Result<(), ApplyError> {
+        if let Some(job) = &plan.job {
+            self.ensure_job_version(job);
+        }
+        for stop in plan.node_update.values().flatten() {
+            self.stop_alloc(stop, plan.updated_at, false);
+        }
+        for stop in plan.node_preemptions.values().flatten() {
+            self.stop_alloc(stop, plan.updated_at, true);
+        }
+        for (node_id, allocs) in &plan.node_allocation {
+            for alloc in allocs {
+                if alloc.node_id != *node_id || alloc.id.is_nil() {
+                    return Err(ApplyError::Invalid(format!(
+                        "plan places allocation {} (node {}) under node {node_id}",
+                        alloc.id, alloc.node_id
+                    )));
+                }
+                self.place_alloc(alloc);
+            }
+        }
+        self.upsert_evals(&plan.evals)?;
+        // The planning evaluation's ModifyIndex tells a retrying worker
+        // which state it must wait for.
+        if let Some(eval) = self.t.evals.get(&plan.eval_id) {
+            let mut eval = (**eval).clone();
+            eval.modify_index = self.index;
+            self.touched.insert(RowKey::Eval(eval.id));
+            self.t.evals.insert(eval.id, Arc::new(eval));
+        }
+        Ok(())
+    }
+
+    /// Allocations reference their job version: make sure it is stored.
+    fn ensure_job_version(&mut self, job: &Arc<Job>) {
+        let key = JobVersionKey {
+            job: JobKey::of_job(job),
+            version: job.version,
+        };
+        if !self.t.job_versions.contains_key(&key) {
+            self.t.job_versions.insert(key.clone(), job.clone());
+            self.touched.insert(RowKey::JobVersion(key));
+        }
+    }
+
+    fn stop_alloc(&mut self, stop: &AllocStop, now: i64, preemption: bool) {
+        let Some(old) = self.t.allocs.get(&stop.id).cloned() else {
+            return; // garbage collected meanwhile: nothing to stop
+        };
+        let mut alloc = (*old).clone();
+        alloc.desired_status = if preemption {
+            DesiredStatus::Evict
+        } else {
+            stop.desired_status
+        };
+        alloc.desired_description = stop.desired_description.clone();
+        if let Some(status) = stop.client_status {
+            alloc.client_status = status;
+        }
+        if let Some(followup) = stop.followup_eval_id {
+            alloc.followup_eval_id = Some(followup);
+        }
+        if let Some(by) = stop.preempted_by {
+            alloc.preempted_by_allocation = Some(by);
+        }
+        alloc.modify_index = self.index;
+        alloc.alloc_modify_index = self.index;
+        alloc.modify_time = now;
+        self.put_alloc(alloc, Some(&old));
+    }
+
+    /// A placement of an existing ID is a server-side update: the client's
+    /// fields stay as the client reported them.
+    fn place_alloc(&mut self, alloc: &Allocation) {
+        let mut alloc = alloc.clone();
+        let old = self.t.allocs.get(&alloc.id).cloned();
+        match &old {
+            Some(old) => {
+                alloc.create_index = old.create_index;
+                alloc.create_time = old.create_time;
+                alloc.client_status = old.client_status;
+                alloc.client_description = old.client_description.clone();
+                alloc.task_states = old.task_states.clone();
+                alloc.node_failure = old.node_failure;
+            }
+            None => alloc.create_index = self.index,
+        }
+        alloc.modify_index = self.index;
+        alloc.alloc_modify_index = self.index;
+        self.put_alloc(alloc, old.as_deref());
+    }
+
+    fn alloc_client_updates(&mut self, updates: &[AllocClientUpdate]) {
+        for update in updates {
+            let Some(old) = self.t.allocs.get(&update.id).cloned() else {
+                continue; // a report on a collected allocation
+            };
+            let mut alloc = (*old).clone();
+            alloc.client_status = update.client_status;
+            alloc.client_description = update.client_description.clone();
+            alloc.task_states = update.task_states.clone();
+            alloc.node_failure = update.node_failure;
+            alloc.modify_index = self.index;
+            alloc.modify_time = update.modify_time;
+            self.put_alloc(alloc, Some(&old));
+        }
+    }
+
+    fn alloc_desired_transitions(&mut self, transitions: &BTreeMap<AllocId, DesiredTransition>) {
+        for (id, transition) in transitions {
+            let Some(old) = self.t.allocs.get(id).cloned() else {
+                continue;
+            };
+            let mut alloc = (*old).clone();
+            merge_transition(&mut alloc.desired_transition, transition);
+            alloc.modify_index = self.index;
+            alloc.alloc_modify_index = self.index;
+            self.put_alloc(alloc, Some(&old));
+        }
+    }
+
+    /// Stores an allocation and keeps indexes, version references and the
+    /// job summary in step with it.
+    fn put_alloc(&mut self, alloc: Allocation, old: Option<&Allocation>) {
+        let key = JobKey::of_alloc(&alloc);
+        self.count_in_summary(&key, &alloc, old);
+        match old {
+            Some(old) => self.reindex_alloc(old, &alloc),
+            None => index_alloc(&mut self.t, &alloc),
+        }
+        self.touched.insert(RowKey::Alloc(alloc.id));
+        self.t.allocs.insert(alloc.id, Arc::new(alloc));
+        self.status_refresh.entry(key).or_insert(false);
+    }
+
+    /// Moves an updated allocation's index entries where they changed. The
+    /// new version reference is counted before the old one is released so
+    /// a version both run is never pruned in between.
+    fn reindex_alloc(&mut self, old: &Allocation, new: &Allocation) {
+        let same_job = old.namespace == new.namespace && old.job_id == new.job_id;
+        let same_version = same_job && old.job_version == new.job_version;
+        if old.node_id == new.node_id && old.eval_id == new.eval_id && same_version {
+            return;
+        }
+        index_alloc(&mut self.t, new);
+        self.unindex_alloc(old);
+        // Unindexing removed the ID from sets the new row shares with it.
+        if old.node_id == new.node_id {
+            set_insert(&mut self.t.allocs_by_node, new.node_id, new.id);
+        }
+        if old.eval_id == new.eval_id {
+            set_insert(&mut self.t.allocs_by_eval, new.eval_id, new.id);
+        }
+        if same_job {
+            set_insert(&mut self.t.allocs_by_job, JobKey::of_alloc(new), new.id);
+        }
+    }
+
+    /// Removes an allocation from the secondary indexes; drops the job
+    /// version it ran when nothing else needs it. Returns its job key.
+    fn unindex_alloc(&mut self, alloc: &Allocation) -> JobKey {
+        let key = JobKey::of_alloc(alloc);
+        set_remove(&mut self.t.allocs_by_node, &alloc.node_id, &alloc.id);
+        set_remove(&mut self.t.allocs_by_eval, &alloc.eval_id, &alloc.id);
+        set_remove(&mut self.t.allocs_by_job, &key, &alloc.id);
+        let version = JobVersionKey {
+            job: key.clone(),
+            version: alloc.job_version,
+        };
+        let remaining = match self.t.version_refs.get_mut(&version) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n
+            }
+            None => 0,
+        };
+        if remaining == 0 {
+            self.t.version_refs.remove(&version);
+            self.prune_versions(&key);
+        }
+        key
+    }
+
+    /// Nomad's summary bookkeeping: a new allocation leaves the queue and
+    /// counts in its client status; a status change moves it between
+    /// counters.
+    fn count_in_summary(&mut self, key: &JobKey, alloc: &Allocation, old: Option<&Allocation>) {
+        if old.is_some_and(|o| o.client_status == alloc.client_status) {
+            return;
+        }
+        let Some(summary) = self.t.job_summaries.get(key) else {
+            return; // deregistered job: nothing to count in
+        };
+        let mut summary = (**summary).clone();
+        let tg = summary
+            .summary
+            .entry(alloc.task_group.to_string())
+            .or_default();
+        match old {
+            None => {
+                if alloc.client_status == ClientStatus::Pending {
+                    tg.queued = tg.queued.saturating_sub(1);
+                }
+            }
+            Some(old) => {
+                let slot = tg.slot(old.client_status);
+                *slot = slot.saturating_sub(1);
+            }
+        }
+        *tg.slot(alloc.client_status) += 1;
+        self.put_summary(key, summary);
+    }
+
+    // ---- operator -------------------------------------------------------
+
+    fn scheduler_config(
+        &mut self,
+        config: &SchedulerConfiguration,
+        cas_index: Option<u64>,
+    ) -> Result<(), ApplyError> {
+        let current = self.t.scheduler_config.as_deref();
+        let actual = current.map_or(0, |c| c.modify_index);
+        if let Some(expected) = cas_index {
+            if expected != actual {
+                return Err(ApplyError::CasMismatch { expected, actual });
+            }
+        }
+        let mut config = config.clone();
+        config.create_index = current.map_or(self.index, |c| c.create_index);
+        config.modify_index = self.index;
+        self.t.scheduler_config = Some(Arc::new(config));
+        self.touched.insert(RowKey::SchedulerConfig);
+        Ok(())
+    }
+}
+
+/// Whether `new` differs from `old` in anything but the fields the servers
+/// maintain (status, version, indexes, submit time, stability).
+pub(crate) fn spec_changed(old: &Job, new: &Job) -> bool {
+    let mut candidate = new.clone();
+    candidate.status = old.status.clone();
+    candidate.status_description = old.status_description.clone();
+    candidate.stable = old.stable;
+    candidate.version = old.version;
+    candidate.submit_time = old.submit_time;
+    candidate.create_index = old.create_index;
+    candidate.modify_index = old.modify_index;
+    candidate.job_modify_index = old.job_modify_index;
+    candidate != *old
+}
+
+/// Periodic and parameterized jobs launch children and count them.
+fn is_parent(job: &Job) -> bool {
+    job.periodic.is_some() || job.parameterized_job.is_some()
+}
+
+fn children_slot<'a>(children: &'a mut JobChildrenSummary, status: &str) -> Option<&'a mut u64> {
+    match status {
+        job_status::PENDING => Some(&mut children.pending),
+        job_status::RUNNING => Some(&mut children.running),
+        job_status::DEAD => Some(&mut children.dead),
+        _ => None,
+    }
+}
+
+/// Sets the transition's requested fields, keeping the others.
+fn merge_transition(into: &mut DesiredTransition, from: &DesiredTransition) {
+    if from.migrate.is_some() {
+        into.migrate = from.migrate;
+    }
+    if from.reschedule.is_some() {
+        into.reschedule = from.reschedule;
+    }
+    if from.force_reschedule.is_some() {
+        into.force_reschedule = from.force_reschedule;
+    }
+}

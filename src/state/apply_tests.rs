@@ -1,0 +1,663 @@
+//! Unit tests of command application: indexes, versions, summaries, job
+//! status, and rejections that must leave the state untouched.
+
+use super::command::{AllocClientUpdate, Command, PlanResults};
+use super::fixtures::{self, AllocBuilder};
+use super::{ApplyError, RowKey, StateSnapshot, Table, JOB_TRACKED_VERSIONS};
+use crate::structs::{
+    AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, DrainStrategy,
+    EvalStatus, Evaluation, Job, JobType, Node, NodeEvent, NodeStatus, SchedulerAlgorithm,
+    SchedulerConfiguration, SchedulingEligibility, TriggeredBy,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+struct Harness {
+    state: StateSnapshot,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness {
+            state: StateSnapshot::new(),
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) -> Result<super::AppliedChanges, ApplyError> {
+        let index = self.state.latest_index() + 1;
+        self.state.apply(index, &cmd)
+    }
+
+    fn ok(&mut self, cmd: Command) -> u64 {
+        self.apply(cmd).expect("command applies").index
+    }
+
+    /// Applies a command that must fail, and checks nothing changed.
+    fn rejected(&mut self, cmd: Command) -> ApplyError {
+        let before = self.state.clone();
+        let err = self.apply(cmd).expect_err("command must be rejected");
+        assert_eq!(self.state, before, "a rejected command changed the state");
+        err
+    }
+
+    fn register(&mut self, job: &Job) -> (u64, Evaluation) {
+        let eval = fixtures::eval(job, TriggeredBy::JobRegister, 1);
+        let index = self.ok(Command::JobRegister {
+            job: Arc::new(job.clone()),
+            eval: Some(eval.clone()),
+            enforce_index: None,
+        });
+        (index, eval)
+    }
+
+    fn add_node(&mut self, name: &str) -> Node {
+        let node = fixtures::node(name);
+        self.ok(Command::NodeRegister {
+            node: Arc::new(node.clone()),
+        });
+        node
+    }
+
+    fn place(&mut self, allocs: &[Allocation], job: &Job) -> u64 {
+        let mut node_allocation: HashMap<_, Vec<_>> = HashMap::new();
+        for a in allocs {
+            node_allocation
+                .entry(a.node_id)
+                .or_default()
+                .push(a.clone());
+        }
+        self.ok(Command::ApplyPlanResults(PlanResults {
+            eval_id: allocs[0].eval_id,
+            job: Some(Arc::new(job.clone())),
+            node_allocation,
+            updated_at: 10,
+            ..Default::default()
+        }))
+    }
+
+    fn job(&self, id: &str) -> Arc<Job> {
+        self.state.job("default", id).expect("job exists").clone()
+    }
+
+    fn client_status(&mut self, alloc: &Allocation, status: ClientStatus) -> u64 {
+        self.ok(Command::AllocClientUpdate {
+            updates: vec![AllocClientUpdate {
+                id: alloc.id,
+                client_status: status,
+                modify_time: 99,
+                ..Default::default()
+            }],
+            evals: vec![],
+        })
+    }
+
+    fn complete(&mut self, eval: &Evaluation) -> u64 {
+        let mut done = eval.clone();
+        done.status = EvalStatus::Complete;
+        self.ok(Command::EvalUpdate { evals: vec![done] })
+    }
+}
+
+fn web() -> Job {
+    fixtures::job("default", "web", &[("frontend", 3)])
+}
+
+fn allocs_for(job: &Job, node: &Node, eval: &Evaluation, n: u32) -> Vec<Allocation> {
+    let builder = AllocBuilder::new(job, "frontend");
+    (0..n)
+        .map(|i| builder.build(i, node.id, eval.id, 5))
+        .collect()
+}
+
+#[test]
+fn registering_a_job_sets_indexes_version_summary_and_eval() {
+    let mut h = Harness::new();
+    let job = web();
+    let (index, eval) = h.register(&job);
+
+    let stored = h.job("web");
+    assert_eq!(
+        (
+            stored.create_index,
+            stored.modify_index,
+            stored.job_modify_index
+        ),
+        (index, index, index)
+    );
+    assert_eq!(stored.version, 0);
+    assert_eq!(
+        stored.status, "pending",
+        "a pending eval makes the job pending"
+    );
+    let stored_eval = h.state.eval(&eval.id).unwrap();
+    assert_eq!(stored_eval.job_modify_index, index);
+    assert_eq!(
+        (stored_eval.create_index, stored_eval.modify_index),
+        (index, index)
+    );
+    assert_eq!(h.state.evals_by_job("default", "web").count(), 1);
+    let summary = h.state.job_summary("default", "web").unwrap();
+    assert_eq!(summary.summary.keys().collect::<Vec<_>>(), vec!["frontend"]);
+    assert_eq!(summary.create_index, index);
+    assert_eq!(
+        h.state
+            .job_versions("default", "web")
+            .map(|j| j.version)
+            .collect::<Vec<_>>(),
+        vec![0]
+    );
+    for table in [Table::Jobs, Table::JobSummaries, Table::Evals] {
+        assert_eq!(h.state.table_index(table), index, "{table:?}");
+    }
+    assert_eq!(h.state.table_index(Table::Allocs), 0);
+    assert_eq!(h.state.latest_index(), index);
+}
+
+#[test]
+fn same_spec_keeps_the_version_and_a_changed_spec_bumps_it() {
+    let mut h = Harness::new();
+    let job = web();
+    let (first, _) = h.register(&job);
+    let (_, eval) = h.register(&job);
+    let same = h.job("web");
+    assert_eq!((same.version, same.job_modify_index), (0, first));
+    assert_eq!(h.state.eval(&eval.id).unwrap().job_modify_index, first);
+
+    let mut bigger = job.clone();
+    bigger.task_groups[0].count = 5;
+    let (third, _) = h.register(&bigger);
+    let updated = h.job("web");
+    assert_eq!(updated.version, 1);
+    assert_eq!(updated.job_modify_index, third);
+    assert_eq!(updated.create_index, first, "CreateIndex survives updates");
+    assert_eq!(
+        h.state
+            .job_versions("default", "web")
+            .map(|j| j.version)
+            .collect::<Vec<_>>(),
+        vec![1, 0],
+        "versions come newest first"
+    );
+    assert_eq!(
+        h.state
+            .job_by_version("default", "web", 0)
+            .unwrap()
+            .task_groups[0]
+            .count,
+        3
+    );
+}
+
+#[test]
+fn enforce_index_mismatch_is_rejected_without_changes() {
+    let mut h = Harness::new();
+    let job = web();
+    let err = h.rejected(Command::JobRegister {
+        job: Arc::new(job.clone()),
+        eval: Some(fixtures::eval(&job, TriggeredBy::JobRegister, 1)),
+        enforce_index: Some(7),
+    });
+    assert_eq!(
+        err,
+        ApplyError::JobModifyIndexConflict {
+            expected: 7,
+            actual: 0
+        }
+    );
+    assert!(
+        h.state.evals().next().is_none(),
+        "the eval was not written either"
+    );
+
+    let (index, _) = h.register(&job);
+    let mut changed = job.clone();
+    changed.priority = 70;
+    let err = h.rejected(Command::JobRegister {
+        job: Arc::new(changed.clone()),
+        eval: None,
+        enforce_index: Some(0),
+    });
+    assert_eq!(
+        err,
+        ApplyError::JobModifyIndexConflict {
+            expected: 0,
+            actual: index
+        }
+    );
+    h.ok(Command::JobRegister {
+        job: Arc::new(changed),
+        eval: None,
+        enforce_index: Some(index),
+    });
+    assert_eq!(h.job("web").priority, 70);
+}
+
+#[test]
+fn old_versions_are_pruned_unless_an_allocation_runs_them() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let mut job = web();
+    let (_, eval) = h.register(&job);
+    let v0 = h.job("web");
+    let allocs = allocs_for(&v0, &node, &eval, 1);
+    h.place(&allocs, &v0);
+    for count in 4..(4 + JOB_TRACKED_VERSIONS as i32 + 2) {
+        job.task_groups[0].count = count;
+        h.register(&job);
+    }
+    let versions: Vec<u64> = h
+        .state
+        .job_versions("default", "web")
+        .map(|j| j.version)
+        .collect();
+    assert_eq!(
+        versions,
+        vec![8, 7, 6, 5, 4, 3, 0],
+        "v0 stays: an allocation runs it"
+    );
+
+    let changes = h
+        .apply(Command::EvalDelete {
+            eval_ids: vec![],
+            alloc_ids: vec![allocs[0].id],
+        })
+        .unwrap();
+    assert!(h.state.job_by_version("default", "web", 0).is_none());
+    assert!(changes.changes.iter().any(|c| c.key
+        == RowKey::JobVersion(super::changes::JobVersionKey {
+            job: super::JobKey::new("default", "web"),
+            version: 0
+        })
+        && c.row.is_none()));
+    assert_eq!(
+        h.state.job_versions("default", "web").count(),
+        JOB_TRACKED_VERSIONS
+    );
+}
+
+#[test]
+fn placements_update_indexes_summary_and_job_status() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let job = web();
+    let (_, eval) = h.register(&job);
+    let mut queued = eval.clone();
+    queued.queued_allocations.insert("frontend".into(), 3);
+    h.ok(Command::EvalUpdate {
+        evals: vec![queued],
+    });
+    assert_eq!(
+        h.state.job_summary("default", "web").unwrap().summary["frontend"].queued,
+        3
+    );
+
+    let allocs = allocs_for(&h.job("web"), &node, &eval, 2);
+    let index = h.place(&allocs, &job);
+    let stored = h.state.alloc(&allocs[0].id).unwrap();
+    assert_eq!(
+        (
+            stored.create_index,
+            stored.modify_index,
+            stored.alloc_modify_index
+        ),
+        (index, index, index)
+    );
+    let tg = &h.state.job_summary("default", "web").unwrap().summary["frontend"];
+    assert_eq!((tg.queued, tg.starting), (1, 2));
+    assert_eq!(h.job("web").status, "running");
+    assert_eq!(h.state.allocs_by_node(&node.id).count(), 2);
+    assert_eq!(h.state.allocs_by_job("default", "web").count(), 2);
+    assert_eq!(h.state.allocs_by_eval(&eval.id).count(), 2);
+    assert_eq!(
+        h.state.eval(&eval.id).unwrap().modify_index,
+        index,
+        "planning eval moved"
+    );
+    assert_eq!(h.state.table_index(Table::Allocs), index);
+
+    // Running on the client, then re-placed by the servers (in-place
+    // update): CreateIndex and client fields survive.
+    h.client_status(&allocs[0], ClientStatus::Running);
+    let again = h.place(&allocs[..1], &job);
+    let stored = h.state.alloc(&allocs[0].id).unwrap();
+    assert_eq!(stored.create_index, index);
+    assert_eq!(stored.alloc_modify_index, again);
+    assert_eq!(stored.client_status, ClientStatus::Running);
+    let tg = &h.state.job_summary("default", "web").unwrap().summary["frontend"];
+    assert_eq!((tg.starting, tg.running), (1, 1));
+}
+
+#[test]
+fn stops_and_client_updates_change_the_right_fields() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let mut job = web();
+    job.job_type = JobType::Batch;
+    job.update = None;
+    let (_, eval) = h.register(&job);
+    let allocs = allocs_for(&h.job("web"), &node, &eval, 2);
+    let placed = h.place(&allocs, &job);
+    h.complete(&eval);
+
+    let client = h.client_status(&allocs[0], ClientStatus::Complete);
+    let a = h.state.alloc(&allocs[0].id).unwrap();
+    assert_eq!((a.modify_index, a.alloc_modify_index), (client, placed));
+    assert_eq!(a.modify_time, 99);
+    assert_eq!(h.job("web").status, "running", "one allocation still runs");
+
+    let mut node_update = HashMap::new();
+    node_update.insert(
+        node.id,
+        vec![AllocStop {
+            id: allocs[1].id,
+            desired_status: DesiredStatus::Stop,
+            desired_description: "alloc not needed".into(),
+            client_status: Some(ClientStatus::Lost),
+            followup_eval_id: None,
+            preempted_by: None,
+        }],
+    );
+    let stop = h.ok(Command::ApplyPlanResults(PlanResults {
+        eval_id: eval.id,
+        node_update,
+        updated_at: 42,
+        ..Default::default()
+    }));
+    let b = h.state.alloc(&allocs[1].id).unwrap();
+    assert_eq!(b.desired_status, DesiredStatus::Stop);
+    assert_eq!(b.desired_description, "alloc not needed");
+    assert_eq!(b.client_status, ClientStatus::Lost);
+    assert_eq!((b.alloc_modify_index, b.modify_time), (stop, 42));
+    assert_eq!(
+        h.job("web").status,
+        "dead",
+        "all allocations and evals are terminal"
+    );
+    let tg = &h.state.job_summary("default", "web").unwrap().summary["frontend"];
+    assert_eq!((tg.starting, tg.complete, tg.lost), (0, 1, 1));
+}
+
+#[test]
+fn desired_transitions_merge_and_bump_alloc_modify_index() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let job = web();
+    let (_, eval) = h.register(&job);
+    let allocs = allocs_for(&h.job("web"), &node, &eval, 1);
+    h.place(&allocs, &job);
+    let mut transitions = BTreeMap::new();
+    transitions.insert(
+        allocs[0].id,
+        DesiredTransition {
+            migrate: Some(true),
+            ..Default::default()
+        },
+    );
+    h.ok(Command::AllocDesiredTransition {
+        transitions: transitions.clone(),
+        evals: vec![],
+    });
+    transitions.insert(
+        allocs[0].id,
+        DesiredTransition {
+            reschedule: Some(true),
+            ..Default::default()
+        },
+    );
+    let index = h.ok(Command::AllocDesiredTransition {
+        transitions,
+        evals: vec![],
+    });
+    let a = h.state.alloc(&allocs[0].id).unwrap();
+    assert_eq!(
+        a.desired_transition.migrate,
+        Some(true),
+        "earlier request kept"
+    );
+    assert_eq!(a.desired_transition.reschedule, Some(true));
+    assert_eq!(a.alloc_modify_index, index);
+}
+
+#[test]
+fn deregister_stops_with_a_new_version_and_purge_removes() {
+    let mut h = Harness::new();
+    let job = web();
+    let (first, eval) = h.register(&job);
+    let stop_eval = fixtures::eval(&job, TriggeredBy::JobDeregister, 2);
+    let index = h.ok(Command::JobDeregister {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        purge: false,
+        eval: Some(stop_eval.clone()),
+    });
+    let stopped = h.job("web");
+    assert!(stopped.stop);
+    assert_eq!((stopped.version, stopped.job_modify_index), (1, index));
+    assert_eq!(stopped.create_index, first);
+    assert_eq!(h.state.eval(&stop_eval.id).unwrap().job_modify_index, index);
+
+    h.complete(&eval);
+    h.complete(&stop_eval);
+    assert_eq!(h.job("web").status, "dead");
+
+    h.ok(Command::JobDeregister {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        purge: true,
+        eval: None,
+    });
+    assert!(h.state.job("default", "web").is_none());
+    assert!(h.state.job_summary("default", "web").is_none());
+    assert_eq!(h.state.job_versions("default", "web").count(), 0);
+
+    let err = h.rejected(Command::JobDeregister {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        purge: true,
+        eval: None,
+    });
+    assert!(matches!(err, ApplyError::JobNotFound { .. }));
+}
+
+#[test]
+fn node_commands_keep_the_servers_view_and_reject_unknown_nodes() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let created = h.state.node(&node.id).unwrap().create_index;
+    assert!(!h.state.node(&node.id).unwrap().computed_class.is_empty());
+
+    h.ok(Command::NodeUpdateDrain {
+        node_id: node.id,
+        drain: Some(DrainStrategy {
+            deadline: 60_000_000_000,
+            ..Default::default()
+        }),
+        mark_eligible: false,
+        event: Some(NodeEvent {
+            message: "Node drain strategy set".into(),
+            subsystem: "Drain".into(),
+            ..Default::default()
+        }),
+        evals: vec![],
+    });
+    let drained = h.state.node(&node.id).unwrap().clone();
+    assert_eq!(
+        drained.scheduling_eligibility,
+        SchedulingEligibility::Ineligible
+    );
+    assert!(drained.drain);
+    assert_eq!(
+        drained.events.last().unwrap().create_index,
+        drained.modify_index
+    );
+
+    let err = h.rejected(Command::NodeUpdateEligibility {
+        node_id: node.id,
+        eligibility: SchedulingEligibility::Eligible,
+        event: None,
+        evals: vec![],
+    });
+    assert_eq!(err, ApplyError::NodeDraining(node.id));
+
+    // A client re-registering does not undo the drain.
+    let mut again = node.clone();
+    again.name = "renamed".into();
+    h.ok(Command::NodeRegister {
+        node: Arc::new(again),
+    });
+    let stored = h.state.node(&node.id).unwrap();
+    assert_eq!(stored.name, "renamed");
+    assert!(stored.drain_strategy.is_some());
+    assert_eq!(stored.create_index, created);
+
+    h.ok(Command::NodeUpdateDrain {
+        node_id: node.id,
+        drain: None,
+        mark_eligible: true,
+        event: None,
+        evals: vec![],
+    });
+    assert!(h.state.node(&node.id).unwrap().is_schedulable());
+
+    let unknown = crate::structs::new_id();
+    let err = h.rejected(Command::NodeUpdateStatus {
+        node_id: unknown,
+        status: NodeStatus::Down,
+        event: None,
+        evals: vec![],
+        updated_at: 5,
+    });
+    assert_eq!(err, ApplyError::NodeNotFound(unknown));
+    let err = h.rejected(Command::NodeDeregister {
+        node_ids: vec![node.id, unknown],
+    });
+    assert_eq!(err, ApplyError::NodeNotFound(unknown));
+    assert!(h.state.node(&node.id).is_some(), "all or nothing");
+
+    h.ok(Command::NodeUpdateStatus {
+        node_id: node.id,
+        status: NodeStatus::Down,
+        event: None,
+        evals: vec![],
+        updated_at: 5,
+    });
+    let down = h.state.node(&node.id).unwrap();
+    assert_eq!((down.status, down.status_updated_at), (NodeStatus::Down, 5));
+    h.ok(Command::NodeDeregister {
+        node_ids: vec![node.id],
+    });
+    assert_eq!(h.state.node_count(), 0);
+}
+
+#[test]
+fn a_successful_eval_cancels_the_jobs_blocked_evals() {
+    let mut h = Harness::new();
+    let job = web();
+    let (_, eval) = h.register(&job);
+    let mut blocked = eval.follow_up(TriggeredBy::QueuedAllocs, 3);
+    blocked.status = EvalStatus::Blocked;
+    h.ok(Command::EvalUpdate {
+        evals: vec![blocked.clone()],
+    });
+    let index = h.complete(&eval);
+    let canceled = h.state.eval(&blocked.id).unwrap();
+    assert_eq!(canceled.status, EvalStatus::Canceled);
+    assert_eq!(canceled.modify_index, index);
+}
+
+#[test]
+fn scheduler_config_check_and_set() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.state.scheduler_config().scheduler_algorithm,
+        SchedulerAlgorithm::Binpack
+    );
+    let spread = SchedulerConfiguration {
+        scheduler_algorithm: SchedulerAlgorithm::Spread,
+        ..Default::default()
+    };
+    let err = h.rejected(Command::SchedulerConfigUpdate {
+        config: spread.clone(),
+        cas_index: Some(3),
+    });
+    assert_eq!(
+        err,
+        ApplyError::CasMismatch {
+            expected: 3,
+            actual: 0
+        }
+    );
+    let first = h.ok(Command::SchedulerConfigUpdate {
+        config: spread.clone(),
+        cas_index: Some(0),
+    });
+    let err = h.rejected(Command::SchedulerConfigUpdate {
+        config: SchedulerConfiguration::default(),
+        cas_index: Some(0),
+    });
+    assert_eq!(
+        err,
+        ApplyError::CasMismatch {
+            expected: 0,
+            actual: first
+        }
+    );
+    let second = h.ok(Command::SchedulerConfigUpdate {
+        config: SchedulerConfiguration::default(),
+        cas_index: None,
+    });
+    let stored = h.state.scheduler_config();
+    assert_eq!((stored.create_index, stored.modify_index), (first, second));
+    assert_eq!(h.state.table_index(Table::SchedulerConfig), second);
+}
+
+#[test]
+fn job_stability_marks_the_version_and_the_current_job() {
+    let mut h = Harness::new();
+    let (_, _) = h.register(&web());
+    h.ok(Command::JobStabilityUpdate {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        version: 0,
+        stable: true,
+    });
+    assert!(h.job("web").stable);
+    assert!(h.state.job_by_version("default", "web", 0).unwrap().stable);
+}
+
+#[test]
+fn stale_indexes_are_rejected() {
+    let mut h = Harness::new();
+    h.register(&web());
+    let before = h.state.clone();
+    let err = h
+        .state
+        .apply(1, &Command::EvalUpdate { evals: vec![] })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ApplyError::StaleIndex {
+            index: 1,
+            latest: 1
+        }
+    );
+    assert_eq!(h.state, before);
+}
+
+#[test]
+fn garbage_collection_makes_an_emptied_job_dead() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let job = web();
+    let (_, eval) = h.register(&job);
+    let allocs = allocs_for(&h.job("web"), &node, &eval, 1);
+    h.place(&allocs, &job);
+    h.ok(Command::EvalDelete {
+        eval_ids: vec![eval.id],
+        alloc_ids: vec![allocs[0].id],
+    });
+    assert_eq!(h.state.alloc_count(), 0);
+    assert_eq!(h.state.allocs_by_node(&node.id).count(), 0);
+    assert_eq!(h.state.evals_by_job("default", "web").count(), 0);
+    assert_eq!(h.job("web").status, "dead");
+}

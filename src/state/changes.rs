@@ -1,0 +1,243 @@
+//! Table names, row keys, and the record of what one command changed.
+//!
+//! `AppliedChanges` is the single description of a command's effect: the
+//! persistence layer writes exactly these rows, blocking queries wake on
+//! these tables, and the event stream publishes these rows.
+
+use crate::structs::{
+    AllocId, Allocation, EvalId, Evaluation, Job, JobSummary, Node, NodeId, SchedulerConfiguration,
+};
+use equivalent::{Comparable, Equivalent};
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// The tables that carry their own latest-change index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    /// Jobs and their versions.
+    Jobs,
+    JobSummaries,
+    Allocs,
+    Evals,
+    Nodes,
+    SchedulerConfig,
+}
+
+impl Table {
+    pub const ALL: [Table; 6] = [
+        Table::Jobs,
+        Table::JobSummaries,
+        Table::Allocs,
+        Table::Evals,
+        Table::Nodes,
+        Table::SchedulerConfig,
+    ];
+
+    pub(crate) fn slot(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Jobs => "jobs",
+            Table::JobSummaries => "job_summary",
+            Table::Allocs => "allocs",
+            Table::Evals => "evals",
+            Table::Nodes => "nodes",
+            Table::SchedulerConfig => "scheduler_config",
+        }
+    }
+}
+
+/// A small set of tables (a bit mask).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TableSet(u8);
+
+impl TableSet {
+    pub fn of(tables: &[Table]) -> Self {
+        let mut set = TableSet::default();
+        for t in tables {
+            set.insert(*t);
+        }
+        set
+    }
+    pub fn all() -> Self {
+        TableSet::of(&Table::ALL)
+    }
+    pub fn insert(&mut self, table: Table) {
+        self.0 |= 1 << table.slot();
+    }
+    pub fn contains(self, table: Table) -> bool {
+        self.0 & (1 << table.slot()) != 0
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn iter(self) -> impl Iterator<Item = Table> {
+        Table::ALL.into_iter().filter(move |t| self.contains(*t))
+    }
+}
+
+/// A job's identity: (namespace, ID). The strings are shared with the
+/// allocations that reference the job.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobKey {
+    pub namespace: Arc<str>,
+    pub id: Arc<str>,
+}
+
+impl JobKey {
+    pub fn new(namespace: &str, id: &str) -> Self {
+        JobKey {
+            namespace: Arc::from(namespace),
+            id: Arc::from(id),
+        }
+    }
+    pub fn of_job(job: &Job) -> Self {
+        JobKey::new(&job.namespace, &job.id)
+    }
+    pub fn of_alloc(alloc: &Allocation) -> Self {
+        JobKey {
+            namespace: alloc.namespace.clone(),
+            id: alloc.job_id.clone(),
+        }
+    }
+    pub fn borrowed(&self) -> JobRef<'_> {
+        JobRef::new(&self.namespace, &self.id)
+    }
+}
+
+/// A borrowed job key, for lookups without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobRef<'a> {
+    pub namespace: &'a str,
+    pub id: &'a str,
+}
+
+impl<'a> JobRef<'a> {
+    pub fn new(namespace: &'a str, id: &'a str) -> Self {
+        JobRef { namespace, id }
+    }
+}
+
+impl Equivalent<JobKey> for JobRef<'_> {
+    fn equivalent(&self, key: &JobKey) -> bool {
+        self.namespace == &*key.namespace && self.id == &*key.id
+    }
+}
+
+impl Comparable<JobKey> for JobRef<'_> {
+    fn compare(&self, key: &JobKey) -> Ordering {
+        (self.namespace, self.id).cmp(&(&*key.namespace, &*key.id))
+    }
+}
+
+/// One stored version of a job.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobVersionKey {
+    pub job: JobKey,
+    pub version: u64,
+}
+
+/// A borrowed job version key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JobVersionRef<'a> {
+    pub job: JobRef<'a>,
+    pub version: u64,
+}
+
+impl Equivalent<JobVersionKey> for JobVersionRef<'_> {
+    fn equivalent(&self, key: &JobVersionKey) -> bool {
+        self.version == key.version && self.job.equivalent(&key.job)
+    }
+}
+
+impl Comparable<JobVersionKey> for JobVersionRef<'_> {
+    fn compare(&self, key: &JobVersionKey) -> Ordering {
+        self.job
+            .compare(&key.job)
+            .then(self.version.cmp(&key.version))
+    }
+}
+
+/// The key of one row of one table.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RowKey {
+    Job(JobKey),
+    JobVersion(JobVersionKey),
+    JobSummary(JobKey),
+    Alloc(AllocId),
+    Eval(EvalId),
+    Node(NodeId),
+    SchedulerConfig,
+}
+
+impl RowKey {
+    pub fn table(&self) -> Table {
+        match self {
+            RowKey::Job(_) | RowKey::JobVersion(_) => Table::Jobs,
+            RowKey::JobSummary(_) => Table::JobSummaries,
+            RowKey::Alloc(_) => Table::Allocs,
+            RowKey::Eval(_) => Table::Evals,
+            RowKey::Node(_) => Table::Nodes,
+            RowKey::SchedulerConfig => Table::SchedulerConfig,
+        }
+    }
+}
+
+/// The value of one row (shared with the snapshot it came from).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Row {
+    Job(Arc<Job>),
+    JobVersion(Arc<Job>),
+    JobSummary(Arc<JobSummary>),
+    Alloc(Arc<Allocation>),
+    Eval(Arc<Evaluation>),
+    Node(Arc<Node>),
+    SchedulerConfig(Arc<SchedulerConfiguration>),
+}
+
+/// A row's new value, or `None` when the row was deleted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowChange {
+    pub key: RowKey,
+    pub row: Option<Row>,
+}
+
+/// What one command changed, at which index.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppliedChanges {
+    pub index: u64,
+    pub tables: TableSet,
+    /// Each changed row once, with its value after the command, in key
+    /// order.
+    pub changes: Vec<RowChange>,
+}
+
+impl AppliedChanges {
+    /// The changed rows of one kind, e.g. every upserted evaluation.
+    pub fn evals(&self) -> impl Iterator<Item = &Arc<Evaluation>> {
+        self.changes.iter().filter_map(|c| match &c.row {
+            Some(Row::Eval(e)) => Some(e),
+            _ => None,
+        })
+    }
+    pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> {
+        self.changes.iter().filter_map(|c| match &c.row {
+            Some(Row::Alloc(a)) => Some(a),
+            _ => None,
+        })
+    }
+    pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> {
+        self.changes.iter().filter_map(|c| match &c.row {
+            Some(Row::Job(j)) => Some(j),
+            _ => None,
+        })
+    }
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.changes.iter().filter_map(|c| match &c.row {
+            Some(Row::Node(n)) => Some(n),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,138 @@
+//! Small builders of realistic rows (jobs, nodes, evaluations,
+//! allocations) for the store's tests and benchmarks, and for other
+//! crates' tests. Each returns a valid, canonical value that callers
+//! adjust with struct update syntax.
+
+use crate::structs::{
+    new_id, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
+    AllocatedSharedResources, AllocatedTaskResources, Allocation, EvalId, Evaluation, Job, JobType,
+    Node, NodeCpuResources, NodeDiskResources, NodeId, NodeMemoryResources, NodeResources,
+    NodeStatus, Resources, Task, TaskGroup, TriggeredBy, VecMap,
+};
+use std::sync::Arc;
+
+/// A service job with the given task groups (name, count), one `exec`
+/// task each, canonicalized.
+pub fn job(namespace: &str, id: &str, groups: &[(&str, i32)]) -> Job {
+    let mut job = Job {
+        id: id.to_string(),
+        namespace: namespace.to_string(),
+        job_type: JobType::Service,
+        datacenters: vec!["dc1".to_string()],
+        task_groups: groups
+            .iter()
+            .map(|(name, count)| TaskGroup {
+                name: name.to_string(),
+                count: *count,
+                tasks: vec![Task {
+                    name: "main".to_string(),
+                    driver: "exec".to_string(),
+                    resources: Resources {
+                        cpu: 100,
+                        memory_mb: 64,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    job.canonicalize();
+    job
+}
+
+/// A ready node with 4 GHz, 8 GiB and 100 GiB of disk.
+pub fn node(name: &str) -> Node {
+    let mut node = Node {
+        id: new_id(),
+        secret_id: new_id().to_string(),
+        datacenter: "dc1".to_string(),
+        name: name.to_string(),
+        node_class: "standard".to_string(),
+        status: NodeStatus::Ready,
+        node_resources: NodeResources {
+            cpu: NodeCpuResources {
+                cpu_shares: 4000,
+                total_cpu_cores: 4,
+                ..Default::default()
+            },
+            memory: NodeMemoryResources { memory_mb: 8192 },
+            disk: NodeDiskResources { disk_mb: 100_000 },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    node.attributes
+        .insert("kernel.name".to_string(), "linux".to_string());
+    node.compute_class();
+    node
+}
+
+/// A pending evaluation of `job`.
+pub fn eval(job: &Job, triggered_by: TriggeredBy, now: i64) -> Evaluation {
+    Evaluation::for_job(job, triggered_by, now)
+}
+
+/// An allocation of group `group` of `job`, number `index`, on `node`,
+/// placed by `eval`. Namespace, job ID and group name are shared `Arc`s
+/// so many allocations of one job share their strings.
+pub struct AllocBuilder {
+    namespace: Arc<str>,
+    job_id: Arc<str>,
+    job_version: u64,
+    group: Arc<str>,
+    resources: AllocatedResources,
+}
+
+impl AllocBuilder {
+    pub fn new(job: &Job, group: &str) -> Self {
+        let mut tasks = VecMap::new();
+        tasks.insert(
+            "main".to_string(),
+            AllocatedTaskResources {
+                cpu: AllocatedCpuResources {
+                    cpu_shares: 100,
+                    ..Default::default()
+                },
+                memory: AllocatedMemoryResources {
+                    memory_mb: 64,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        AllocBuilder {
+            namespace: Arc::from(job.namespace.as_str()),
+            job_id: Arc::from(job.id.as_str()),
+            job_version: job.version,
+            group: Arc::from(group),
+            resources: AllocatedResources {
+                tasks,
+                shared: AllocatedSharedResources {
+                    disk_mb: 300,
+                    ..Default::default()
+                },
+            },
+        }
+    }
+
+    pub fn build(&self, index: u32, node: NodeId, eval: EvalId, now: i64) -> Allocation {
+        Allocation {
+            id: new_id(),
+            namespace: self.namespace.clone(),
+            eval_id: eval,
+            name: Allocation::name_for(&self.job_id, &self.group, index),
+            node_id: node,
+            node_name: Arc::from(""),
+            job_id: self.job_id.clone(),
+            job_version: self.job_version,
+            task_group: self.group.clone(),
+            allocated_resources: self.resources.clone(),
+            create_time: now,
+            modify_time: now,
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The state store: indexed tables changed only by `Command`s applied at
+//! strictly growing indexes, O(1) snapshots, blocking waits for changes,
+//! and durable persistence in sled with group commit.
+//!
+//! - [`snapshot`]: `StateSnapshot`, the tables at one index, and `apply`.
+//! - [`command`]: the commands, serde-versioned.
+//! - [`changes`]: table names, row keys, what a command changed.
+//! - [`store`]: `StateStore`, the single writer, waits and subscriptions.
+//! - [`persist`]: the sled layout, loading and format checks.
+
+mod apply;
+pub mod changes;
+pub mod command;
+pub mod fixtures;
+pub mod persist;
+pub mod snapshot;
+pub mod store;
+
+#[cfg(test)]
+mod apply_tests;
+
+pub use apply::JOB_TRACKED_VERSIONS;
+pub use changes::{AppliedChanges, JobKey, Row, RowChange, RowKey, Table, TableSet};
+pub use command::{AllocClientUpdate, Command, CommandEnvelope, PlanResults, COMMAND_VERSION};
+pub use persist::FORMAT_VERSION;
+pub use snapshot::StateSnapshot;
+pub use store::{ApplyOutcome, StateStore, StoreOptions, Subscription};
+
+use crate::structs::NodeId;
+
+/// Why a command was rejected. A rejected command changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("index {index} is not after the latest applied index {latest}")]
+    StaleIndex { index: u64, latest: u64 },
+    #[error("job {job_id:?} in namespace {namespace:?} does not exist")]
+    JobNotFound { namespace: String, job_id: String },
+    #[error(
+        "enforcing job modify index {expected}: job exists with conflicting job modify index {actual}"
+    )]
+    JobModifyIndexConflict { expected: u64, actual: u64 },
+    #[error("node {0} does not exist")]
+    NodeNotFound(NodeId),
+    #[error("node {0} is draining: its scheduling eligibility cannot be set to eligible")]
+    NodeDraining(NodeId),
+    #[error("scheduler configuration check-and-set failed: expected modify index {expected}, found {actual}")]
+    CasMismatch { expected: u64, actual: u64 },
+    #[error("invalid command: {0}")]
+    Invalid(String),
+}
+
+/// Why the store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Rejected(#[from] ApplyError),
+    #[error("data dir {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: sled::Error,
+    },
+    #[error("state store I/O: {0}")]
+    Io(#[from] sled::Error),
+    #[error("data dir format version {found} is newer than this build understands ({known}); refusing to open it")]
+    FormatTooNew { found: u32, known: u32 },
+    #[error("data dir is corrupt at key {key}: {reason}; refusing to open it")]
+    Corrupt { key: String, reason: String },
+    #[error("migrating the data dir: {0}")]
+    Migration(#[from] herder_migrations::MigrationError),
+    #[error("timed out waiting for index {index} (latest applied: {latest})")]
+    Timeout { index: u64, latest: u64 },
+    #[error("the state store is closed")]
+    Closed,
+    #[error("the state store failed earlier and accepts no more writes: {0}")]
+    Failed(String),
+}

@@ -1,0 +1,269 @@
+//! The sled layout of the state, loading it, and writing changes.
+//!
+//! One sled tree holds every row: key = table prefix byte + key bytes,
+//! value = the row as JSON (JSON because our structs skip empty fields and
+//! default missing ones, which non-self-describing encodings cannot
+//! follow). A meta row holds the format version, the last applied index
+//! and the per-table indexes; it is written in the same atomic batch as
+//! the rows, so the data dir always describes one applied index exactly.
+//! Only primary rows are stored; secondary indexes are rebuilt at load.
+
+use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, Table};
+use super::snapshot::{StateSnapshot, Tables};
+use super::StoreError;
+use crate::structs::{Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration};
+use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = herder_migrations::CURRENT;
+
+const JOB: u8 = b'j';
+const JOB_VERSION: u8 = b'v';
+const JOB_SUMMARY: u8 = b's';
+const ALLOC: u8 = b'a';
+const EVAL: u8 = b'e';
+const NODE: u8 = b'n';
+const SCHEDULER_CONFIG: u8 = b'c';
+
+/// The meta row.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Meta {
+    format_version: u32,
+    last_index: u64,
+    /// Latest change index per table, by table name.
+    table_indexes: BTreeMap<String, u64>,
+}
+
+impl Meta {
+    fn of(snapshot: &StateSnapshot) -> Self {
+        Meta {
+            format_version: FORMAT_VERSION,
+            last_index: snapshot.latest_index(),
+            table_indexes: Table::ALL
+                .iter()
+                .map(|t| (t.name().to_string(), snapshot.table_index(*t)))
+                .collect(),
+        }
+    }
+}
+
+/// Opens (creating if needed) the sled database in `dir`.
+pub(crate) fn open_db(dir: &Path, cache_capacity_bytes: u64) -> Result<sled::Db, StoreError> {
+    sled::Config::new()
+        .path(dir)
+        .cache_capacity(cache_capacity_bytes)
+        // Every write is flushed explicitly by the group commit.
+        .flush_every_ms(None)
+        .open()
+        .map_err(|source| StoreError::Open {
+            path: dir.display().to_string(),
+            source,
+        })
+}
+
+/// Checks the format (migrating an older one) and loads every row.
+pub(crate) fn load(db: &sled::Db) -> Result<Tables, StoreError> {
+    let Some(raw_meta) = db.get(META_KEY)? else {
+        if let Some(first) = db.iter().next() {
+            let (key, _) = first?;
+            return Err(StoreError::Corrupt {
+                key: describe_key(&key),
+                reason: "rows exist but the meta row with the format version is missing".into(),
+            });
+        }
+        // A new data dir: stamp it with the current format.
+        write_changes(db, std::iter::empty(), &StateSnapshot::new())?;
+        return Ok(Tables::default());
+    };
+    let found = format_version(&raw_meta)?;
+    if found > FORMAT_VERSION {
+        return Err(StoreError::FormatTooNew {
+            found,
+            known: FORMAT_VERSION,
+        });
+    }
+    if found < FORMAT_VERSION {
+        tracing::info!(from = found, to = FORMAT_VERSION, "migrating the data dir");
+        herder_migrations::migrate(db, found)?;
+    }
+    load_rows(db)
+}
+
+fn format_version(raw_meta: &[u8]) -> Result<u32, StoreError> {
+    let meta: serde_json::Value = parse(META_KEY, raw_meta)?;
+    meta.get(FORMAT_VERSION_FIELD)
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| StoreError::Corrupt {
+            key: describe_key(META_KEY),
+            reason: format!("no numeric {FORMAT_VERSION_FIELD}"),
+        })
+}
+
+fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
+    let mut t = Tables::default();
+    for entry in db.iter() {
+        let (key, value) = entry?;
+        let Some((&prefix, rest)) = key.split_first() else {
+            return Err(corrupt(&key, "empty key"));
+        };
+        match prefix {
+            b'm' => {
+                let meta: Meta = parse(&key, &value)?;
+                t.latest_index = meta.last_index;
+                for table in Table::ALL {
+                    let index = meta.table_indexes.get(table.name()).copied();
+                    t.table_indexes[table.slot()] = index.unwrap_or(0);
+                }
+            }
+            JOB => {
+                let job: Job = parse(&key, &value)?;
+                check_key(&key, &encode_key(&RowKey::Job(JobKey::of_job(&job))))?;
+                t.jobs.insert(JobKey::of_job(&job), Arc::new(job));
+            }
+            JOB_VERSION => {
+                let job: Job = parse(&key, &value)?;
+                let version_key = JobVersionKey {
+                    job: JobKey::of_job(&job),
+                    version: job.version,
+                };
+                check_key(&key, &encode_key(&RowKey::JobVersion(version_key.clone())))?;
+                t.job_versions.insert(version_key, Arc::new(job));
+            }
+            JOB_SUMMARY => {
+                let summary: JobSummary = parse(&key, &value)?;
+                let job = JobKey::new(&summary.namespace, &summary.job_id);
+                check_key(&key, &encode_key(&RowKey::JobSummary(job.clone())))?;
+                t.job_summaries.insert(job, Arc::new(summary));
+            }
+            ALLOC => {
+                let alloc: Allocation = parse(&key, &value)?;
+                check_id(&key, rest, alloc.id)?;
+                t.allocs.insert(alloc.id, Arc::new(alloc));
+            }
+            EVAL => {
+                let eval: Evaluation = parse(&key, &value)?;
+                check_id(&key, rest, eval.id)?;
+                t.evals.insert(eval.id, Arc::new(eval));
+            }
+            NODE => {
+                let node: Node = parse(&key, &value)?;
+                check_id(&key, rest, node.id)?;
+                t.nodes.insert(node.id, Arc::new(node));
+            }
+            SCHEDULER_CONFIG => {
+                let config: SchedulerConfiguration = parse(&key, &value)?;
+                t.scheduler_config = Some(Arc::new(config));
+            }
+            _ => return Err(corrupt(&key, "unknown table prefix")),
+        }
+    }
+    t.rebuild_indexes();
+    Ok(t)
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(value).map_err(|e| corrupt(key, &e.to_string()))
+}
+
+fn corrupt(key: &[u8], reason: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: describe_key(key),
+        reason: reason.to_string(),
+    }
+}
+
+fn check_key(key: &[u8], expected: &[u8]) -> Result<(), StoreError> {
+    if key == expected {
+        Ok(())
+    } else {
+        Err(corrupt(key, "the row does not belong under this key"))
+    }
+}
+
+fn check_id(key: &[u8], rest: &[u8], id: uuid::Uuid) -> Result<(), StoreError> {
+    check_key(rest, id.as_bytes()).map_err(|_| corrupt(key, "the row's ID does not match its key"))
+}
+
+/// The sled key of a row.
+pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
+    fn job_key(prefix: u8, job: &JobKey) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + job.namespace.len() + job.id.len() + 8);
+        out.push(prefix);
+        out.extend_from_slice(job.namespace.as_bytes());
+        out.push(0);
+        out.extend_from_slice(job.id.as_bytes());
+        out
+    }
+    fn id_key(prefix: u8, id: &uuid::Uuid) -> Vec<u8> {
+        let mut out = Vec::with_capacity(17);
+        out.push(prefix);
+        out.extend_from_slice(id.as_bytes());
+        out
+    }
+    match key {
+        RowKey::Job(job) => job_key(JOB, job),
+        RowKey::JobVersion(v) => {
+            let mut out = job_key(JOB_VERSION, &v.job);
+            out.push(0);
+            out.extend_from_slice(&v.version.to_be_bytes());
+            out
+        }
+        RowKey::JobSummary(job) => job_key(JOB_SUMMARY, job),
+        RowKey::Alloc(id) => id_key(ALLOC, id),
+        RowKey::Eval(id) => id_key(EVAL, id),
+        RowKey::Node(id) => id_key(NODE, id),
+        RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
+    }
+}
+
+fn encode_row(row: &Row) -> Result<Vec<u8>, serde_json::Error> {
+    match row {
+        Row::Job(job) | Row::JobVersion(job) => serde_json::to_vec(&**job),
+        Row::JobSummary(summary) => serde_json::to_vec(&**summary),
+        Row::Alloc(alloc) => serde_json::to_vec(&**alloc),
+        Row::Eval(eval) => serde_json::to_vec(&**eval),
+        Row::Node(node) => serde_json::to_vec(&**node),
+        Row::SchedulerConfig(config) => serde_json::to_vec(&**config),
+    }
+}
+
+/// Writes the rows of `changes` (later changes of a row win) and the meta
+/// row of `state` in one atomic batch, then waits until it is on disk.
+pub(crate) fn write_changes<'a>(
+    db: &sled::Db,
+    changes: impl Iterator<Item = &'a RowChange>,
+    state: &StateSnapshot,
+) -> Result<(), StoreError> {
+    let mut last: BTreeMap<&RowKey, Option<&Row>> = BTreeMap::new();
+    for change in changes {
+        last.insert(&change.key, change.row.as_ref());
+    }
+    let mut batch = sled::Batch::default();
+    for (key, row) in last {
+        let raw_key = encode_key(key);
+        match row {
+            Some(row) => {
+                let value = encode_row(row).map_err(|e| StoreError::Corrupt {
+                    key: describe_key(&raw_key),
+                    reason: format!("cannot encode the row: {e}"),
+                })?;
+                batch.insert(raw_key, value);
+            }
+            None => batch.remove(raw_key),
+        }
+    }
+    let meta = serde_json::to_vec(&Meta::of(state)).map_err(|e| StoreError::Corrupt {
+        key: describe_key(META_KEY),
+        reason: format!("cannot encode the meta row: {e}"),
+    })?;
+    batch.insert(META_KEY, meta);
+    db.apply_batch(batch)?;
+    db.flush()?;
+    Ok(())
+}

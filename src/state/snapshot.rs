@@ -1,0 +1,307 @@
+//! `StateSnapshot`: the state's tables at one index, cloned in O(1).
+//!
+//! Every table is an `imbl` persistent map whose values are `Arc`s, and
+//! the whole set of tables sits behind one more `Arc`: a snapshot is one
+//! reference-count increment, and a writer that changes a copy shares
+//! every untouched node with the readers still holding older snapshots.
+//! Maps are ordered so that lists come out sorted by ID (as Nomad's do)
+//! and two states compare equal table by table.
+
+use super::apply::Txn;
+use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionKey, JobVersionRef, Table};
+use super::command::Command;
+use super::ApplyError;
+use crate::structs::{
+    AllocId, Allocation, EvalId, Evaluation, Job, JobSummary, Node, NodeId, SchedulerConfiguration,
+};
+use imbl::{OrdMap, OrdSet};
+use std::sync::Arc;
+
+/// The tables. Secondary indexes (`allocs_by_*`, `evals_by_job`,
+/// `version_refs`) are derived from the primary tables and rebuilt at load.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tables {
+    pub jobs: OrdMap<JobKey, Arc<Job>>,
+    pub job_versions: OrdMap<JobVersionKey, Arc<Job>>,
+    pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
+    pub allocs: OrdMap<AllocId, Arc<Allocation>>,
+    pub evals: OrdMap<EvalId, Arc<Evaluation>>,
+    pub nodes: OrdMap<NodeId, Arc<Node>>,
+    pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
+    pub table_indexes: [u64; Table::ALL.len()],
+    pub latest_index: u64,
+    pub allocs_by_node: OrdMap<NodeId, OrdSet<AllocId>>,
+    pub allocs_by_job: OrdMap<JobKey, OrdSet<AllocId>>,
+    pub allocs_by_eval: OrdMap<EvalId, OrdSet<AllocId>>,
+    pub evals_by_job: OrdMap<JobKey, OrdSet<EvalId>>,
+    /// How many allocations run each job version: referenced versions are
+    /// kept even when they fall out of the newest-versions window.
+    pub version_refs: OrdMap<JobVersionKey, u64>,
+}
+
+impl Tables {
+    /// Rebuilds every secondary index from the primary tables.
+    pub(crate) fn rebuild_indexes(&mut self) {
+        self.allocs_by_node = OrdMap::new();
+        self.allocs_by_job = OrdMap::new();
+        self.allocs_by_eval = OrdMap::new();
+        self.evals_by_job = OrdMap::new();
+        self.version_refs = OrdMap::new();
+        let allocs = self.allocs.clone();
+        for alloc in allocs.values() {
+            index_alloc(self, alloc);
+        }
+        let evals = self.evals.clone();
+        for eval in evals.values() {
+            set_insert(
+                &mut self.evals_by_job,
+                JobKey::new(&eval.namespace, &eval.job_id),
+                eval.id,
+            );
+        }
+    }
+}
+
+/// Adds an allocation to the secondary indexes.
+pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
+    let job = JobKey::of_alloc(alloc);
+    set_insert(&mut t.allocs_by_node, alloc.node_id, alloc.id);
+    set_insert(&mut t.allocs_by_eval, alloc.eval_id, alloc.id);
+    *t.version_refs
+        .entry(JobVersionKey {
+            job: job.clone(),
+            version: alloc.job_version,
+        })
+        .or_insert(0) += 1;
+    set_insert(&mut t.allocs_by_job, job, alloc.id);
+}
+
+pub(crate) fn set_insert<K: Ord + Clone, V: Ord + Clone>(
+    index: &mut OrdMap<K, OrdSet<V>>,
+    key: K,
+    value: V,
+) {
+    index.entry(key).or_default().insert(value);
+}
+
+pub(crate) fn set_remove<K: Ord + Clone, V: Ord + Clone>(
+    index: &mut OrdMap<K, OrdSet<V>>,
+    key: &K,
+    value: &V,
+) {
+    if let Some(set) = index.get_mut(key) {
+        set.remove(value);
+        if set.is_empty() {
+            index.remove(key);
+        }
+    }
+}
+
+/// The state at one index. Cloning is O(1); every accessor returns shared
+/// values (`Arc`s) or iterators, never deep copies.
+#[derive(Clone, Debug, Default)]
+pub struct StateSnapshot {
+    pub(crate) tables: Arc<Tables>,
+}
+
+impl StateSnapshot {
+    /// An empty state at index 0.
+    pub fn new() -> Self {
+        StateSnapshot::default()
+    }
+
+    pub(crate) fn from_tables(tables: Tables) -> Self {
+        StateSnapshot {
+            tables: Arc::new(tables),
+        }
+    }
+
+    /// Applies `cmd` at `index`: all of it, or (on error) nothing.
+    ///
+    /// The result depends only on the state, the index and the command, so
+    /// replaying the same commands always builds the same state.
+    pub fn apply(&mut self, index: u64, cmd: &Command) -> Result<AppliedChanges, ApplyError> {
+        let latest = self.latest_index();
+        if index <= latest {
+            return Err(ApplyError::StaleIndex { index, latest });
+        }
+        let mut txn = Txn::new((*self.tables).clone(), index);
+        txn.apply(cmd)?;
+        let (tables, changes) = txn.finish();
+        self.tables = Arc::new(tables);
+        Ok(changes)
+    }
+
+    /// The index of the last applied command.
+    pub fn latest_index(&self) -> u64 {
+        self.tables.latest_index
+    }
+
+    /// The index of the last change to `table` (0 when never changed).
+    pub fn table_index(&self, table: Table) -> u64 {
+        self.tables.table_indexes[table.slot()]
+    }
+
+    /// The highest last-change index among `tables`.
+    pub fn max_table_index(&self, tables: &[Table]) -> u64 {
+        tables
+            .iter()
+            .map(|t| self.table_index(*t))
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub fn node(&self, id: &NodeId) -> Option<&Arc<Node>> {
+        self.tables.nodes.get(id)
+    }
+
+    /// Every node, by ID.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> + '_ {
+        self.tables.nodes.values()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.tables.nodes.len()
+    }
+
+    pub fn alloc(&self, id: &AllocId) -> Option<&Arc<Allocation>> {
+        self.tables.allocs.get(id)
+    }
+
+    /// Every allocation, by ID.
+    pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.tables.allocs.values()
+    }
+
+    pub fn alloc_count(&self) -> usize {
+        self.tables.allocs.len()
+    }
+
+    pub fn allocs_by_job<'a>(
+        &'a self,
+        namespace: &str,
+        job_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        let ids = self
+            .tables
+            .allocs_by_job
+            .get(&JobRef::new(namespace, job_id));
+        self.resolve_allocs(ids)
+    }
+
+    pub fn allocs_by_node(&self, node_id: &NodeId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.resolve_allocs(self.tables.allocs_by_node.get(node_id))
+    }
+
+    pub fn allocs_by_eval(&self, eval_id: &EvalId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.resolve_allocs(self.tables.allocs_by_eval.get(eval_id))
+    }
+
+    fn resolve_allocs<'a>(
+        &'a self,
+        ids: Option<&'a OrdSet<AllocId>>,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        ids.into_iter()
+            .flat_map(|set| set.iter())
+            .filter_map(|id| self.tables.allocs.get(id))
+    }
+
+    /// The current version of a job.
+    pub fn job(&self, namespace: &str, id: &str) -> Option<&Arc<Job>> {
+        self.tables.jobs.get(&JobRef::new(namespace, id))
+    }
+
+    /// Every current job, ordered by (namespace, ID).
+    pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> + '_ {
+        self.tables.jobs.values()
+    }
+
+    pub fn job_by_version(&self, namespace: &str, id: &str, version: u64) -> Option<&Arc<Job>> {
+        self.tables.job_versions.get(&JobVersionRef {
+            job: JobRef::new(namespace, id),
+            version,
+        })
+    }
+
+    /// The stored versions of a job, newest first.
+    pub fn job_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        id: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Job>> + 'a {
+        let job = JobRef::new(namespace, id);
+        let from = JobVersionRef { job, version: 0 };
+        let to = JobVersionRef {
+            job,
+            version: u64::MAX,
+        };
+        self.tables
+            .job_versions
+            .range(from..=to)
+            .rev()
+            .map(|(_, job)| job)
+    }
+
+    pub fn job_summary(&self, namespace: &str, id: &str) -> Option<&Arc<JobSummary>> {
+        self.tables.job_summaries.get(&JobRef::new(namespace, id))
+    }
+
+    pub fn job_summaries(&self) -> impl Iterator<Item = &Arc<JobSummary>> + '_ {
+        self.tables.job_summaries.values()
+    }
+
+    pub fn eval(&self, id: &EvalId) -> Option<&Arc<Evaluation>> {
+        self.tables.evals.get(id)
+    }
+
+    /// Every evaluation, by ID.
+    pub fn evals(&self) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
+        self.tables.evals.values()
+    }
+
+    pub fn evals_by_job<'a>(
+        &'a self,
+        namespace: &str,
+        job_id: &str,
+    ) -> impl Iterator<Item = &'a Arc<Evaluation>> + 'a {
+        self.tables
+            .evals_by_job
+            .get(&JobRef::new(namespace, job_id))
+            .into_iter()
+            .flat_map(|set| set.iter())
+            .filter_map(|id| self.tables.evals.get(id))
+    }
+
+    /// The scheduler configuration; Nomad's defaults until an operator
+    /// sets one.
+    pub fn scheduler_config(&self) -> Arc<SchedulerConfiguration> {
+        self.tables.scheduler_config.clone().unwrap_or_default()
+    }
+
+    /// The stored configuration, if an operator ever set one.
+    pub fn stored_scheduler_config(&self) -> Option<&Arc<SchedulerConfiguration>> {
+        self.tables.scheduler_config.as_ref()
+    }
+}
+
+/// Two states are equal when every primary table and every index is equal
+/// (the derived indexes included, so a bad rebuild shows up).
+impl PartialEq for StateSnapshot {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (&*self.tables, &*other.tables);
+        a.jobs == b.jobs
+            && a.job_versions == b.job_versions
+            && a.job_summaries == b.job_summaries
+            && a.allocs == b.allocs
+            && a.evals == b.evals
+            && a.nodes == b.nodes
+            && a.scheduler_config == b.scheduler_config
+            && a.table_indexes == b.table_indexes
+            && a.latest_index == b.latest_index
+            && a.allocs_by_node == b.allocs_by_node
+            && a.allocs_by_job == b.allocs_by_job
+            && a.allocs_by_eval == b.allocs_by_eval
+            && a.evals_by_job == b.evals_by_job
+            && a.version_refs == b.version_refs
+    }
+}

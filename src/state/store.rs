@@ -1,0 +1,459 @@
+//! `StateStore`: the single writer, durable group commit, snapshots,
+//! blocking waits and change subscriptions.
+//!
+//! Callers queue commands on a channel. One writer thread takes everything
+//! queued, applies it in order to a copy of the state, writes all changed
+//! rows in one sled batch, flushes once, and only then publishes the new
+//! state and answers the callers: concurrent writers share one fsync, and
+//! no reader ever sees a change that a crash could still undo.
+//!
+//! The store uses std threads, mutexes and condition variables for
+//! blocking callers and runtime-agnostic `futures` channels for async
+//! ones, so any executor (or none) can drive it.
+
+use super::changes::{AppliedChanges, TableSet};
+use super::command::Command;
+use super::persist;
+use super::snapshot::StateSnapshot;
+use super::StoreError;
+use futures::channel::{mpsc as async_mpsc, oneshot};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Tuning of a store.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// sled's page cache (the tables themselves live in memory anyway).
+    pub cache_capacity_bytes: u64,
+    /// How many recent applied commands subscribers can replay.
+    pub event_buffer: usize,
+    /// How many applied commands a subscriber may fall behind before it is
+    /// disconnected (it can resubscribe from its last index).
+    pub subscriber_capacity: usize,
+    /// Most commands committed with one flush.
+    pub max_batch: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_capacity_bytes: 64 * 1024 * 1024,
+            event_buffer: 4096,
+            subscriber_capacity: 1024,
+            max_batch: 4096,
+        }
+    }
+}
+
+/// What an applied command produced.
+#[derive(Clone, Debug)]
+pub struct ApplyOutcome {
+    /// The index the command was applied at.
+    pub index: u64,
+    /// The rows it changed, with their new values.
+    pub changes: Arc<AppliedChanges>,
+}
+
+/// A subscription to applied changes: first the buffered changes at or
+/// after the requested index, then every new one as it is published.
+pub struct Subscription {
+    pub backlog: Vec<Arc<AppliedChanges>>,
+    /// True when changes between the requested index and the backlog's
+    /// start are no longer buffered.
+    pub missed: bool,
+    /// Closed when the store closes or the subscriber falls too far behind.
+    pub receiver: async_mpsc::Receiver<Arc<AppliedChanges>>,
+}
+
+type Reply = oneshot::Sender<Result<ApplyOutcome, StoreError>>;
+
+struct Request {
+    command: Command,
+    reply: Reply,
+}
+
+/// A pending `watch`: answered with the index once a table in `tables`
+/// changes past `after`.
+struct Watcher {
+    tables: TableSet,
+    after: u64,
+    reply: oneshot::Sender<u64>,
+}
+
+/// Who is told about new changes.
+#[derive(Default)]
+struct Notifiers {
+    watchers: Vec<Watcher>,
+    events: VecDeque<Arc<AppliedChanges>>,
+    subscribers: Vec<async_mpsc::Sender<Arc<AppliedChanges>>>,
+}
+
+/// State shared between callers and the writer thread.
+struct Shared {
+    current: Mutex<StateSnapshot>,
+    changed: Condvar,
+    notifiers: Mutex<Notifiers>,
+    options: StoreOptions,
+}
+
+impl Shared {
+    fn current(&self) -> MutexGuard<'_, StateSnapshot> {
+        // A panic while holding the lock cannot leave a half-written
+        // snapshot (it is replaced whole), so a poisoned lock is usable.
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notifiers(&self) -> MutexGuard<'_, Notifiers> {
+        self.notifiers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The handle every clone of a store shares; dropping the last one closes
+/// the store.
+struct Handle {
+    shared: Arc<Shared>,
+    sender: Mutex<Option<mpsc::Sender<Request>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Handle {
+    fn close(&self) {
+        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(sender);
+        let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(writer) = writer {
+            if writer.join().is_err() {
+                tracing::error!("the state writer thread panicked");
+            }
+        }
+    }
+}
+
+/// The state store. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct StateStore {
+    handle: Arc<Handle>,
+}
+
+impl StateStore {
+    /// Opens the data dir (creating it when new), upgrading an older format
+    /// and refusing a newer or corrupt one.
+    pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<StateStore, StoreError> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+            path: dir.display().to_string(),
+            source: sled::Error::Io(e),
+        })?;
+        let db = persist::open_db(dir, options.cache_capacity_bytes)?;
+        let tables = persist::load(&db)?;
+        Ok(Self::start(
+            StateSnapshot::from_tables(tables),
+            Some(db),
+            options,
+        ))
+    }
+
+    /// A store without persistence (tests, simulations).
+    pub fn in_memory() -> StateStore {
+        Self::start(StateSnapshot::new(), None, StoreOptions::default())
+    }
+
+    fn start(state: StateSnapshot, db: Option<sled::Db>, options: StoreOptions) -> StateStore {
+        let shared = Arc::new(Shared {
+            current: Mutex::new(state),
+            changed: Condvar::new(),
+            notifiers: Mutex::new(Notifiers::default()),
+            options,
+        });
+        let (sender, receiver) = mpsc::channel();
+        let writer = Writer {
+            shared: shared.clone(),
+            db,
+            failed: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name("herder-state-writer".into())
+            .spawn(move || writer.run(receiver));
+        let (sender, thread) = match thread {
+            Ok(thread) => (Some(sender), Some(thread)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the state writer thread");
+                (None, None)
+            }
+        };
+        StateStore {
+            handle: Arc::new(Handle {
+                shared,
+                sender: Mutex::new(sender),
+                writer: Mutex::new(thread),
+            }),
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    /// Queues a command; the receiver gets the outcome once the command is
+    /// durable and visible (or its rejection).
+    pub fn submit(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
+        let (reply, receiver) = oneshot::channel();
+        let sender = self.handle.sender.lock().unwrap_or_else(|e| e.into_inner());
+        let request = Request { command, reply };
+        let unsent = match sender.as_ref() {
+            Some(sender) => sender.send(request).err().map(|e| e.0),
+            None => Some(request),
+        };
+        if let Some(request) = unsent {
+            let _ = request.reply.send(Err(StoreError::Closed));
+        }
+        receiver
+    }
+
+    /// Applies a command and returns once it is durable and visible.
+    pub fn apply(&self, command: Command) -> Result<ApplyOutcome, StoreError> {
+        futures::executor::block_on(self.submit(command)).unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// The latest durable state (O(1)).
+    pub fn snapshot(&self) -> StateSnapshot {
+        self.shared().current().clone()
+    }
+
+    /// The index of the last applied command.
+    pub fn latest_index(&self) -> u64 {
+        self.shared().current().latest_index()
+    }
+
+    /// Waits until the store has applied `index`, then returns a snapshot.
+    pub fn snapshot_min_index(
+        &self,
+        index: u64,
+        timeout: Duration,
+    ) -> Result<StateSnapshot, StoreError> {
+        let shared = self.shared();
+        let deadline = Instant::now() + timeout;
+        let mut current = shared.current();
+        while current.latest_index() < index {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(StoreError::Timeout {
+                    index,
+                    latest: current.latest_index(),
+                });
+            }
+            current = shared
+                .changed
+                .wait_timeout(current, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(current.clone())
+    }
+
+    /// Blocks until one of `tables` changes after `after_index` or the
+    /// timeout passes, and returns the state then (a blocking query answers
+    /// with the current data either way).
+    pub fn wait_for_change(
+        &self,
+        tables: TableSet,
+        after_index: u64,
+        timeout: Duration,
+    ) -> StateSnapshot {
+        let shared = self.shared();
+        let deadline = Instant::now() + timeout;
+        let mut current = shared.current();
+        while max_index(&current, tables) <= after_index {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            current = shared
+                .changed
+                .wait_timeout(current, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        current.clone()
+    }
+
+    /// Resolves with the new index once one of `tables` changes after
+    /// `after_index`. Never polls: the writer completes it. The caller owns
+    /// the timeout (drop the receiver to stop watching).
+    pub fn watch(&self, tables: TableSet, after_index: u64) -> oneshot::Receiver<u64> {
+        let (reply, receiver) = oneshot::channel();
+        let mut notifiers = self.shared().notifiers();
+        let now = max_index(&self.shared().current(), tables);
+        if now > after_index {
+            let _ = reply.send(now);
+        } else {
+            notifiers.watchers.push(Watcher {
+                tables,
+                after: after_index,
+                reply,
+            });
+        }
+        receiver
+    }
+
+    /// Subscribes to applied changes from `from_index` on (buffered ones
+    /// first).
+    pub fn subscribe(&self, from_index: u64) -> Subscription {
+        let shared = self.shared();
+        let (sender, receiver) = async_mpsc::channel(shared.options.subscriber_capacity);
+        let mut notifiers = shared.notifiers();
+        let backlog: Vec<_> = notifiers
+            .events
+            .iter()
+            .filter(|c| c.index >= from_index)
+            .cloned()
+            .collect();
+        let oldest = notifiers.events.front().map(|c| c.index);
+        let latest = shared.current().latest_index();
+        let missed = match oldest {
+            Some(oldest) => from_index < oldest,
+            None => from_index <= latest && latest > 0,
+        };
+        notifiers.subscribers.push(sender);
+        Subscription {
+            backlog,
+            missed,
+            receiver,
+        }
+    }
+
+    /// Applies everything queued, flushes, and stops the writer. Later
+    /// commands are answered with `StoreError::Closed`.
+    pub fn close(&self) {
+        self.handle.close();
+    }
+}
+
+fn max_index(state: &StateSnapshot, tables: TableSet) -> u64 {
+    tables
+        .iter()
+        .map(|t| state.table_index(t))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The writer thread's state.
+struct Writer {
+    shared: Arc<Shared>,
+    db: Option<sled::Db>,
+    /// Set when a write failed: what is on disk is then unknown, so no
+    /// further write is accepted.
+    failed: Option<String>,
+}
+
+impl Writer {
+    fn run(mut self, receiver: mpsc::Receiver<Request>) {
+        while let Ok(first) = receiver.recv() {
+            let mut batch = vec![first];
+            while batch.len() < self.shared.options.max_batch {
+                match receiver.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+        }
+        // Every sender is gone: close the subscriptions.
+        self.shared.notifiers().subscribers.clear();
+    }
+
+    /// Applies, persists and publishes one group of commands.
+    fn commit(&mut self, batch: Vec<Request>) {
+        if let Some(reason) = &self.failed {
+            for request in batch {
+                let _ = request.reply.send(Err(StoreError::Failed(reason.clone())));
+            }
+            return;
+        }
+        let mut state = self.shared.current().clone();
+        let mut results = Vec::with_capacity(batch.len());
+        for request in &batch {
+            let index = state.latest_index() + 1;
+            results.push(state.apply(index, &request.command).map(Arc::new));
+        }
+        let applied: Vec<Arc<AppliedChanges>> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .cloned()
+            .collect();
+        if !applied.is_empty() {
+            if let Err(e) = self.persist(&applied, &state) {
+                let reason = e.to_string();
+                tracing::error!(error = %reason, "the state store could not write; refusing further writes");
+                self.failed = Some(reason.clone());
+                for request in batch {
+                    let _ = request.reply.send(Err(StoreError::Failed(reason.clone())));
+                }
+                return;
+            }
+            self.publish(state, &applied);
+        }
+        for (request, result) in batch.into_iter().zip(results) {
+            let outcome = result
+                .map(|changes| ApplyOutcome {
+                    index: changes.index,
+                    changes,
+                })
+                .map_err(StoreError::Rejected);
+            let _ = request.reply.send(outcome);
+        }
+    }
+
+    fn persist(
+        &self,
+        applied: &[Arc<AppliedChanges>],
+        state: &StateSnapshot,
+    ) -> Result<(), StoreError> {
+        match &self.db {
+            Some(db) => {
+                persist::write_changes(db, applied.iter().flat_map(|c| c.changes.iter()), state)
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn publish(&self, state: StateSnapshot, applied: &[Arc<AppliedChanges>]) {
+        *self.shared.current() = state.clone();
+        self.shared.changed.notify_all();
+        let mut notifiers = self.shared.notifiers();
+        notifiers.watchers.retain_mut(|w| {
+            if w.reply.is_canceled() {
+                return false;
+            }
+            let now = max_index(&state, w.tables);
+            if now > w.after {
+                let (done, _) = oneshot::channel();
+                let reply = std::mem::replace(&mut w.reply, done);
+                let _ = reply.send(now);
+                return false;
+            }
+            true
+        });
+        let capacity = self.shared.options.event_buffer;
+        for changes in applied {
+            if notifiers.events.len() >= capacity {
+                notifiers.events.pop_front();
+            }
+            notifiers.events.push_back(changes.clone());
+            // A subscriber that cannot keep up is dropped rather than
+            // buffered without bound; it may resubscribe from its index.
+            notifiers
+                .subscribers
+                .retain_mut(|s| s.try_send(changes.clone()).is_ok());
+        }
+    }
+}
