@@ -4,10 +4,12 @@
 //! - [`state`]: the state store (indexed tables, commands, snapshots, sled).
 //! - [`scheduler`]: pure scheduling logic over a snapshot.
 //! - [`jobspec`]: HCL and JSON job files into validated jobs.
+//! - [`plan_eval`]: the plan applier's check of a plan against the newest state.
 //!
 //! The core performs no I/O except through the state store's sled files and
 //! uses no async runtime: the actors crate drives it.
 
 pub mod jobspec;
+pub mod plan_eval;
 pub mod state;
 pub mod structs;

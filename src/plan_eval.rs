@@ -1,0 +1,361 @@
+//! Plan evaluation: what the plan applier checks before it commits.
+//!
+//! A scheduler plans against a snapshot that may be stale by the time its
+//! plan reaches the applier: other workers' plans may have landed on the
+//! same nodes, nodes may have gone down. So every node a plan touches is
+//! checked again against the newest state (plus, when the applier
+//! pipelines, the effect of the plan it is still writing): the node must
+//! exist, be ready and eligible (unless the plan only stops allocations
+//! there), and the full proposed set of allocations must fit. Nodes that
+//! fail are dropped from the result (partial commit) unless the plan is
+//! all-at-once, in which case nothing is committed.
+
+use crate::state::{StateSnapshot, Table};
+use crate::structs::fit::{allocs_fit, FitError};
+use crate::structs::{AllocId, Allocation, NodeId, Plan, PlanResult};
+use std::collections::HashSet;
+
+/// Why a node of a plan was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeRejection {
+    Missing,
+    NotReady(String),
+    Ineligible,
+    DoesNotFit(FitError),
+}
+
+impl std::fmt::Display for NodeRejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeRejection::Missing => f.write_str("node does not exist"),
+            NodeRejection::NotReady(s) => write!(f, "node is {s}, not ready"),
+            NodeRejection::Ineligible => f.write_str("node is not eligible for placements"),
+            NodeRejection::DoesNotFit(e) => write!(f, "allocations do not fit: {e}"),
+        }
+    }
+}
+
+/// The verdict on a whole plan.
+#[derive(Clone, Debug, Default)]
+pub struct PlanVerdict {
+    pub result: PlanResult,
+    pub rejected: Vec<(NodeId, NodeRejection)>,
+}
+
+/// Checks every node of `plan` against `snap` and returns what may be
+/// committed. `RefreshIndex` is set when anything was refused, so the
+/// scheduler waits for a state that shows why before it retries.
+pub fn evaluate_plan(snap: &StateSnapshot, plan: &Plan) -> PlanVerdict {
+    let mut verdict = PlanVerdict::default();
+    for node_id in plan.nodes() {
+        match evaluate_node(snap, plan, node_id) {
+            Ok(()) => copy_node(plan, node_id, &mut verdict.result),
+            Err(why) => verdict.rejected.push((node_id, why)),
+        }
+    }
+    if !verdict.rejected.is_empty() {
+        if plan.all_at_once {
+            verdict.result = PlanResult::default();
+        }
+        verdict.result.refresh_index = snap.max_table_index(&[Table::Allocs, Table::Nodes]).max(1);
+        verdict.result.rejected_nodes = verdict.rejected.iter().map(|(n, _)| *n).collect();
+    }
+    verdict
+}
+
+/// Checks one node of a plan.
+pub fn evaluate_node(
+    snap: &StateSnapshot,
+    plan: &Plan,
+    node_id: NodeId,
+) -> Result<(), NodeRejection> {
+    let placing = plan
+        .node_allocation
+        .get(&node_id)
+        .is_some_and(|a| !a.is_empty());
+    if !placing {
+        // Stopping and evicting always succeed, whatever the node's state.
+        return Ok(());
+    }
+    let node = snap.node(&node_id).ok_or(NodeRejection::Missing)?;
+    if node.status != crate::structs::NodeStatus::Ready {
+        return Err(NodeRejection::NotReady(node.status.to_string()));
+    }
+    if !node.is_schedulable() && !only_updates_existing(snap, plan, node_id) {
+        return Err(NodeRejection::Ineligible);
+    }
+    let proposed = proposed_allocs(snap, plan, node_id);
+    allocs_fit(node, proposed).map_err(NodeRejection::DoesNotFit)?;
+    Ok(())
+}
+
+/// In-place updates of allocations already on an ineligible (e.g.
+/// draining) node are allowed: they add nothing new there.
+fn only_updates_existing(snap: &StateSnapshot, plan: &Plan, node_id: NodeId) -> bool {
+    plan.node_allocation.get(&node_id).is_some_and(|allocs| {
+        allocs
+            .iter()
+            .all(|a| snap.alloc(&a.id).is_some_and(|old| old.node_id == node_id))
+    })
+}
+
+/// What would run on the node if the plan were committed: the existing
+/// allocations, less those the plan stops or preempts or replaces, plus
+/// the plan's placements.
+fn proposed_allocs<'a>(
+    snap: &'a StateSnapshot,
+    plan: &'a Plan,
+    node_id: NodeId,
+) -> Vec<&'a Allocation> {
+    let mut removed: HashSet<AllocId> = HashSet::new();
+    for list in [
+        plan.node_update.get(&node_id),
+        plan.node_preemptions.get(&node_id),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        removed.extend(list.iter().map(|s| s.id));
+    }
+    let placed = plan
+        .node_allocation
+        .get(&node_id)
+        .map_or(&[][..], |v| &v[..]);
+    removed.extend(placed.iter().map(|a| a.id));
+    let mut out: Vec<&Allocation> = snap
+        .allocs_by_node(&node_id)
+        .filter(|a| !a.is_terminal() && !removed.contains(&a.id))
+        .map(|a| a.as_ref())
+        .collect();
+    out.extend(placed.iter());
+    out
+}
+
+fn copy_node(plan: &Plan, node_id: NodeId, result: &mut PlanResult) {
+    if let Some(v) = plan.node_update.get(&node_id) {
+        result.node_update.insert(node_id, v.clone());
+    }
+    if let Some(v) = plan.node_allocation.get(&node_id) {
+        result.node_allocation.insert(node_id, v.clone());
+    }
+    if let Some(v) = plan.node_preemptions.get(&node_id) {
+        result.node_preemptions.insert(node_id, v.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::fixtures::{self, AllocBuilder};
+    use crate::state::{Command, PlanResults};
+    use crate::structs::{
+        AllocStop, DesiredStatus, DrainStrategy, Job, Node, NodeStatus, TriggeredBy,
+    };
+    use std::sync::Arc;
+
+    struct World {
+        snap: StateSnapshot,
+        index: u64,
+        job: Arc<Job>,
+        builder: AllocBuilder,
+    }
+
+    impl World {
+        fn new(nodes: &[&Node]) -> World {
+            let mut w = World {
+                snap: StateSnapshot::new(),
+                index: 0,
+                job: Arc::new(fixtures::job("default", "web", &[("g", 1)])),
+                builder: AllocBuilder::new(&fixtures::job("default", "web", &[("g", 1)]), "g"),
+            };
+            for n in nodes {
+                w.apply(Command::NodeRegister {
+                    node: Arc::new((*n).clone()),
+                });
+            }
+            let job = w.job.clone();
+            w.apply(Command::JobRegister {
+                job,
+                eval: None,
+                enforce_index: None,
+            });
+            w
+        }
+
+        fn apply(&mut self, cmd: Command) {
+            self.index += 1;
+            self.snap.apply(self.index, &cmd).expect("command applies");
+        }
+
+        /// An allocation using 100 MHz / 64 MB / 300 MB disk on `node`.
+        fn alloc(&self, node: &Node, i: u32) -> Allocation {
+            self.builder.build(i, node.id, crate::structs::new_id(), 1)
+        }
+
+        fn commit(&mut self, allocs: Vec<Allocation>) {
+            let mut results = PlanResults {
+                job: Some(self.job.clone()),
+                ..Default::default()
+            };
+            for a in allocs {
+                results
+                    .node_allocation
+                    .entry(a.node_id)
+                    .or_default()
+                    .push(a);
+            }
+            self.apply(Command::ApplyPlanResults(results));
+        }
+
+        fn plan(&self, allocs: Vec<Allocation>) -> Plan {
+            let mut plan = Plan {
+                job: Some(self.job.clone()),
+                ..Default::default()
+            };
+            for a in allocs {
+                plan.push_alloc(a);
+            }
+            plan
+        }
+    }
+
+    /// A node with room for exactly `n` of the test allocations (by CPU).
+    fn node_fitting(n: i64) -> Node {
+        let mut node = fixtures::node("n");
+        node.node_resources.cpu.cpu_shares = 100 * n;
+        node
+    }
+
+    #[test]
+    fn plan_that_fits_is_committed_whole() {
+        let (a, b) = (node_fitting(2), node_fitting(2));
+        let w = World::new(&[&a, &b]);
+        let plan = w.plan(vec![w.alloc(&a, 0), w.alloc(&a, 1), w.alloc(&b, 2)]);
+        let v = evaluate_plan(&w.snap, &plan);
+        assert!(v.rejected.is_empty());
+        assert_eq!(v.result.full_commit(&plan), (true, 3, 3));
+        assert_eq!(v.result.refresh_index, 0);
+    }
+
+    #[test]
+    fn allocations_committed_since_the_plan_was_made_cause_a_partial_commit() {
+        let (a, b) = (node_fitting(1), node_fitting(1));
+        let mut w = World::new(&[&a, &b]);
+        // Another worker's plan landed on node a first.
+        let other = w.alloc(&a, 9);
+        w.commit(vec![other]);
+        let plan = w.plan(vec![w.alloc(&a, 0), w.alloc(&b, 1)]);
+        let v = evaluate_plan(&w.snap, &plan);
+        assert_eq!(v.rejected.len(), 1);
+        assert!(matches!(v.rejected[0], (id, NodeRejection::DoesNotFit(_)) if id == a.id));
+        assert!(v.result.node_allocation.contains_key(&b.id));
+        assert!(!v.result.node_allocation.contains_key(&a.id));
+        assert_eq!(
+            v.result.refresh_index, w.index,
+            "worker must refresh to see why"
+        );
+        assert_eq!(v.result.rejected_nodes, vec![a.id]);
+    }
+
+    #[test]
+    fn all_at_once_plan_commits_nothing_when_a_node_fails() {
+        let (a, b) = (node_fitting(1), node_fitting(1));
+        let w = World::new(&[&a, &b]);
+        let mut plan = w.plan(vec![w.alloc(&a, 0), w.alloc(&a, 1), w.alloc(&b, 2)]);
+        plan.all_at_once = true;
+        let v = evaluate_plan(&w.snap, &plan);
+        assert!(v.result.is_no_op());
+        assert!(v.result.refresh_index > 0);
+    }
+
+    #[test]
+    fn down_or_missing_nodes_refuse_placements_but_accept_stops() {
+        let (a, b) = (node_fitting(4), node_fitting(4));
+        let mut w = World::new(&[&a, &b]);
+        let old = w.alloc(&a, 0);
+        w.commit(vec![old.clone()]);
+        w.apply(Command::NodeUpdateStatus {
+            node_id: a.id,
+            status: NodeStatus::Down,
+            event: None,
+            evals: vec![],
+            updated_at: 2,
+        });
+        let mut plan = w.plan(vec![w.alloc(&a, 1)]);
+        plan.push_stop(
+            a.id,
+            AllocStop {
+                id: old.id,
+                desired_status: DesiredStatus::Stop,
+                desired_description: "node down".into(),
+                client_status: None,
+                followup_eval_id: None,
+                preempted_by: None,
+            },
+        );
+        let ghost = fixtures::node("ghost");
+        plan.push_alloc(w.alloc(&ghost, 2));
+        let v = evaluate_plan(&w.snap, &plan);
+        let reasons: Vec<_> = v.rejected.iter().map(|(n, r)| (*n, r.clone())).collect();
+        assert!(reasons.contains(&(a.id, NodeRejection::NotReady("down".into()))));
+        assert!(reasons.contains(&(ghost.id, NodeRejection::Missing)));
+        // Node a's stop is dropped with its placement (the node as a whole
+        // was refused); a plan of stops alone is always accepted.
+        let mut stops_only = Plan::default();
+        stops_only.node_update = plan.node_update.clone();
+        let v = evaluate_plan(&w.snap, &stops_only);
+        assert!(v.rejected.is_empty());
+        assert_eq!(v.result.node_update[&a.id].len(), 1);
+    }
+
+    #[test]
+    fn a_stop_in_the_same_plan_frees_room_for_a_placement() {
+        let a = node_fitting(1);
+        let mut w = World::new(&[&a]);
+        let old = w.alloc(&a, 0);
+        w.commit(vec![old.clone()]);
+        let mut plan = w.plan(vec![w.alloc(&a, 1)]);
+        assert!(
+            !evaluate_plan(&w.snap, &plan).rejected.is_empty(),
+            "full without the stop"
+        );
+        plan.push_stop(
+            a.id,
+            AllocStop {
+                id: old.id,
+                desired_status: DesiredStatus::Stop,
+                desired_description: "replaced".into(),
+                client_status: None,
+                followup_eval_id: None,
+                preempted_by: None,
+            },
+        );
+        let v = evaluate_plan(&w.snap, &plan);
+        assert!(v.rejected.is_empty(), "{:?}", v.rejected);
+    }
+
+    #[test]
+    fn draining_node_takes_in_place_updates_but_no_new_work() {
+        let a = node_fitting(4);
+        let mut w = World::new(&[&a]);
+        let old = w.alloc(&a, 0);
+        w.commit(vec![old.clone()]);
+        w.apply(Command::NodeUpdateDrain {
+            node_id: a.id,
+            drain: Some(DrainStrategy::default()),
+            mark_eligible: false,
+            event: None,
+            evals: vec![crate::state::fixtures::eval(
+                &w.job,
+                TriggeredBy::NodeDrain,
+                3,
+            )],
+        });
+        let mut updated = old.clone();
+        updated.job_version = 1;
+        let v = evaluate_plan(&w.snap, &w.plan(vec![updated]));
+        assert!(v.rejected.is_empty(), "{:?}", v.rejected);
+        let v = evaluate_plan(&w.snap, &w.plan(vec![w.alloc(&a, 1)]));
+        assert_eq!(v.rejected[0].1, NodeRejection::Ineligible);
+    }
+}
