@@ -301,8 +301,10 @@ mod tests {
         assert!(reasons.contains(&(ghost.id, NodeRejection::Missing)));
         // Node a's stop is dropped with its placement (the node as a whole
         // was refused); a plan of stops alone is always accepted.
-        let mut stops_only = Plan::default();
-        stops_only.node_update = plan.node_update.clone();
+        let stops_only = Plan {
+            node_update: plan.node_update.clone(),
+            ..Default::default()
+        };
         let v = evaluate_plan(&w.snap, &stops_only);
         assert!(v.rejected.is_empty());
         assert_eq!(v.result.node_update[&a.id].len(), 1);
