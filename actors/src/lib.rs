@@ -12,3 +12,4 @@ pub mod config;
 pub mod http;
 pub mod logging;
 pub mod node_lifecycle;
+pub mod plan_applier;

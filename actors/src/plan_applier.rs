@@ -1,0 +1,395 @@
+//! The PlanApplier actor: the plan queue and the only path by which a
+//! scheduler's decisions reach the state.
+//!
+//! Plans wait in a queue ordered by priority, first come first served
+//! within a priority. Each is checked against the newest state
+//! (`herder::plan_eval`) and what fits is committed. Writes are pipelined:
+//! while plan N is being made durable, plan N+1 is already checked against
+//! an optimistic state that includes N's effect, so the store's fsync and
+//! the verification overlap instead of taking turns. At most one write is
+//! in flight, so the optimistic state never runs more than one plan ahead
+//! of the durable one.
+
+use crate::broker::Outstanding;
+use actix::prelude::*;
+use futures::channel::oneshot;
+use herder::plan_eval::evaluate_plan;
+use herder::state::{Command, PlanResults, StateSnapshot, StateStore, StoreError};
+use herder::structs::{Evaluation, Plan, PlanResult, TriggeredBy};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Instant;
+
+/// Submit a plan; answered once it is durable (or refused).
+#[derive(Message)]
+#[rtype(result = "Result<PlanResult, PlanApplyError>")]
+pub struct SubmitPlan(pub Plan);
+
+/// Leadership: a disabled queue refuses plans ("plan queue is disabled"),
+/// which workers treat as transient and retry.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetEnabled(pub bool);
+
+/// Counters for metrics and the agent's status.
+#[derive(Message)]
+#[rtype(result = "PlanQueueStats")]
+pub struct GetStats;
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PlanQueueStats {
+    pub depth: usize,
+    pub applied: u64,
+    pub partial: u64,
+    pub rejected_nodes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanApplyError {
+    #[error("plan queue is disabled")]
+    Disabled,
+    #[error("plan for evaluation {0} carries a token that is no longer outstanding")]
+    StaleToken(herder::structs::EvalId),
+    #[error("state store: {0}")]
+    Store(#[from] StoreError),
+    #[error("plan applier stopped")]
+    Stopped,
+}
+
+impl PlanApplyError {
+    /// Errors a worker should retry after a backoff rather than nack on.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, PlanApplyError::Disabled)
+    }
+}
+
+type Reply = oneshot::Sender<Result<PlanResult, PlanApplyError>>;
+
+struct Queued {
+    plan: Plan,
+    seq: u64,
+    reply: Reply,
+    enqueued: Instant,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    /// Higher priority first; within a priority, the older plan first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.plan
+            .priority
+            .cmp(&other.plan.priority)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// A plan that has been checked and is waiting for (or in) its write.
+struct Verified {
+    queued: Queued,
+    command: Command,
+    result: PlanResult,
+    partial: bool,
+}
+
+pub struct PlanApplier {
+    store: StateStore,
+    /// The broker, asked whether a plan's evaluation is still outstanding
+    /// under the plan's token; a plan from a worker whose delivery timed out
+    /// (and was handed to another worker) must not be applied.
+    broker: Option<Recipient<Outstanding>>,
+    enabled: bool,
+    queue: BinaryHeap<Queued>,
+    seq: u64,
+    /// The state plans are checked against while a write is in flight: the
+    /// durable state plus that write's effect.
+    optimistic: Option<StateSnapshot>,
+    writing: bool,
+    next: Option<Verified>,
+    stats: PlanQueueStats,
+}
+
+impl PlanApplier {
+    pub fn new(store: StateStore, broker: Option<Recipient<Outstanding>>) -> Self {
+        PlanApplier {
+            store,
+            broker,
+            enabled: true,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            optimistic: None,
+            writing: false,
+            next: None,
+            stats: PlanQueueStats::default(),
+        }
+    }
+
+    /// Moves work forward: verify the next plan if there is room, start a
+    /// write if none is in flight.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            if self.next.is_none() {
+                let Some(queued) = self.queue.pop() else {
+                    break;
+                };
+                self.next = Some(self.verify(queued));
+            }
+            if self.writing {
+                break;
+            }
+            if let Some(v) = self.next.take() {
+                self.start_write(v, ctx);
+            }
+        }
+        self.stats.depth = self.queue.len() + usize::from(self.next.is_some());
+        metrics::gauge!("herder.plan.queue_depth").set(self.stats.depth as f64);
+    }
+
+    fn verify(&self, queued: Queued) -> Verified {
+        let snap = self
+            .optimistic
+            .clone()
+            .unwrap_or_else(|| self.store.snapshot());
+        let verdict = evaluate_plan(&snap, &queued.plan);
+        for (node, why) in &verdict.rejected {
+            tracing::debug!(eval_id = %queued.plan.eval_id, node_id = %node, reason = %why, "plan node rejected");
+        }
+        let partial = !verdict.rejected.is_empty();
+        let evals = preemption_evals(&snap, &verdict.result);
+        let command = Command::ApplyPlanResults(PlanResults {
+            eval_id: queued.plan.eval_id,
+            job: queued.plan.job.clone(),
+            node_update: verdict.result.node_update.clone(),
+            node_allocation: verdict.result.node_allocation.clone(),
+            node_preemptions: verdict.result.node_preemptions.clone(),
+            evals,
+            updated_at: now_nanos(),
+        });
+        Verified {
+            queued,
+            command,
+            result: verdict.result,
+            partial,
+        }
+    }
+
+    fn start_write(&mut self, v: Verified, ctx: &mut Context<Self>) {
+        if v.result.is_no_op() {
+            // Nothing fit (or nothing was asked): no write, answer now.
+            self.finish(v, Ok(self.store.latest_index()));
+            return;
+        }
+        let mut optimistic = self
+            .optimistic
+            .take()
+            .unwrap_or_else(|| self.store.snapshot());
+        let next_index = optimistic.latest_index() + 1;
+        // If the local apply fails the store's will too; the write's error
+        // then resets the optimistic state below.
+        let _ = optimistic.apply(next_index, &v.command);
+        self.optimistic = Some(optimistic);
+        self.writing = true;
+        let rx = self.store.submit(v.command.clone());
+        let started = Instant::now();
+        async move { rx.await }
+            .into_actor(self)
+            .map(move |res, act, ctx| {
+                act.writing = false;
+                metrics::histogram!("herder.plan.apply_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                let outcome = match res {
+                    Ok(Ok(o)) => Ok(o.index),
+                    Ok(Err(e)) => Err(PlanApplyError::Store(e)),
+                    Err(_) => Err(PlanApplyError::Stopped),
+                };
+                // The store now holds this write and whatever else landed
+                // meanwhile (nodes, client updates): the next write starts
+                // from it, so the optimistic state never drifts from it.
+                act.optimistic = None;
+                if outcome.is_err() {
+                    // A plan verified against the failed write's effect must
+                    // be checked again.
+                    if let Some(stale) = act.next.take() {
+                        act.queue.push(stale.queued);
+                    }
+                }
+                act.finish(v, outcome);
+                act.pump(ctx);
+            })
+            .spawn(ctx);
+    }
+
+    fn finish(&mut self, v: Verified, outcome: Result<u64, PlanApplyError>) {
+        metrics::histogram!("herder.plan.wait_seconds")
+            .record(v.queued.enqueued.elapsed().as_secs_f64());
+        let reply = match outcome {
+            Ok(index) => {
+                let mut result = v.result;
+                result.alloc_index = index;
+                if v.partial {
+                    result.refresh_index = result.refresh_index.max(index);
+                    self.stats.partial += 1;
+                    self.stats.rejected_nodes += result.rejected_nodes.len() as u64;
+                }
+                self.stats.applied += 1;
+                Ok(result)
+            }
+            Err(e) => Err(e),
+        };
+        let _ = v.queued.reply.send(reply);
+    }
+}
+
+/// One evaluation per job whose allocations this plan preempts, so the
+/// preempted work is placed again elsewhere.
+fn preemption_evals(snap: &StateSnapshot, result: &PlanResult) -> Vec<Evaluation> {
+    let mut by_job: HashMap<(String, String), Evaluation> = HashMap::new();
+    let now = now_nanos();
+    for stop in result.node_preemptions.values().flatten() {
+        let Some(alloc) = snap.alloc(&stop.id) else {
+            continue;
+        };
+        let Some(job) = snap.job(&alloc.namespace, &alloc.job_id) else {
+            continue;
+        };
+        by_job
+            .entry((job.namespace.clone(), job.id.clone()))
+            .or_insert_with(|| Evaluation::for_job(job, TriggeredBy::Preemption, now));
+    }
+    by_job.into_values().collect()
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl Actor for PlanApplier {
+    type Context = Context<Self>;
+}
+
+impl Handler<SubmitPlan> for PlanApplier {
+    type Result = ResponseActFuture<Self, Result<PlanResult, PlanApplyError>>;
+
+    fn handle(&mut self, msg: SubmitPlan, _ctx: &mut Context<Self>) -> Self::Result {
+        if !self.enabled {
+            return Box::pin(fut::ready(Err(PlanApplyError::Disabled)));
+        }
+        let plan = msg.0;
+        let check = self.broker.clone().map(|b| {
+            b.send(Outstanding {
+                eval_id: plan.eval_id,
+            })
+        });
+        let token = plan.eval_token.clone();
+        Box::pin(
+            async move {
+                match check {
+                    None => true,
+                    Some(asked) => matches!(asked.await, Ok(Some(t)) if t.to_string() == token),
+                }
+            }
+            .into_actor(self)
+            .then(move |outstanding, act, ctx| {
+                let eval_id = plan.eval_id;
+                let rx = if !outstanding {
+                    None
+                } else if !act.enabled {
+                    // Leadership was lost while the token was checked.
+                    None
+                } else {
+                    Some(act.enqueue(plan, ctx))
+                };
+                let enabled = act.enabled;
+                fut::wrap_future(async move {
+                    match rx {
+                        Some(rx) => rx.await.unwrap_or(Err(PlanApplyError::Stopped)),
+                        None if !enabled => Err(PlanApplyError::Disabled),
+                        None => Err(PlanApplyError::StaleToken(eval_id)),
+                    }
+                })
+            }),
+        )
+    }
+}
+
+impl PlanApplier {
+    fn enqueue(
+        &mut self,
+        plan: Plan,
+        ctx: &mut Context<Self>,
+    ) -> oneshot::Receiver<Result<PlanResult, PlanApplyError>> {
+        let (tx, rx) = oneshot::channel();
+        self.seq += 1;
+        self.queue.push(Queued {
+            plan,
+            seq: self.seq,
+            reply: tx,
+            enqueued: Instant::now(),
+        });
+        self.pump(ctx);
+        rx
+    }
+}
+
+impl Handler<SetEnabled> for PlanApplier {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetEnabled, _ctx: &mut Context<Self>) {
+        self.enabled = msg.0;
+        if !msg.0 {
+            for q in self.queue.drain() {
+                let _ = q.reply.send(Err(PlanApplyError::Disabled));
+            }
+        }
+    }
+}
+
+impl Handler<GetStats> for PlanApplier {
+    type Result = MessageResult<GetStats>;
+
+    fn handle(&mut self, _msg: GetStats, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queued(priority: i32, seq: u64) -> Queued {
+        let (reply, _rx) = oneshot::channel();
+        Queued {
+            plan: Plan {
+                priority,
+                ..Default::default()
+            },
+            seq,
+            reply,
+            enqueued: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn queue_serves_higher_priority_first_then_oldest_first() {
+        let mut q = BinaryHeap::new();
+        for (p, s) in [(50, 1), (70, 2), (50, 3), (70, 4), (10, 5)] {
+            q.push(queued(p, s));
+        }
+        let order: Vec<(i32, u64)> = std::iter::from_fn(|| q.pop())
+            .map(|x| (x.plan.priority, x.seq))
+            .collect();
+        assert_eq!(order, vec![(70, 2), (70, 4), (50, 1), (50, 3), (10, 5)]);
+    }
+}
