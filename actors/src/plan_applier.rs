@@ -200,8 +200,7 @@ impl PlanApplier {
         self.writing = true;
         let rx = self.store.submit(v.command.clone());
         let started = Instant::now();
-        async move { rx.await }
-            .into_actor(self)
+        rx.into_actor(self)
             .map(move |res, act, ctx| {
                 act.writing = false;
                 metrics::histogram!("herder.plan.apply_seconds")
