@@ -32,7 +32,7 @@ use actix::prelude::*;
 use herder::structs::{new_id, EvalId, EvalStatus, Evaluation, JobType, TriggeredBy};
 use rand::Rng;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
@@ -75,6 +75,10 @@ impl Default for BrokerConfig {
         }
     }
 }
+
+/// How many finished evaluations the broker remembers to recognise late
+/// copies (see `EvalBroker::finished`).
+const FINISHED_MEMORY: usize = 65_536;
 
 /// Why a broker request was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -427,6 +431,13 @@ pub struct EvalBroker {
     failed: HashMap<EvalId, Failed>,
     /// Evaluations to enqueue again once the delivery (token) is acked.
     requeue: HashMap<EvalId, (Token, Evaluation)>,
+    /// Recently finished evaluations and the ModifyIndex they finished at.
+    /// Evaluations reach the broker from more than one path (the state
+    /// change feed, its own follow-ups, a leader restore); an enqueue of a
+    /// finished evaluation at the same or an older index is a late copy and
+    /// is ignored, while a re-written one (reblocked: newer index) runs.
+    finished: HashMap<EvalId, u64>,
+    finished_order: VecDeque<EvalId>,
     /// Parked dequeues, oldest first.
     waiters: BTreeMap<u64, Waiter>,
     timers: BinaryHeap<TimerEntry>,
@@ -461,6 +472,8 @@ impl EvalBroker {
             delayed: HashMap::new(),
             failed: HashMap::new(),
             requeue: HashMap::new(),
+            finished: HashMap::new(),
+            finished_order: VecDeque::new(),
             waiters: BTreeMap::new(),
             timers: BinaryHeap::new(),
             armed: None,
@@ -480,6 +493,14 @@ impl EvalBroker {
     ) -> Result<(), BrokerError> {
         if !self.enabled {
             return Err(BrokerError::Disabled);
+        }
+        if self
+            .finished
+            .get(&eval.id)
+            .is_some_and(|at| eval.modify_index <= *at)
+        {
+            tracing::debug!(eval_id = %eval.id, "late copy of a finished evaluation ignored");
+            return Ok(());
         }
         if self.tracked.contains_key(&eval.id) {
             let held = self.unacked.get(&eval.id).map(|unacked| unacked.token);
@@ -672,6 +693,9 @@ impl EvalBroker {
         self.finish(&unacked.eval, true, ctx);
         if let Some((held, eval)) = self.requeue.remove(&eval_id) {
             if held == token {
+                // An explicit re-run requested under this delivery's token,
+                // not a late copy: it may run again at the same index.
+                self.finished.remove(&eval_id);
                 self.enqueue(eval, None, ctx)?;
             }
         }
@@ -684,6 +708,7 @@ impl EvalBroker {
     /// so it must not supersede the job's blocked evaluation.
     fn finish(&mut self, eval: &Arc<Evaluation>, processed: bool, ctx: &mut Context<Self>) {
         self.tracked.remove(&eval.id);
+        self.remember_finished(eval.id, eval.modify_index);
         let key = eval.job_key();
         let mut cancelable = Vec::new();
         let mut next = None;
@@ -866,8 +891,21 @@ impl EvalBroker {
         Ok(())
     }
 
+    fn remember_finished(&mut self, id: EvalId, modify_index: u64) {
+        if self.finished.insert(id, modify_index).is_none() {
+            self.finished_order.push_back(id);
+        }
+        while self.finished_order.len() > FINISHED_MEMORY {
+            if let Some(old) = self.finished_order.pop_front() {
+                self.finished.remove(&old);
+            }
+        }
+    }
+
     fn flush(&mut self) {
         self.epoch += 1;
+        self.finished.clear();
+        self.finished_order.clear();
         for (_, waiter) in std::mem::take(&mut self.waiters) {
             let _ = waiter.reply.send(Err(BrokerError::Disabled));
         }

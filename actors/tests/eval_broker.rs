@@ -982,3 +982,24 @@ async fn paused_nack_timer_keeps_the_eval_outstanding_until_resumed() {
         .expect("the resumed timer expires");
     assert_eq!(again.eval.id, e.id);
 }
+
+#[actix::test]
+async fn late_copy_of_a_finished_eval_is_ignored_but_a_rewritten_one_runs() {
+    let (broker, _sink) = start_broker(test_config()).await;
+    let e = eval("web", 50, 10);
+    enqueue(&broker, &e).await;
+    let d = dequeue(&broker, 1000).await.expect("delivered");
+    ack(&broker, &d).await;
+    // The same evaluation arrives again from another path, at the index it
+    // was already processed at: it must not run twice.
+    enqueue(&broker, &e).await;
+    assert!(dequeue(&broker, 100).await.is_none(), "late copy ignored");
+    // Re-written at a newer index (e.g. reblocked, then unblocked): it runs.
+    let mut rewritten = e.clone();
+    rewritten.modify_index = 12;
+    enqueue(&broker, &rewritten).await;
+    let again = dequeue(&broker, 1000)
+        .await
+        .expect("rewritten eval delivered");
+    assert_eq!(again.eval.id, e.id);
+}
