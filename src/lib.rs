@@ -8,4 +8,5 @@
 //! The core performs no I/O except through the state store's sled files and
 //! uses no async runtime: the actors crate drives it.
 
+pub mod scheduler;
 pub mod structs;
