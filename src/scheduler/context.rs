@@ -9,11 +9,12 @@
 //! [`EvalContext::plan_log`] instead of rescanning the plan per placement.
 
 use super::state::State;
+use super::util::FastMap;
 use crate::structs::{
     AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, ComparableResources, DesiredStatus,
     EvalId, Job, Node, NodeId, Plan,
 };
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 /// What a node would hold if the plan were applied.
@@ -52,7 +53,7 @@ pub struct PlanChange {
 /// Which node classes the evaluation found eligible, for blocked evals.
 #[derive(Debug, Default, Clone)]
 pub struct Eligibility {
-    classes: HashMap<String, bool>,
+    classes: FastMap<String, bool>,
     escaped: bool,
 }
 
@@ -91,8 +92,8 @@ pub struct EvalContext {
     pub plan_log: Vec<PlanChange>,
     pub now: i64,
     job_key: Option<(String, String)>,
-    usage: HashMap<NodeId, NodeUsage>,
-    priorities: HashMap<(Arc<str>, Arc<str>), i32>,
+    usage: FastMap<NodeId, NodeUsage>,
+    priorities: FastMap<(Arc<str>, Arc<str>), i32>,
 }
 
 impl EvalContext {
@@ -105,8 +106,8 @@ impl EvalContext {
             plan_log: Vec::new(),
             now,
             job_key: job.map(|j| (j.namespace.clone(), j.id.clone())),
-            usage: HashMap::new(),
-            priorities: HashMap::new(),
+            usage: FastMap::default(),
+            priorities: FastMap::default(),
         }
     }
 
@@ -116,9 +117,7 @@ impl EvalContext {
     }
 
     fn is_job_alloc(&self, alloc: &Allocation) -> bool {
-        self.job_key
-            .as_ref()
-            .is_some_and(|(ns, id)| *alloc.namespace == **ns && *alloc.job_id == **id)
+        is_job_alloc(self.job_key.as_ref(), alloc)
     }
 
     /// What the node would hold with the plan applied (computed on first use).
@@ -150,32 +149,17 @@ impl EvalContext {
             if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
                 continue;
             }
-            self.add_to_usage(&mut usage, &alloc);
+            add_to_usage(self.job_key.as_ref(), &mut usage, &alloc);
             if !self.is_job_alloc(&alloc) {
                 usage.others.push(alloc);
             }
         }
         for alloc in planned.into_iter().flatten() {
             if !alloc.is_terminal() {
-                self.add_to_usage(&mut usage, alloc);
+                add_to_usage(self.job_key.as_ref(), &mut usage, alloc);
             }
         }
         usage
-    }
-
-    fn add_to_usage(&self, usage: &mut NodeUsage, alloc: &Allocation) {
-        usage.used.add(&alloc.allocated_resources.comparable());
-        usage.ports.extend(alloc.allocated_resources.ports());
-        if self.is_job_alloc(alloc) {
-            match usage
-                .job_groups
-                .iter_mut()
-                .find(|(g, _)| *g == alloc.task_group)
-            {
-                Some((_, n)) => *n += 1,
-                None => usage.job_groups.push((alloc.task_group.clone(), 1)),
-            }
-        }
     }
 
     fn log(&mut self, alloc: &Allocation, delta: i32) {
@@ -236,9 +220,16 @@ impl EvalContext {
 
     /// Plans a new allocation or an in-place change of an existing one.
     pub fn place_alloc(&mut self, alloc: Allocation) {
-        self.usage.remove(&alloc.node_id);
-        if !alloc.is_terminal() && !self.live_in_state(&alloc.id) {
-            self.log(&alloc, 1);
+        if !alloc.is_terminal() {
+            if self.live_in_state(&alloc.id) {
+                // An in-place update replaces a live allocation: recompute.
+                self.usage.remove(&alloc.node_id);
+            } else {
+                if let Some(usage) = self.usage.get_mut(&alloc.node_id) {
+                    add_to_usage(self.job_key.as_ref(), usage, &alloc);
+                }
+                self.log(&alloc, 1);
+            }
         }
         self.plan.push_alloc(alloc);
     }
@@ -273,5 +264,24 @@ impl EvalContext {
             .map_or(0, |j| j.priority);
         self.priorities.insert(key, p);
         p
+    }
+}
+
+fn is_job_alloc(job_key: Option<&(String, String)>, alloc: &Allocation) -> bool {
+    job_key.is_some_and(|(ns, id)| *alloc.namespace == **ns && *alloc.job_id == **id)
+}
+
+fn add_to_usage(job_key: Option<&(String, String)>, usage: &mut NodeUsage, alloc: &Allocation) {
+    usage.used.add(&alloc.allocated_resources.comparable());
+    usage.ports.extend(alloc.allocated_resources.ports());
+    if is_job_alloc(job_key, alloc) {
+        match usage
+            .job_groups
+            .iter_mut()
+            .find(|(g, _)| *g == alloc.task_group)
+        {
+            Some((_, n)) => *n += 1,
+            None => usage.job_groups.push((alloc.task_group.clone(), 1)),
+        }
     }
 }

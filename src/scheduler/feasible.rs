@@ -9,6 +9,7 @@
 //! `distinct_property` depend on where the job already runs, so they are
 //! checked by the stack against the plan, not here.
 
+use super::util::FastMap;
 use crate::structs::job::operand;
 use crate::structs::version::VersionConstraint;
 use crate::structs::{Constraint, Job, Node, TaskGroup};
@@ -172,7 +173,7 @@ pub struct GroupFeasibility {
     /// `distinct_hosts` on the group: one allocation of the group per node.
     pub distinct_hosts_group: bool,
     pub distinct_properties: Vec<DistinctProperty>,
-    class_cache: HashMap<String, Result<(), Arc<str>>>,
+    class_cache: FastMap<String, Result<(), Arc<str>>>,
 }
 
 const MISSING_DRIVERS: &str = "missing drivers";
@@ -188,7 +189,7 @@ impl GroupFeasibility {
             distinct_hosts_job: false,
             distinct_hosts_group: false,
             distinct_properties: Vec::new(),
-            class_cache: HashMap::new(),
+            class_cache: FastMap::default(),
         };
         let scoped = job
             .constraints
@@ -232,18 +233,24 @@ impl GroupFeasibility {
     }
 
     /// Checks drivers and constraints, answering from the class cache when
-    /// the group does not escape it. `Err` names the failed constraint.
-    pub fn check(&mut self, node: &Node, cache: &mut ConstraintCache) -> Result<(), Arc<str>> {
+    /// the group does not escape it. `Err` names the failed constraint; the
+    /// flag says the node's class was checked for the first time (so its
+    /// eligibility is news).
+    pub fn check(
+        &mut self,
+        node: &Node,
+        cache: &mut ConstraintCache,
+    ) -> (Result<(), Arc<str>>, bool) {
         if !self.escaped && !node.computed_class.is_empty() {
             if let Some(r) = self.class_cache.get(&node.computed_class) {
-                return r.clone();
+                return (r.clone(), false);
             }
             let r = self.check_uncached(node, cache);
             self.class_cache
                 .insert(node.computed_class.clone(), r.clone());
-            return r;
+            return (r, true);
         }
-        self.check_uncached(node, cache)
+        (self.check_uncached(node, cache), false)
     }
 
     fn check_uncached(&self, node: &Node, cache: &mut ConstraintCache) -> Result<(), Arc<str>> {

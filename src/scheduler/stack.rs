@@ -18,6 +18,7 @@ use super::feasible::{
 };
 use super::preemption::select_preemptions;
 use super::rank::{assign_ports, fit_score, GroupAsk};
+use super::util::FastMap;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
     NodeScoreMeta, SchedulerAlgorithm, TaskGroup,
@@ -115,7 +116,7 @@ struct PropertyCounter {
     attribute: String,
     group: Option<Arc<str>>,
     counts: HashMap<String, u64>,
-    node_values: HashMap<NodeId, Option<String>>,
+    node_values: FastMap<NodeId, Option<String>>,
     log_offset: usize,
     initialised: bool,
 }
@@ -126,7 +127,7 @@ impl PropertyCounter {
             attribute: attribute.to_string(),
             group: group.map(Arc::from),
             counts: HashMap::new(),
-            node_values: HashMap::new(),
+            node_values: FastMap::default(),
             log_offset: 0,
             initialised: false,
         }
@@ -184,6 +185,10 @@ struct SpreadInfo {
     /// Desired allocations per value; empty means "spread evenly".
     desired: HashMap<String, f64>,
     counter: PropertyCounter,
+    /// Least and most allocations on any used value (0 when none), fixed
+    /// for the length of one placement.
+    min_used: u64,
+    max_used: u64,
 }
 
 /// Everything about a task group the stack computes once per evaluation.
@@ -232,6 +237,8 @@ impl GroupInfo {
                     weight: f64::from(s.weight),
                     desired,
                     counter: PropertyCounter::new(&s.attribute, Some(&tg.name)),
+                    min_used: 0,
+                    max_used: 0,
                 }
             })
             .collect();
@@ -259,6 +266,10 @@ impl GroupInfo {
     fn sync(&mut self, ctx: &EvalContext, job: &Job) {
         for s in &mut self.spreads {
             s.counter.sync(ctx, job);
+            let used = s.counter.counts.values().copied().filter(|c| *c > 0);
+            let (min, max) = used.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
+            s.min_used = if max == 0 { 0 } else { min };
+            s.max_used = max;
         }
         for (_, c) in &mut self.distinct {
             c.sync(ctx, job);
@@ -280,7 +291,8 @@ pub struct Stack {
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
-    groups: HashMap<String, Box<GroupInfo>>,
+    /// Per-group state, looked up by name (jobs have few groups).
+    groups: Vec<(String, Option<Box<GroupInfo>>)>,
     cache: ConstraintCache,
 }
 
@@ -296,13 +308,25 @@ impl Stack {
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
-            groups: HashMap::new(),
+            groups: Vec::new(),
             cache: ConstraintCache::default(),
         }
     }
 
     pub fn preemption_enabled(&self) -> bool {
         self.preemption
+    }
+
+    /// Restricts the candidates to one node (system placements and
+    /// in-place checks), reusing the candidate list.
+    pub fn set_single_node(&mut self, node: Arc<Node>) {
+        self.nodes.clear();
+        self.nodes.push(node);
+        self.offset = 0;
+        self.base_limit = match self.kind {
+            StackKind::System => usize::MAX,
+            _ => 2,
+        };
     }
 
     /// Sets the candidate nodes, shuffled with the evaluation's seed.
@@ -329,16 +353,23 @@ impl Stack {
         opts: &SelectOptions,
     ) -> Option<(RankedNode, AllocatedResources)> {
         ctx.reset_metrics();
-        // Taken out of the map for the call (and put back under the same
-        // key) so the stack can be borrowed mutably alongside it.
-        let (key, mut info) = match self.groups.remove_entry(&tg.name) {
-            Some(entry) => entry,
+        // Taken out of its slot for the call (and put back) so the stack
+        // can be borrowed mutably alongside it.
+        let slot = match self.groups.iter().position(|(name, _)| *name == tg.name) {
+            Some(i) => i,
+            None => {
+                self.groups.push((tg.name.clone(), None));
+                self.groups.len() - 1
+            }
+        };
+        let mut info = match self.groups[slot].1.take() {
+            Some(info) => info,
             None => {
                 let info = Box::new(GroupInfo::new(&self.job, tg));
                 if info.feasibility.escaped {
                     ctx.eligibility.set_escaped();
                 }
-                (tg.name.clone(), info)
+                info
             }
         };
         info.sync(ctx, &self.job);
@@ -350,7 +381,7 @@ impl Stack {
                 .unwrap_or_else(|| info.ask.template.clone());
             (r, resources)
         });
-        self.groups.insert(key, info);
+        self.groups[slot].1 = Some(info);
         result
     }
 
@@ -444,19 +475,14 @@ impl Stack {
         node: Arc<Node>,
     ) -> Option<RankedNode> {
         let escaped = info.feasibility.escaped;
-        match info.feasibility.check(&node, &mut self.cache) {
-            Err(label) => {
-                ctx.metrics.filter_node(&node.node_class, &label);
-                if !escaped {
-                    ctx.eligibility.record(&node.computed_class, false);
-                }
-                return None;
-            }
-            Ok(()) => {
-                if !escaped {
-                    ctx.eligibility.record(&node.computed_class, true);
-                }
-            }
+        let (feasible, first_sight) = info.feasibility.check(&node, &mut self.cache);
+        if first_sight && !escaped {
+            ctx.eligibility
+                .record(&node.computed_class, feasible.is_ok());
+        }
+        if let Err(label) = feasible {
+            ctx.metrics.filter_node(&node.node_class, &label);
+            return None;
         }
         if let Some(reason) = self.placement_conflict(ctx, info, &node) {
             ctx.metrics.filter_node(&node.node_class, &reason);
@@ -632,7 +658,7 @@ fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
             continue;
         };
         if s.desired.is_empty() {
-            total += even_spread_boost(&s.counter, &value);
+            total += even_spread_boost(s, &value);
             continue;
         }
         let used = s.counter.count(&value) as f64 + 1.0;
@@ -655,19 +681,13 @@ fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
     total
 }
 
-fn even_spread_boost(counter: &PropertyCounter, value: &str) -> f64 {
-    let used: Vec<u64> = counter
-        .counts
-        .values()
-        .copied()
-        .filter(|c| *c > 0)
-        .collect();
-    if used.is_empty() {
+fn even_spread_boost(s: &SpreadInfo, value: &str) -> f64 {
+    let (min, max) = (s.min_used, s.max_used);
+    if max == 0 {
+        // Nothing placed yet: every value is as good as any other.
         return 0.0;
     }
-    let current = counter.count(value);
-    let min = used.iter().copied().min().unwrap_or(0);
-    let max = used.iter().copied().max().unwrap_or(0);
+    let current = s.counter.count(value);
     if current != min {
         // Fewer than the least-used value (a new value) is a boost; more is
         // a penalty proportional to the excess.

@@ -255,7 +255,8 @@ impl<'p> SystemScheduler<'p> {
         for t in &diff.place {
             *self.queued.entry(t.group.clone()).or_default() += 1;
         }
-        let by_id: HashMap<NodeId, Arc<Node>> = nodes.into_iter().map(|n| (n.id, n)).collect();
+        let by_id: FastMap<NodeId, Arc<Node>> = nodes.into_iter().map(|n| (n.id, n)).collect();
+        ctx.plan.node_allocation.reserve(diff.place.len());
         self.compute_placements(eval, job, ctx, stack, &diff.place, &by_id, by_dc)
     }
 
@@ -267,7 +268,7 @@ impl<'p> SystemScheduler<'p> {
         ctx: &mut EvalContext,
         stack: &mut Stack,
         place: &[AllocTuple],
-        nodes: &HashMap<NodeId, Arc<Node>>,
+        nodes: &FastMap<NodeId, Arc<Node>>,
         by_dc: &BTreeMap<String, u64>,
     ) -> Result<(), SchedulerError> {
         let template = AllocTemplate::new(job, eval);
@@ -282,7 +283,7 @@ impl<'p> SystemScheduler<'p> {
             let Some(tg) = job.lookup_task_group(&missing.group) else {
                 continue;
             };
-            stack.set_nodes(vec![node.clone()]);
+            stack.set_single_node(node.clone());
             let option = stack.select(ctx, tg, &opts);
             let Some((ranked, resources)) = option else {
                 self.record_failure(eval, ctx, tg, node, by_dc)?;
@@ -415,8 +416,8 @@ pub fn diff_system_allocs(
                 .collect()
         })
         .unwrap_or_default();
-    let eligible_ids: HashSet<NodeId> = eligible.iter().map(|n| n.id).collect();
-    let mut live_by_node: HashMap<NodeId, Vec<&Arc<Allocation>>> = HashMap::new();
+    let eligible_ids: FastMap<NodeId, ()> = eligible.iter().map(|n| (n.id, ())).collect();
+    let mut live_by_node: FastMap<NodeId, Vec<&Arc<Allocation>>> = FastMap::default();
     let mut terminal: HashMap<(NodeId, &str), &Arc<Allocation>> = HashMap::new();
     for a in allocs {
         if a.is_terminal() {
@@ -432,7 +433,7 @@ pub fn diff_system_allocs(
     let mut node_ids: Vec<NodeId> = eligible.iter().map(|n| n.id).collect();
     let mut extra: Vec<NodeId> = live_by_node
         .keys()
-        .filter(|id| !eligible_ids.contains(id))
+        .filter(|id| !eligible_ids.contains_key(id))
         .copied()
         .collect();
     extra.sort_unstable();
@@ -467,7 +468,7 @@ pub fn diff_system_allocs(
                 }
                 continue;
             }
-            if !eligible_ids.contains(&node_id) {
+            if !eligible_ids.contains_key(&node_id) {
                 // Kept on nodes that are merely not ready or ineligible;
                 // stopped on nodes the job no longer targets.
                 let not_ready = state
@@ -507,7 +508,7 @@ pub fn diff_system_allocs(
                     continue;
                 }
             }
-            if tainted.contains_key(&node_id) || !eligible_ids.contains(&node_id) {
+            if tainted.contains_key(&node_id) || !eligible_ids.contains_key(&node_id) {
                 continue;
             }
             diff.place.push(AllocTuple {

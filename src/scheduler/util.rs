@@ -14,6 +14,7 @@ use crate::structs::{
     RescheduleTracker, TaskGroup, TriggeredBy,
 };
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -200,7 +201,7 @@ pub fn try_update(
     if !datacenter_matches(&job.datacenters, &node.datacenter) {
         return UpdateKind::Destructive;
     }
-    stack.set_nodes(vec![node]);
+    stack.set_single_node(node);
     ctx.stop_alloc(alloc, ALLOC_IN_PLACE, None, None);
     let option = stack.select(ctx, tg, &SelectOptions::default());
     ctx.pop_stop(alloc);
@@ -259,7 +260,7 @@ impl AllocTemplate {
         now: i64,
     ) -> Allocation {
         Allocation {
-            id: crate::structs::new_id(),
+            id: new_alloc_id(),
             namespace: self.namespace.clone(),
             eval_id: self.eval_id,
             name,
@@ -561,4 +562,40 @@ pub fn node_not_ready(node: &Node) -> bool {
 pub fn eval_seed(eval: &Evaluation, index: u64) -> u64 {
     let (hi, lo) = eval.id.as_u64_pair();
     hi ^ lo.rotate_left(17) ^ index
+}
+
+/// FNV-1a, for the scheduler's short-lived maps keyed by node IDs and class
+/// names: several times cheaper than SipHash on 16-byte keys, and the maps
+/// live for one evaluation only, so hash flooding has nothing to build on.
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` with the [`Fnv`] hasher.
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// A fresh random allocation ID from the thread's RNG: placing ten thousand
+/// allocations must not cost ten thousand `getrandom` system calls.
+pub fn new_alloc_id() -> uuid::Uuid {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::thread_rng().gen();
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
