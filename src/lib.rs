@@ -11,5 +11,6 @@
 
 pub mod jobspec;
 pub mod plan_eval;
+pub mod scheduler;
 pub mod state;
 pub mod structs;

@@ -1,0 +1,240 @@
+//! Scheduler benchmarks in two shapes (see NOMAD_REFERENCE.md):
+//!
+//! - the peer shape: N identical ready nodes and one service, batch or
+//!   system job of M small allocations, one registration evaluation; timed
+//!   from taking the snapshot to the evaluation being processed. Plain
+//!   variants hand the plan to a planner that commits it without writing it
+//!   anywhere ("scheduling only"); "+apply" variants write the placements
+//!   into the in-memory state as well;
+//! - Nomad's own grid (`scheduler/benchmarks`): two datacenters, nodes with
+//!   a `rack` meta over a number of racks, one service job of 300-1,200
+//!   large allocations, with and without `spread` on `${meta.rack}`.
+
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use herder::scheduler::{new_scheduler, Harness, HarnessState, Planner, PlannerError, State};
+use herder::structs::{
+    Constraint, DriverInfo, Evaluation, Job, JobType, Node, NodeStatus, Plan, PlanResult,
+    Resources, Spread, Task, TaskGroup, TriggeredBy,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NOW: i64 = 1_700_000_000_000_000_000;
+
+/// A planner that commits every plan in full without storing it.
+struct CommitAll;
+
+impl Planner for CommitAll {
+    fn submit_plan(
+        &mut self,
+        plan: Plan,
+    ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError> {
+        Ok((
+            PlanResult {
+                node_allocation: plan.node_allocation,
+                node_update: plan.node_update,
+                node_preemptions: plan.node_preemptions,
+                alloc_index: plan.snapshot_index + 1,
+                ..Default::default()
+            },
+            None,
+        ))
+    }
+    fn update_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
+        Ok(())
+    }
+    fn create_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
+        Ok(())
+    }
+    fn reblock_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
+        Ok(())
+    }
+}
+
+fn peer_node(i: usize) -> Node {
+    let mut n = Node {
+        id: herder::structs::new_id(),
+        name: format!("node-{i}"),
+        datacenter: "dc1".into(),
+        node_class: "linux-medium-pci".into(),
+        node_pool: "default".into(),
+        status: NodeStatus::Ready,
+        ..Default::default()
+    };
+    n.node_resources.cpu.cpu_shares = 4000;
+    n.node_resources.memory.memory_mb = 8192;
+    n.node_resources.disk.disk_mb = 100 * 1024;
+    n.reserved_resources.cpu.cpu_shares = 100;
+    n.reserved_resources.memory.memory_mb = 256;
+    n.reserved_resources.disk.disk_mb = 4 * 1024;
+    n.attributes.insert("kernel.name".into(), "linux".into());
+    n.attributes.insert("arch".into(), "x86".into());
+    for d in ["exec", "mock_driver"] {
+        n.drivers.insert(
+            d.into(),
+            DriverInfo {
+                detected: true,
+                healthy: true,
+                ..Default::default()
+            },
+        );
+    }
+    n
+}
+
+fn peer_job(job_type: JobType, count: i32) -> Job {
+    let mut j = Job {
+        id: format!("bench-{job_type}"),
+        job_type,
+        datacenters: vec!["dc1".into()],
+        constraints: vec![Constraint::new("${attr.kernel.name}", "=", "linux")],
+        task_groups: vec![TaskGroup {
+            name: "web".into(),
+            count,
+            tasks: vec![Task {
+                name: "web".into(),
+                driver: "exec".into(),
+                resources: Resources {
+                    cpu: 10,
+                    memory_mb: 16,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    j.canonicalize();
+    if let Some(d) = j.task_groups[0].ephemeral_disk.as_mut() {
+        d.size_mb = 10;
+    }
+    j
+}
+
+fn state_with(nodes: impl IntoIterator<Item = Node>, job: Job) -> (HarnessState, Arc<Job>) {
+    let mut state = HarnessState::new();
+    for n in nodes {
+        state.upsert_node(n);
+    }
+    let job = state.upsert_job(job);
+    (state, job)
+}
+
+/// Times snapshot + scheduler construction + processing of one
+/// registration evaluation, over a fresh copy of `base` each iteration.
+fn bench_eval(
+    c: &mut Criterion,
+    group: &str,
+    id: BenchmarkId,
+    base: &HarnessState,
+    job: &Job,
+    apply: bool,
+) {
+    let eval = Evaluation::for_job(job, TriggeredBy::JobRegister, NOW);
+    let mut g = c.benchmark_group(group);
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    g.bench_function(id, |b| {
+        b.iter_batched(
+            || base.clone(),
+            |state| {
+                if apply {
+                    let mut h = Harness::with_state(state);
+                    h.now = NOW;
+                    h.process(&eval).expect("process");
+                    h
+                } else {
+                    let snapshot: Arc<dyn State> = Arc::new(state);
+                    let mut planner = CommitAll;
+                    let mut s = new_scheduler(&eval.eval_type, snapshot, &mut planner, NOW)
+                        .expect("scheduler");
+                    s.process(&eval).expect("process");
+                    Harness::default()
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+fn peer(c: &mut Criterion) {
+    let cases: &[(JobType, usize, i32)] = &[
+        (JobType::Service, 1_000, 1_000),
+        (JobType::Service, 5_000, 1_000),
+        (JobType::Service, 10_000, 10_000),
+        (JobType::Batch, 1_000, 1_000),
+        (JobType::Batch, 10_000, 10_000),
+        (JobType::System, 1_000, 1),
+        (JobType::System, 5_000, 1),
+        (JobType::System, 10_000, 1),
+    ];
+    for (job_type, n, m) in cases {
+        let (state, job) = state_with((0..*n).map(peer_node), peer_job(job_type.clone(), *m));
+        let m_label = if job_type.is_system_like() {
+            *n as i32
+        } else {
+            *m
+        };
+        for apply in [false, true] {
+            let name = format!("{job_type}{}", if apply { "+apply" } else { "" });
+            let id = BenchmarkId::new(name, format!("N={n}/M={m_label}"));
+            bench_eval(c, "peer", id, &state, &job, apply);
+        }
+    }
+}
+
+/// A node of Nomad's benchmark grid.
+fn grid_node(i: usize, racks: usize) -> Node {
+    let mut n = peer_node(i);
+    n.datacenter = if i % 2 == 0 { "dc1" } else { "dc2" }.into();
+    n.node_resources.cpu.cpu_shares = 32_000;
+    n.node_resources.memory.memory_mb = 32_000;
+    n.node_resources.disk.disk_mb = 100 * 1024;
+    n.reserved_resources = Default::default();
+    n.meta.insert("rack".into(), format!("r{}", i % racks));
+    n
+}
+
+fn grid_job(count: i32, spread: bool) -> Job {
+    let mut j = peer_job(JobType::Service, count);
+    j.datacenters = vec!["dc1".into(), "dc2".into()];
+    j.constraints.clear();
+    let t = &mut j.task_groups[0].tasks[0];
+    t.resources.cpu = 6_000;
+    t.resources.memory_mb = 6_000;
+    if spread {
+        j.task_groups[0].spreads.push(Spread {
+            attribute: "${meta.rack}".into(),
+            weight: 100,
+            spread_target: vec![],
+        });
+    }
+    j
+}
+
+fn nomad_grid(c: &mut Criterion) {
+    for nodes in [1_000usize, 5_000, 10_000] {
+        for racks in [10usize, 75] {
+            for count in [300i32, 1_200] {
+                for spread in [false, true] {
+                    let (state, job) = state_with(
+                        (0..nodes).map(|i| grid_node(i, racks)),
+                        grid_job(count, spread),
+                    );
+                    let name = if spread { "spread" } else { "no-spread" };
+                    let id = BenchmarkId::new(
+                        name,
+                        format!("nodes={nodes}/racks={racks}/allocs={count}"),
+                    );
+                    bench_eval(c, "nomad-grid", id, &state, &job, false);
+                }
+            }
+        }
+    }
+}
+
+criterion_group!(benches, peer, nomad_grid);
+criterion_main!(benches);

@@ -1,0 +1,287 @@
+//! The per-evaluation working set: snapshot, plan under construction,
+//! placement metrics, class eligibility, and a cache of what each touched
+//! node would hold if the plan were applied.
+//!
+//! Every change to the plan goes through [`EvalContext`] so the per-node
+//! cache stays true (the node's entry is dropped and recomputed on next use)
+//! and so trackers that count allocations per attribute value (spread,
+//! distinct_property) can replay the plan's changes incrementally from
+//! [`EvalContext::plan_log`] instead of rescanning the plan per placement.
+
+use super::state::State;
+use super::util::FastMap;
+use crate::structs::{
+    AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, ComparableResources, DesiredStatus,
+    EvalId, Job, Node, NodeId, Plan,
+};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// What a node would hold if the plan were applied.
+#[derive(Debug, Default)]
+pub struct NodeUsage {
+    /// Resources of every live allocation, planned ones included.
+    pub used: ComparableResources,
+    /// Host ports in use, and the node's reserved host ports.
+    pub ports: HashSet<u16>,
+    /// Live allocations of the evaluation's job on the node, per group.
+    pub job_groups: Vec<(Arc<str>, u32)>,
+    /// Live allocations of other jobs (preemption candidates).
+    pub others: Vec<Arc<Allocation>>,
+}
+
+impl NodeUsage {
+    /// Allocations of the evaluation's job on this node (one group, or all).
+    pub fn job_count(&self, group: Option<&str>) -> u32 {
+        self.job_groups
+            .iter()
+            .filter(|(g, _)| group.is_none_or(|want| &**g == want))
+            .map(|(_, n)| *n)
+            .sum()
+    }
+}
+
+/// One change the plan made to the evaluation job's live allocations:
+/// `delta` +1 for a placement, -1 for a stop, on `node` in `group`.
+#[derive(Clone, Debug)]
+pub struct PlanChange {
+    pub node: NodeId,
+    pub group: Arc<str>,
+    pub delta: i32,
+}
+
+/// Which node classes the evaluation found eligible, for blocked evals.
+#[derive(Debug, Default, Clone)]
+pub struct Eligibility {
+    classes: FastMap<String, bool>,
+    escaped: bool,
+}
+
+impl Eligibility {
+    /// Records a class as seen; eligible if any group could use it.
+    pub fn record(&mut self, class: &str, eligible: bool) {
+        if let Some(e) = self.classes.get_mut(class) {
+            *e |= eligible;
+        } else {
+            self.classes.insert(class.to_string(), eligible);
+        }
+    }
+
+    /// Marks that a constraint targeted node-unique values, so classes say
+    /// nothing reliable about feasibility.
+    pub fn set_escaped(&mut self) {
+        self.escaped = true;
+    }
+
+    pub fn has_escaped(&self) -> bool {
+        self.escaped
+    }
+
+    pub fn classes(&self) -> BTreeMap<String, bool> {
+        self.classes.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+pub struct EvalContext {
+    pub state: Arc<dyn State>,
+    pub plan: Plan,
+    /// Metrics of the placement being computed.
+    pub metrics: AllocMetric,
+    pub eligibility: Eligibility,
+    /// Every change the plan made to the job's live allocations, in order.
+    pub plan_log: Vec<PlanChange>,
+    pub now: i64,
+    job_key: Option<(String, String)>,
+    usage: FastMap<NodeId, NodeUsage>,
+    priorities: FastMap<(Arc<str>, Arc<str>), i32>,
+}
+
+impl EvalContext {
+    pub fn new(state: Arc<dyn State>, plan: Plan, job: Option<&Job>, now: i64) -> Self {
+        EvalContext {
+            state,
+            plan,
+            metrics: AllocMetric::default(),
+            eligibility: Eligibility::default(),
+            plan_log: Vec::new(),
+            now,
+            job_key: job.map(|j| (j.namespace.clone(), j.id.clone())),
+            usage: FastMap::default(),
+            priorities: FastMap::default(),
+        }
+    }
+
+    /// Starts the metrics of a new placement.
+    pub fn reset_metrics(&mut self) {
+        self.metrics = AllocMetric::default();
+    }
+
+    fn is_job_alloc(&self, alloc: &Allocation) -> bool {
+        is_job_alloc(self.job_key.as_ref(), alloc)
+    }
+
+    /// What the node would hold with the plan applied (computed on first use).
+    pub fn usage(&mut self, node: &Node) -> &NodeUsage {
+        if !self.usage.contains_key(&node.id) {
+            let usage = self.compute_usage(node);
+            self.usage.insert(node.id, usage);
+        }
+        &self.usage[&node.id]
+    }
+
+    fn compute_usage(&self, node: &Node) -> NodeUsage {
+        let mut usage = NodeUsage::default();
+        if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
+            usage.ports.extend(ports);
+        }
+        let removed: HashSet<AllocId> = self
+            .plan
+            .node_update
+            .get(&node.id)
+            .into_iter()
+            .chain(self.plan.node_preemptions.get(&node.id))
+            .flatten()
+            .map(|s| s.id)
+            .collect();
+        let planned = self.plan.node_allocation.get(&node.id);
+        let replaced: HashSet<AllocId> = planned.into_iter().flatten().map(|a| a.id).collect();
+        for alloc in self.state.allocs_by_node(&node.id) {
+            if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
+                continue;
+            }
+            add_to_usage(self.job_key.as_ref(), &mut usage, &alloc);
+            if !self.is_job_alloc(&alloc) {
+                usage.others.push(alloc);
+            }
+        }
+        for alloc in planned.into_iter().flatten() {
+            if !alloc.is_terminal() {
+                add_to_usage(self.job_key.as_ref(), &mut usage, alloc);
+            }
+        }
+        usage
+    }
+
+    fn log(&mut self, alloc: &Allocation, delta: i32) {
+        if self.is_job_alloc(alloc) {
+            self.plan_log.push(PlanChange {
+                node: alloc.node_id,
+                group: alloc.task_group.clone(),
+                delta,
+            });
+        }
+    }
+
+    /// Whether the snapshot holds this allocation live (not terminal).
+    fn live_in_state(&self, id: &AllocId) -> bool {
+        self.state.alloc_by_id(id).is_some_and(|a| !a.is_terminal())
+    }
+
+    /// Plans a stop of an existing allocation.
+    pub fn stop_alloc(
+        &mut self,
+        alloc: &Allocation,
+        description: &str,
+        client_status: Option<ClientStatus>,
+        followup: Option<EvalId>,
+    ) {
+        self.plan.push_stop(
+            alloc.node_id,
+            AllocStop {
+                id: alloc.id,
+                desired_status: DesiredStatus::Stop,
+                desired_description: description.to_string(),
+                client_status,
+                followup_eval_id: followup,
+                preempted_by: None,
+            },
+        );
+        self.usage.remove(&alloc.node_id);
+        if !alloc.is_terminal() {
+            self.log(alloc, -1);
+        }
+    }
+
+    /// Takes back the most recent planned stop of an allocation.
+    pub fn pop_stop(&mut self, alloc: &Allocation) {
+        if let Some(list) = self.plan.node_update.get_mut(&alloc.node_id) {
+            if let Some(pos) = list.iter().rposition(|s| s.id == alloc.id) {
+                list.remove(pos);
+                if list.is_empty() {
+                    self.plan.node_update.remove(&alloc.node_id);
+                }
+                self.usage.remove(&alloc.node_id);
+                if !alloc.is_terminal() {
+                    self.log(alloc, 1);
+                }
+            }
+        }
+    }
+
+    /// Plans a new allocation or an in-place change of an existing one.
+    pub fn place_alloc(&mut self, alloc: Allocation) {
+        if !alloc.is_terminal() {
+            if self.live_in_state(&alloc.id) {
+                // An in-place update replaces a live allocation: recompute.
+                self.usage.remove(&alloc.node_id);
+            } else {
+                if let Some(usage) = self.usage.get_mut(&alloc.node_id) {
+                    add_to_usage(self.job_key.as_ref(), usage, &alloc);
+                }
+                self.log(&alloc, 1);
+            }
+        }
+        self.plan.push_alloc(alloc);
+    }
+
+    /// Plans the eviction of a lower-priority allocation for `by`.
+    pub fn preempt_alloc(&mut self, alloc: &Allocation, by: AllocId) {
+        self.plan
+            .node_preemptions
+            .entry(alloc.node_id)
+            .or_default()
+            .push(AllocStop {
+                id: alloc.id,
+                desired_status: DesiredStatus::Evict,
+                desired_description: format!("Preempted by alloc ID {by}"),
+                client_status: None,
+                followup_eval_id: None,
+                preempted_by: Some(by),
+            });
+        self.usage.remove(&alloc.node_id);
+    }
+
+    /// The priority of the job an allocation belongs to (0 if unknown).
+    pub fn job_priority(&mut self, alloc: &Allocation) -> i32 {
+        let key = (alloc.namespace.clone(), alloc.job_id.clone());
+        if let Some(p) = self.priorities.get(&key) {
+            return *p;
+        }
+        let p = self
+            .state
+            .job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version)
+            .or_else(|| self.state.job_by_id(&alloc.namespace, &alloc.job_id))
+            .map_or(0, |j| j.priority);
+        self.priorities.insert(key, p);
+        p
+    }
+}
+
+fn is_job_alloc(job_key: Option<&(String, String)>, alloc: &Allocation) -> bool {
+    job_key.is_some_and(|(ns, id)| *alloc.namespace == **ns && *alloc.job_id == **id)
+}
+
+fn add_to_usage(job_key: Option<&(String, String)>, usage: &mut NodeUsage, alloc: &Allocation) {
+    usage.used.add(&alloc.allocated_resources.comparable());
+    usage.ports.extend(alloc.allocated_resources.ports());
+    if is_job_alloc(job_key, alloc) {
+        match usage
+            .job_groups
+            .iter_mut()
+            .find(|(g, _)| *g == alloc.task_group)
+        {
+            Some((_, n)) => *n += 1,
+            None => usage.job_groups.push((alloc.task_group.clone(), 1)),
+        }
+    }
+}

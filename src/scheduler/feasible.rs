@@ -1,0 +1,317 @@
+//! Feasibility: can a task group run on a node at all, ignoring capacity?
+//!
+//! Constraints are written over node targets (`${attr.*}`, `${meta.*}`,
+//! `${node.*}`); every operator Nomad knows is supported. Results that only
+//! depend on a node's computed class are cached per class for the length of
+//! an evaluation, the way Nomad avoids re-checking thousands of identical
+//! nodes; a group whose constraints read node-unique values "escapes" the
+//! cache and is checked node by node. `distinct_hosts` and
+//! `distinct_property` depend on where the job already runs, so they are
+//! checked by the stack against the plan, not here.
+
+use super::util::FastMap;
+use crate::structs::job::operand;
+use crate::structs::version::VersionConstraint;
+use crate::structs::{Constraint, Job, Node, TaskGroup};
+use regex::Regex;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The value of a constraint target on a node; literals resolve to
+/// themselves, unknown `${...}` targets to nothing.
+pub fn resolve_target<'a>(target: &'a str, node: &'a Node) -> Option<Cow<'a, str>> {
+    let Some(inner) = target.strip_prefix("${").and_then(|t| t.strip_suffix('}')) else {
+        return Some(Cow::Borrowed(target));
+    };
+    match inner {
+        "node.unique.id" => Some(Cow::Owned(node.id.to_string())),
+        "node.unique.name" => Some(Cow::Borrowed(&node.name)),
+        "node.datacenter" => Some(Cow::Borrowed(&node.datacenter)),
+        "node.class" => Some(Cow::Borrowed(&node.node_class)),
+        "node.pool" => Some(Cow::Borrowed(&node.node_pool)),
+        _ => {
+            if let Some(attr) = inner.strip_prefix("attr.") {
+                node.attributes.get(attr).map(|v| Cow::Borrowed(v.as_str()))
+            } else if let Some(meta) = inner.strip_prefix("meta.") {
+                node.meta.get(meta).map(|v| Cow::Borrowed(v.as_str()))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Whether a target reads a value unique to each node (so node classes
+/// cannot stand in for nodes).
+pub fn target_is_unique(target: &str) -> bool {
+    target.contains("unique.")
+}
+
+/// Compiled regexes and version constraints, kept for the evaluation.
+#[derive(Default)]
+pub struct ConstraintCache {
+    regexes: HashMap<String, Option<Regex>>,
+    versions: HashMap<(String, bool), Option<VersionConstraint>>,
+}
+
+impl ConstraintCache {
+    fn regex(&mut self, pattern: &str) -> Option<&Regex> {
+        self.regexes
+            .entry(pattern.to_string())
+            .or_insert_with(|| Regex::new(pattern).ok())
+            .as_ref()
+    }
+
+    fn version(&mut self, spec: &str, strict: bool) -> Option<&VersionConstraint> {
+        self.versions
+            .entry((spec.to_string(), strict))
+            .or_insert_with(|| VersionConstraint::parse(spec, strict).ok())
+            .as_ref()
+    }
+}
+
+/// Evaluates `l <operand> r` where either side may be missing.
+pub fn check_operand(
+    op: &str,
+    l: Option<&str>,
+    r: Option<&str>,
+    cache: &mut ConstraintCache,
+) -> bool {
+    match op {
+        operand::EQ | operand::EQ2 | operand::IS => matches!((l, r), (Some(a), Some(b)) if a == b),
+        operand::NE | operand::NOT => l != r,
+        operand::LT | operand::LE | operand::GT | operand::GE => match (l, r) {
+            (Some(a), Some(b)) => check_order(op, a, b),
+            _ => false,
+        },
+        operand::REGEXP => match (l, r) {
+            (Some(a), Some(b)) => cache.regex(b).is_some_and(|re| re.is_match(a)),
+            _ => false,
+        },
+        operand::VERSION | operand::SEMVER => match (l, r) {
+            (Some(a), Some(b)) => cache
+                .version(b, op == operand::SEMVER)
+                .is_some_and(|v| v.matches(a)),
+            _ => false,
+        },
+        operand::SET_CONTAINS | operand::SET_CONTAINS_ALL => match (l, r) {
+            (Some(a), Some(b)) => {
+                let have = split_set(a);
+                split_set(b).iter().all(|x| have.contains(x))
+            }
+            _ => false,
+        },
+        operand::SET_CONTAINS_ANY => match (l, r) {
+            (Some(a), Some(b)) => {
+                let have = split_set(a);
+                split_set(b).iter().any(|x| have.contains(x))
+            }
+            _ => false,
+        },
+        operand::IS_SET => l.is_some(),
+        operand::IS_NOT_SET => l.is_none(),
+        // Placement-dependent operators are checked by the stack.
+        operand::DISTINCT_HOSTS | operand::DISTINCT_PROPERTY => true,
+        _ => false,
+    }
+}
+
+fn split_set(s: &str) -> Vec<&str> {
+    s.split(',').map(str::trim).collect()
+}
+
+/// Numeric comparison when both sides are numbers, lexical otherwise, as
+/// Nomad's `checkOrder`.
+fn check_order(op: &str, l: &str, r: &str) -> bool {
+    use std::cmp::Ordering;
+    let ord = match (l.trim().parse::<f64>(), r.trim().parse::<f64>()) {
+        (Ok(a), Ok(b)) => a.partial_cmp(&b),
+        _ => Some(l.cmp(r)),
+    };
+    let Some(ord) = ord else { return false };
+    match op {
+        operand::LT => ord == Ordering::Less,
+        operand::LE => ord != Ordering::Greater,
+        operand::GT => ord == Ordering::Greater,
+        operand::GE => ord != Ordering::Less,
+        _ => false,
+    }
+}
+
+/// Whether a node satisfies one constraint (placement-dependent operators
+/// always pass here).
+pub fn node_meets(node: &Node, c: &Constraint, cache: &mut ConstraintCache) -> bool {
+    let l = resolve_target(&c.l_target, node);
+    let r = if c.r_target.is_empty() {
+        None
+    } else {
+        resolve_target(&c.r_target, node)
+    };
+    check_operand(&c.operand, l.as_deref(), r.as_deref(), cache)
+}
+
+/// A `distinct_property` rule: at most `limit` allocations per value of
+/// `attribute`, over the whole job or one group.
+#[derive(Clone, Debug)]
+pub struct DistinctProperty {
+    pub attribute: String,
+    pub limit: u64,
+    pub group_scoped: bool,
+    pub label: String,
+}
+
+/// The static (class-cacheable) feasibility of one task group.
+pub struct GroupFeasibility {
+    constraints: Vec<Constraint>,
+    labels: Vec<Arc<str>>,
+    drivers: Vec<String>,
+    /// A constraint reads node-unique values: no class caching.
+    pub escaped: bool,
+    /// `distinct_hosts` on the job: one allocation of the job per node.
+    pub distinct_hosts_job: bool,
+    /// `distinct_hosts` on the group: one allocation of the group per node.
+    pub distinct_hosts_group: bool,
+    pub distinct_properties: Vec<DistinctProperty>,
+    class_cache: FastMap<String, Result<(), Arc<str>>>,
+}
+
+const MISSING_DRIVERS: &str = "missing drivers";
+
+impl GroupFeasibility {
+    pub fn new(job: &Job, tg: &TaskGroup) -> Self {
+        let task_constraints = tg.tasks.iter().flat_map(|t| t.constraints.iter());
+        let mut me = GroupFeasibility {
+            constraints: Vec::new(),
+            labels: Vec::new(),
+            drivers: Vec::new(),
+            escaped: false,
+            distinct_hosts_job: false,
+            distinct_hosts_group: false,
+            distinct_properties: Vec::new(),
+            class_cache: FastMap::default(),
+        };
+        let scoped = job
+            .constraints
+            .iter()
+            .map(|c| (c, false))
+            .chain(tg.constraints.iter().map(|c| (c, true)))
+            .chain(task_constraints.map(|c| (c, true)));
+        for (c, group_scoped) in scoped {
+            match c.operand.as_str() {
+                operand::DISTINCT_HOSTS => {
+                    // `distinct_hosts = false` is allowed and means nothing.
+                    if c.r_target.is_empty() || c.r_target == "true" {
+                        if group_scoped {
+                            me.distinct_hosts_group = true;
+                        } else {
+                            me.distinct_hosts_job = true;
+                        }
+                    }
+                }
+                operand::DISTINCT_PROPERTY => me.distinct_properties.push(DistinctProperty {
+                    attribute: c.l_target.clone(),
+                    limit: c.r_target.parse().unwrap_or(1).max(1),
+                    group_scoped,
+                    label: c.to_string(),
+                }),
+                _ => {
+                    if target_is_unique(&c.l_target) || target_is_unique(&c.r_target) {
+                        me.escaped = true;
+                    }
+                    me.labels.push(Arc::from(c.to_string()));
+                    me.constraints.push(c.clone());
+                }
+            }
+        }
+        for t in &tg.tasks {
+            if !t.driver.is_empty() && !me.drivers.contains(&t.driver) {
+                me.drivers.push(t.driver.clone());
+            }
+        }
+        me
+    }
+
+    /// Checks drivers and constraints, answering from the class cache when
+    /// the group does not escape it. `Err` names the failed constraint; the
+    /// flag says the node's class was checked for the first time (so its
+    /// eligibility is news).
+    pub fn check(
+        &mut self,
+        node: &Node,
+        cache: &mut ConstraintCache,
+    ) -> (Result<(), Arc<str>>, bool) {
+        if !self.escaped && !node.computed_class.is_empty() {
+            if let Some(r) = self.class_cache.get(&node.computed_class) {
+                return (r.clone(), false);
+            }
+            let r = self.check_uncached(node, cache);
+            self.class_cache
+                .insert(node.computed_class.clone(), r.clone());
+            return (r, true);
+        }
+        (self.check_uncached(node, cache), false)
+    }
+
+    fn check_uncached(&self, node: &Node, cache: &mut ConstraintCache) -> Result<(), Arc<str>> {
+        if !self.drivers.iter().all(|d| node.has_healthy_driver(d)) {
+            return Err(Arc::from(MISSING_DRIVERS));
+        }
+        for (c, label) in self.constraints.iter().zip(&self.labels) {
+            if !node_meets(node, c, cache) {
+                return Err(label.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a datacenter matches one of the job's patterns (`*` globs).
+pub fn datacenter_matches(patterns: &[String], dc: &str) -> bool {
+    patterns.iter().any(|p| glob_match(p, dc))
+}
+
+fn glob_match(pattern: &str, text: &str) -> bool {
+    if !pattern.contains('*') {
+        return pattern == text;
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let mut rest = text;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            let Some(r) = rest.strip_prefix(part) else {
+                return false;
+            };
+            rest = r;
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else if let Some(pos) = rest.find(part) {
+            rest = &rest[pos + part.len()..];
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "dc1"));
+        assert!(glob_match("dc*", "dc1"));
+        assert!(!glob_match("dc*", "eu1"));
+        assert!(glob_match("*-west", "us-west"));
+        assert!(glob_match("us-*-1", "us-east-1"));
+        assert!(!glob_match("us-*-1", "us-east-2"));
+    }
+
+    #[test]
+    fn order_is_numeric_when_both_numbers() {
+        assert!(check_order("<", "9", "10"));
+        assert!(!check_order("<", "b", "a"));
+        assert!(check_order(">=", "2.5", "2.5"));
+    }
+}

@@ -1,0 +1,365 @@
+//! The generic scheduler, for service and batch jobs.
+//!
+//! Each attempt reads the job and its allocations from the snapshot, lets
+//! the [`reconcile`](super::reconcile) step decide what every task group
+//! needs, places the new and replacement allocations through the
+//! [`Stack`], and submits the plan. A partly committed plan is retried
+//! against a fresher state (5 attempts for services, 2 for batch, reset
+//! whenever an attempt makes progress). Allocations that cannot be placed
+//! are reported in `FailedTGAllocs` and handed to a blocked evaluation, so
+//! the evaluation itself completes (as Nomad 1.1 does).
+
+use super::context::EvalContext;
+use super::reconcile::{DestructiveRequest, PlaceRequest, ReconcileResults, Reconciler};
+use super::stack::{SelectOptions, Stack, StackKind};
+use super::state::State;
+use super::util::{self, *};
+use super::{Planner, Scheduler, SchedulerError};
+use crate::structs::{
+    AllocMetric, Allocation, EvalStatus, Evaluation, Job, PlanAnnotations, PlanResult, TaskGroup,
+    TriggeredBy,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub struct GenericScheduler<'p> {
+    state: Arc<dyn State>,
+    planner: &'p mut dyn Planner,
+    batch: bool,
+    now: i64,
+    failed: BTreeMap<String, AllocMetric>,
+    queued: BTreeMap<String, u64>,
+    blocked: Option<Evaluation>,
+    next_eval: Option<Evaluation>,
+    followups_created: bool,
+    plan_result: Option<PlanResult>,
+    eligibility: super::context::Eligibility,
+}
+
+/// What one attempt ended with.
+enum Attempt {
+    Done,
+    Retry,
+}
+
+impl<'p> GenericScheduler<'p> {
+    pub fn new(state: Arc<dyn State>, planner: &'p mut dyn Planner, batch: bool, now: i64) -> Self {
+        GenericScheduler {
+            state,
+            planner,
+            batch,
+            now,
+            failed: BTreeMap::new(),
+            queued: BTreeMap::new(),
+            blocked: None,
+            next_eval: None,
+            followups_created: false,
+            plan_result: None,
+            eligibility: Default::default(),
+        }
+    }
+
+    fn can_handle(trigger: TriggeredBy) -> bool {
+        use TriggeredBy::*;
+        matches!(
+            trigger,
+            JobRegister
+                | JobDeregister
+                | NodeDrain
+                | NodeUpdate
+                | AllocStop
+                | RollingUpdate
+                | QueuedAllocs
+                | PeriodicJob
+                | MaxPlanAttempts
+                | DeploymentWatcher
+                | AllocFailure
+                | FailedFollowUp
+                | Preemption
+                | Scaling
+                | JobScaling
+                | Reconnect
+        )
+    }
+
+    fn finish(
+        &mut self,
+        eval: &Evaluation,
+        status: EvalStatus,
+        description: String,
+    ) -> Result<(), SchedulerError> {
+        let outcome = EvalOutcome {
+            status,
+            description,
+            next_eval: self.next_eval.as_ref().map(|e| e.id),
+            blocked_eval: self.blocked.as_ref().map(|e| e.id),
+            failed: &self.failed,
+            queued: &self.queued,
+        };
+        set_status(&mut *self.planner, eval, outcome, self.now)
+    }
+
+    fn attempt(&mut self, eval: &Evaluation) -> Result<Attempt, SchedulerError> {
+        let job = self.state.job_by_id(&eval.namespace, &eval.job_id);
+        self.queued = BTreeMap::new();
+        self.failed = BTreeMap::new();
+        let index = self.state.latest_index();
+        let plan = make_plan(eval, job.as_ref(), index);
+        let mut ctx = EvalContext::new(self.state.clone(), plan, job.as_deref(), self.now);
+        let live_job = job.as_ref().filter(|j| !j.stop).cloned();
+        let kind = if self.batch {
+            StackKind::Batch
+        } else {
+            StackKind::Service
+        };
+        let mut stack = live_job
+            .as_ref()
+            .map(|j| Stack::new(kind, j.clone(), &ctx, eval_seed(eval, index)));
+        let rolling_wait = self.compute_job_allocs(eval, job.as_ref(), &mut ctx, stack.as_mut())?;
+        self.eligibility = ctx.eligibility.clone();
+
+        if eval.status != EvalStatus::Blocked && !self.failed.is_empty() && self.blocked.is_none() {
+            let blocked = blocked_eval(eval, &ctx.eligibility, &self.failed, false, self.now);
+            self.planner.create_eval(blocked.clone())?;
+            self.blocked = Some(blocked);
+        }
+        if ctx.plan.is_no_op() && !eval.annotate_plan {
+            return Ok(Attempt::Done);
+        }
+        if let (Some(wait), None) = (rolling_wait, &self.next_eval) {
+            let mut next = eval.follow_up(TriggeredBy::RollingUpdate, self.now);
+            next.wait = wait;
+            self.planner.create_eval(next.clone())?;
+            self.next_eval = Some(next);
+        }
+        let plan = ctx.plan;
+        let expected: usize = plan.node_allocation.values().map(Vec::len).sum();
+        let (result, new_state) = self.planner.submit_plan(plan)?;
+        adjust_queued(&result, &mut self.queued);
+        let committed: usize = result.node_allocation.values().map(Vec::len).sum();
+        self.plan_result = Some(result);
+        if let Some(state) = new_state {
+            self.state = state;
+            return Ok(Attempt::Retry);
+        }
+        Ok(if committed == expected {
+            Attempt::Done
+        } else {
+            Attempt::Retry
+        })
+    }
+
+    /// Reconciles and places; returns the rolling-update wait if
+    /// destructive updates were held back.
+    fn compute_job_allocs(
+        &mut self,
+        eval: &Evaluation,
+        job: Option<&Arc<Job>>,
+        ctx: &mut EvalContext,
+        mut stack: Option<&mut Stack>,
+    ) -> Result<Option<std::time::Duration>, SchedulerError> {
+        let state = ctx.state.clone();
+        let allocs = state.allocs_by_job(&eval.namespace, &eval.job_id);
+        let tainted = tainted_nodes(&*state, &allocs);
+        mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
+        let reconciler = Reconciler {
+            job,
+            batch: self.batch,
+            eval,
+            now: self.now,
+            allocs: &allocs,
+            tainted: &tainted,
+            state: &*state,
+        };
+        let results = reconciler.compute(&mut |tg: &TaskGroup, alloc: &Arc<Allocation>| match (
+            stack.as_deref_mut(),
+            job,
+        ) {
+            (Some(stack), Some(job)) => try_update(ctx, stack, eval, job, tg, alloc),
+            _ => UpdateKind::Ignore,
+        });
+        let ReconcileResults {
+            place,
+            destructive,
+            inplace,
+            stop,
+            attribute_updates,
+            followup_evals,
+            desired,
+            rolling_wait,
+        } = results;
+        if eval.annotate_plan {
+            ctx.plan.annotations = Some(PlanAnnotations {
+                desired_tg_updates: desired,
+                preempted_allocs: Vec::new(),
+            });
+        }
+        if !self.followups_created {
+            self.followups_created = true;
+            for e in followup_evals {
+                self.planner.create_eval(e)?;
+            }
+        }
+        for s in &stop {
+            ctx.stop_alloc(&s.alloc, s.description, s.client_status, None);
+        }
+        for a in inplace.into_iter().chain(attribute_updates) {
+            ctx.place_alloc(a);
+        }
+        let Some(job) = job.filter(|j| !j.stop) else {
+            return Ok(None);
+        };
+        if place.is_empty() && destructive.is_empty() {
+            for tg in &job.task_groups {
+                self.queued.insert(tg.name.clone(), 0);
+            }
+            return Ok(rolling_wait);
+        }
+        for tg in &job.task_groups {
+            self.queued.insert(tg.name.clone(), 0);
+        }
+        for g in place
+            .iter()
+            .map(|p| &p.group)
+            .chain(destructive.iter().map(|d| &d.group))
+        {
+            *self.queued.entry(g.clone()).or_default() += 1;
+        }
+        if let Some(stack) = stack {
+            self.compute_placements(eval, job, ctx, stack, destructive, place);
+        }
+        Ok(rolling_wait)
+    }
+
+    fn compute_placements(
+        &mut self,
+        eval: &Evaluation,
+        job: &Arc<Job>,
+        ctx: &mut EvalContext,
+        stack: &mut Stack,
+        destructive: Vec<DestructiveRequest>,
+        place: Vec<PlaceRequest>,
+    ) {
+        let (nodes, by_dc) = ready_nodes(&*ctx.state, job);
+        stack.set_nodes(nodes);
+        let template = AllocTemplate::new(job, eval);
+        let requests = destructive
+            .into_iter()
+            .map(|d| (d.name, d.group, Some(d.alloc), false, true))
+            .chain(
+                place
+                    .into_iter()
+                    .map(|p| (p.name, p.group, p.previous, p.reschedule, false)),
+            );
+        for (name, group, previous, reschedule, stop_previous) in requests {
+            let Some(tg) = job.lookup_task_group(&group) else {
+                continue;
+            };
+            if let Some(metric) = self.failed.get_mut(&group) {
+                metric.coalesced_failures += 1;
+                exhaust_resources(metric, tg);
+                continue;
+            }
+            if let (true, Some(prev)) = (stop_previous, &previous) {
+                ctx.stop_alloc(prev, ALLOC_UPDATING, None, None);
+            }
+            let opts = SelectOptions {
+                penalty_nodes: penalty_nodes(previous.as_deref()),
+                preempt: false,
+            };
+            let mut option = stack.select(ctx, tg, &opts);
+            if option.is_none() && stack.preemption_enabled() {
+                let opts = SelectOptions {
+                    preempt: true,
+                    ..opts
+                };
+                option = stack.select(ctx, tg, &opts);
+            }
+            ctx.metrics.nodes_available = by_dc.clone();
+            let metrics = std::mem::take(&mut ctx.metrics);
+            match option {
+                Some((ranked, resources)) => {
+                    let mut alloc = template.build(
+                        &group,
+                        name,
+                        &ranked,
+                        resources,
+                        Arc::new(metrics),
+                        self.now,
+                    );
+                    if let Some(prev) = &previous {
+                        alloc.previous_allocation = Some(prev.id);
+                        if reschedule {
+                            let policy = reschedule_policy(&*ctx.state, Some(job), prev);
+                            alloc.reschedule_tracker = Some(util::next_reschedule_tracker(
+                                policy.as_ref(),
+                                prev,
+                                self.now,
+                            ));
+                        }
+                    }
+                    apply_preemptions(ctx, &ranked, &mut alloc);
+                    ctx.place_alloc(alloc);
+                }
+                None => {
+                    let mut metrics = metrics;
+                    exhaust_resources(&mut metrics, tg);
+                    self.failed.insert(group.clone(), metrics);
+                    if let (true, Some(prev)) = (stop_previous, &previous) {
+                        ctx.pop_stop(prev);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Scheduler for GenericScheduler<'_> {
+    fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
+        if !Self::can_handle(eval.triggered_by) {
+            let desc = format!(
+                "scheduler cannot handle '{}' evaluation reason",
+                eval.triggered_by
+            );
+            return self.finish(eval, EvalStatus::Failed, desc);
+        }
+        let limit = if self.batch {
+            MAX_BATCH_ATTEMPTS
+        } else {
+            MAX_SERVICE_ATTEMPTS
+        };
+        let mut attempts = 0;
+        loop {
+            match self.attempt(eval)? {
+                Attempt::Done => break,
+                Attempt::Retry => {
+                    if progress_made(self.plan_result.as_ref()) {
+                        attempts = 0;
+                    } else {
+                        attempts += 1;
+                    }
+                    if attempts >= limit {
+                        if self.blocked.is_none() {
+                            let blocked =
+                                blocked_eval(eval, &self.eligibility, &self.failed, true, self.now);
+                            self.planner.create_eval(blocked.clone())?;
+                            self.blocked = Some(blocked);
+                        }
+                        let desc = format!("maximum attempts reached ({limit})");
+                        return self.finish(eval, EvalStatus::Failed, desc);
+                    }
+                }
+            }
+        }
+        if eval.status == EvalStatus::Blocked && !self.failed.is_empty() {
+            let mut reblocked = eval.clone();
+            reblocked.escaped_computed_class = self.eligibility.has_escaped();
+            reblocked.class_eligibility = self.eligibility.classes();
+            reblocked.failed_tg_allocs = self.failed.clone();
+            reblocked.queued_allocations = self.queued.clone();
+            self.planner.reblock_eval(reblocked)?;
+            return Ok(());
+        }
+        self.finish(eval, EvalStatus::Complete, String::new())
+    }
+}

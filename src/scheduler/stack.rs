@@ -1,0 +1,700 @@
+//! The placement stack: from a shuffled list of candidate nodes, find the
+//! best node for one allocation of a task group.
+//!
+//! The order of checks is Nomad's: a node is pulled from the (shuffled,
+//! wrapping) source, checked for feasibility (class-cached constraints and
+//! drivers, then `distinct_hosts` / `distinct_property` against the plan),
+//! checked for fit (CPU, memory, disk, ports; evicting lower-priority work
+//! when preemption is on), then scored. Only `limit` scored candidates are
+//! considered per placement (about log2(n) for services, 2 for batch, at
+//! least 100 when affinities or spreads make the choice matter), skipping
+//! up to three candidates with non-positive scores, and the best is chosen.
+//! Because the source resumes where the previous placement stopped,
+//! consecutive placements look at different nodes.
+
+use super::context::EvalContext;
+use super::feasible::{
+    check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
+};
+use super::preemption::select_preemptions;
+use super::rank::{assign_ports, fit_score, GroupAsk};
+use super::util::FastMap;
+use crate::structs::{
+    Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
+    NodeScoreMeta, SchedulerAlgorithm, TaskGroup,
+};
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Candidates with a final score at or below this may be skipped.
+const SKIP_SCORE_THRESHOLD: f64 = 0.0;
+/// How many low-scoring candidates may be skipped per placement.
+const MAX_SKIP: usize = 3;
+/// How many top candidates the metrics keep.
+const TOP_SCORES: usize = 5;
+/// The spread target matching every value not named explicitly.
+const IMPLICIT_TARGET: &str = "*";
+
+/// Which scheduler the stack serves; decides the candidate limit and the
+/// score components.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackKind {
+    Service,
+    Batch,
+    System,
+}
+
+/// Per-placement options.
+#[derive(Clone, Debug, Default)]
+pub struct SelectOptions {
+    /// Nodes the allocation being rescheduled ran on: scored down.
+    pub penalty_nodes: Vec<NodeId>,
+    /// Evict lower-priority allocations if nothing fits otherwise.
+    pub preempt: bool,
+}
+
+/// The score components of one candidate (absent ones are not averaged).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Scores {
+    pub binpack: f64,
+    pub job_anti_affinity: Option<f64>,
+    pub reschedule_penalty: Option<f64>,
+    pub node_affinity: Option<f64>,
+    pub spread: Option<f64>,
+}
+
+impl Scores {
+    fn final_score(&self) -> f64 {
+        let parts = [
+            Some(self.binpack),
+            self.job_anti_affinity,
+            self.reschedule_penalty,
+            self.node_affinity,
+            self.spread,
+        ];
+        let present: Vec<f64> = parts.into_iter().flatten().collect();
+        present.iter().sum::<f64>() / present.len() as f64
+    }
+
+    fn to_map(self, final_score: f64) -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        m.insert("binpack".to_string(), self.binpack);
+        let named = [
+            ("job-anti-affinity", self.job_anti_affinity),
+            ("node-reschedule-penalty", self.reschedule_penalty),
+            ("node-affinity", self.node_affinity),
+            ("allocation-spread", self.spread),
+        ];
+        for (name, v) in named {
+            if let Some(v) = v {
+                m.insert(name.to_string(), v);
+            }
+        }
+        m.insert("normalized-score".to_string(), final_score);
+        m
+    }
+}
+
+/// The chosen node and what the allocation is granted there.
+pub struct RankedNode {
+    pub node: Arc<Node>,
+    pub final_score: f64,
+    pub scores: Scores,
+    /// Set when ports had to be assigned; otherwise the group's template.
+    resources: Option<AllocatedResources>,
+    /// Allocations to evict for this placement.
+    pub preempted: Vec<Arc<Allocation>>,
+}
+
+/// Counts the evaluation job's live allocations per value of a node
+/// attribute (for spread scoring and distinct_property), updated from the
+/// context's plan log rather than recomputed.
+struct PropertyCounter {
+    attribute: String,
+    group: Option<Arc<str>>,
+    counts: HashMap<String, u64>,
+    node_values: FastMap<NodeId, Option<String>>,
+    log_offset: usize,
+    initialised: bool,
+}
+
+impl PropertyCounter {
+    fn new(attribute: &str, group: Option<&str>) -> Self {
+        PropertyCounter {
+            attribute: attribute.to_string(),
+            group: group.map(Arc::from),
+            counts: HashMap::new(),
+            node_values: FastMap::default(),
+            log_offset: 0,
+            initialised: false,
+        }
+    }
+
+    fn sync(&mut self, ctx: &EvalContext, job: &Job) {
+        if !self.initialised {
+            self.initialised = true;
+            for alloc in ctx.state.allocs_by_job(&job.namespace, &job.id) {
+                if !alloc.is_terminal() && self.group_matches(&alloc.task_group) {
+                    self.add(ctx, alloc.node_id, 1);
+                }
+            }
+        }
+        let log = &ctx.plan_log[self.log_offset..];
+        let changes: Vec<(NodeId, i32)> = log
+            .iter()
+            .filter(|c| self.group_matches(&c.group))
+            .map(|c| (c.node, c.delta))
+            .collect();
+        self.log_offset = ctx.plan_log.len();
+        for (node, delta) in changes {
+            self.add(ctx, node, delta);
+        }
+    }
+
+    fn group_matches(&self, group: &str) -> bool {
+        self.group.as_deref().is_none_or(|g| g == group)
+    }
+
+    fn add(&mut self, ctx: &EvalContext, node: NodeId, delta: i32) {
+        let attribute = &self.attribute;
+        let value = self
+            .node_values
+            .entry(node)
+            .or_insert_with(|| {
+                ctx.state
+                    .node_by_id(&node)
+                    .and_then(|n| resolve_target(attribute, &n).map(|v| v.into_owned()))
+            })
+            .clone();
+        if let Some(v) = value {
+            let c = self.counts.entry(v).or_default();
+            *c = c.saturating_add_signed(i64::from(delta));
+        }
+    }
+
+    fn count(&self, value: &str) -> u64 {
+        self.counts.get(value).copied().unwrap_or(0)
+    }
+}
+
+struct SpreadInfo {
+    weight: f64,
+    /// Desired allocations per value; empty means "spread evenly".
+    desired: HashMap<String, f64>,
+    counter: PropertyCounter,
+    /// Least and most allocations on any used value (0 when none), fixed
+    /// for the length of one placement.
+    min_used: u64,
+    max_used: u64,
+}
+
+/// Everything about a task group the stack computes once per evaluation.
+struct GroupInfo {
+    name: String,
+    feasibility: GroupFeasibility,
+    ask: GroupAsk,
+    affinities: Vec<Affinity>,
+    affinity_weight_sum: f64,
+    spreads: Vec<SpreadInfo>,
+    spread_weight_sum: f64,
+    distinct: Vec<(DistinctProperty, PropertyCounter)>,
+    count: u32,
+}
+
+impl GroupInfo {
+    fn new(job: &Job, tg: &TaskGroup) -> Self {
+        let feasibility = GroupFeasibility::new(job, tg);
+        let affinities: Vec<Affinity> = job
+            .affinities
+            .iter()
+            .chain(&tg.affinities)
+            .chain(tg.tasks.iter().flat_map(|t| t.affinities.iter()))
+            .cloned()
+            .collect();
+        let affinity_weight_sum = affinities.iter().map(|a| f64::from(a.weight).abs()).sum();
+        let count = tg.count.max(0) as u32;
+        let mut spread_weight_sum = 0.0;
+        let spreads = tg
+            .spreads
+            .iter()
+            .chain(&job.spreads)
+            .map(|s| {
+                spread_weight_sum += f64::from(s.weight);
+                let mut desired = HashMap::new();
+                let mut sum = 0.0;
+                for t in &s.spread_target {
+                    let d = f64::from(t.percent) / 100.0 * f64::from(count);
+                    desired.insert(t.value.clone(), d);
+                    sum += d;
+                }
+                if sum > 0.0 && sum < f64::from(count) {
+                    desired.insert(IMPLICIT_TARGET.to_string(), f64::from(count) - sum);
+                }
+                SpreadInfo {
+                    weight: f64::from(s.weight),
+                    desired,
+                    counter: PropertyCounter::new(&s.attribute, Some(&tg.name)),
+                    min_used: 0,
+                    max_used: 0,
+                }
+            })
+            .collect();
+        let distinct = feasibility
+            .distinct_properties
+            .iter()
+            .map(|d| {
+                let group = d.group_scoped.then_some(tg.name.as_str());
+                (d.clone(), PropertyCounter::new(&d.attribute, group))
+            })
+            .collect();
+        GroupInfo {
+            name: tg.name.clone(),
+            feasibility,
+            ask: GroupAsk::new(tg),
+            affinities,
+            affinity_weight_sum,
+            spreads,
+            spread_weight_sum,
+            distinct,
+            count: count.max(1),
+        }
+    }
+
+    fn sync(&mut self, ctx: &EvalContext, job: &Job) {
+        for s in &mut self.spreads {
+            s.counter.sync(ctx, job);
+            let used = s.counter.counts.values().copied().filter(|c| *c > 0);
+            let (min, max) = used.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
+            s.min_used = if max == 0 { 0 } else { min };
+            s.max_used = max;
+        }
+        for (_, c) in &mut self.distinct {
+            c.sync(ctx, job);
+        }
+    }
+
+    fn has_soft_preferences(&self) -> bool {
+        !self.affinities.is_empty() || !self.spreads.is_empty()
+    }
+}
+
+pub struct Stack {
+    kind: StackKind,
+    job: Arc<Job>,
+    algorithm: SchedulerAlgorithm,
+    /// Preemption allowed by the scheduler configuration for this job type.
+    preemption: bool,
+    nodes: Vec<Arc<Node>>,
+    offset: usize,
+    base_limit: usize,
+    rng: SmallRng,
+    /// Per-group state, looked up by name (jobs have few groups).
+    groups: Vec<(String, Option<Box<GroupInfo>>)>,
+    cache: ConstraintCache,
+}
+
+impl Stack {
+    pub fn new(kind: StackKind, job: Arc<Job>, ctx: &EvalContext, seed: u64) -> Self {
+        let config = ctx.state.scheduler_config();
+        Stack {
+            kind,
+            algorithm: config.scheduler_algorithm,
+            preemption: config.preemption_enabled(&job.job_type),
+            job,
+            nodes: Vec::new(),
+            offset: 0,
+            base_limit: 2,
+            rng: SmallRng::seed_from_u64(seed),
+            groups: Vec::new(),
+            cache: ConstraintCache::default(),
+        }
+    }
+
+    pub fn preemption_enabled(&self) -> bool {
+        self.preemption
+    }
+
+    /// Restricts the candidates to one node (system placements and
+    /// in-place checks), reusing the candidate list.
+    pub fn set_single_node(&mut self, node: Arc<Node>) {
+        self.nodes.clear();
+        self.nodes.push(node);
+        self.offset = 0;
+        self.base_limit = match self.kind {
+            StackKind::System => usize::MAX,
+            _ => 2,
+        };
+    }
+
+    /// Sets the candidate nodes, shuffled with the evaluation's seed.
+    pub fn set_nodes(&mut self, mut nodes: Vec<Arc<Node>>) {
+        if nodes.len() > 1 {
+            nodes.shuffle(&mut self.rng);
+        }
+        let n = nodes.len();
+        self.base_limit = match self.kind {
+            StackKind::Batch => 2,
+            StackKind::Service => ((n.max(1) as f64).log2().ceil() as usize).max(2),
+            StackKind::System => usize::MAX,
+        };
+        self.nodes = nodes;
+        self.offset = 0;
+    }
+
+    /// Finds the best node for one allocation of `tg`, filling the
+    /// context's metrics either way.
+    pub fn select(
+        &mut self,
+        ctx: &mut EvalContext,
+        tg: &TaskGroup,
+        opts: &SelectOptions,
+    ) -> Option<(RankedNode, AllocatedResources)> {
+        ctx.reset_metrics();
+        // Taken out of its slot for the call (and put back) so the stack
+        // can be borrowed mutably alongside it.
+        let slot = match self.groups.iter().position(|(name, _)| *name == tg.name) {
+            Some(i) => i,
+            None => {
+                self.groups.push((tg.name.clone(), None));
+                self.groups.len() - 1
+            }
+        };
+        let mut info = match self.groups[slot].1.take() {
+            Some(info) => info,
+            None => {
+                let info = Box::new(GroupInfo::new(&self.job, tg));
+                if info.feasibility.escaped {
+                    ctx.eligibility.set_escaped();
+                }
+                info
+            }
+        };
+        info.sync(ctx, &self.job);
+        let result = self.select_with(ctx, &mut info, opts);
+        let result = result.map(|mut r| {
+            let resources = r
+                .resources
+                .take()
+                .unwrap_or_else(|| info.ask.template.clone());
+            (r, resources)
+        });
+        self.groups[slot].1 = Some(info);
+        result
+    }
+
+    fn select_with(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        opts: &SelectOptions,
+    ) -> Option<RankedNode> {
+        let limit = if info.has_soft_preferences() && self.kind != StackKind::System {
+            (info.count as usize).max(100)
+        } else {
+            self.base_limit
+        };
+        let mut seen = 0usize;
+        let mut returned = 0usize;
+        let mut skipped: Vec<RankedNode> = Vec::new();
+        let mut skipped_next = 0usize;
+        let mut best: Option<RankedNode> = None;
+        let mut top: Vec<(f64, NodeId, Scores)> = Vec::new();
+        while returned < limit {
+            let mut option = self.next_ranked(ctx, info, opts, &mut seen);
+            if option.is_none() && skipped_next < skipped.len() {
+                option = Some(take_skipped(&mut skipped, &mut skipped_next));
+            }
+            let Some(first) = option else { break };
+            // Skip ahead past low scores (up to MAX_SKIP), as Nomad's limit
+            // iterator does; the skipped ones are used if nothing better comes.
+            let mut current = Some(first);
+            while let Some(c) = current.take() {
+                if c.final_score > SKIP_SCORE_THRESHOLD || skipped.len() >= MAX_SKIP {
+                    current = Some(c);
+                    break;
+                }
+                skipped.push(c);
+                current = self.next_ranked(ctx, info, opts, &mut seen);
+            }
+            let candidate = match current {
+                Some(c) => c,
+                None if skipped_next < skipped.len() => {
+                    take_skipped(&mut skipped, &mut skipped_next)
+                }
+                None => break,
+            };
+            returned += 1;
+            record_top(&mut top, &candidate);
+            if best
+                .as_ref()
+                .is_none_or(|b| candidate.final_score > b.final_score)
+            {
+                best = Some(candidate);
+            }
+        }
+        ctx.metrics.score_meta_data = top
+            .into_iter()
+            .map(|(score, node_id, scores)| NodeScoreMeta {
+                node_id,
+                scores: scores.to_map(score),
+                norm_score: score,
+            })
+            .collect();
+        best
+    }
+
+    /// Pulls nodes from the source until one is feasible and fits.
+    fn next_ranked(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        opts: &SelectOptions,
+        seen: &mut usize,
+    ) -> Option<RankedNode> {
+        let n = self.nodes.len();
+        while *seen < n {
+            let node = self.nodes[self.offset].clone();
+            self.offset = (self.offset + 1) % n;
+            *seen += 1;
+            ctx.metrics.evaluate_node();
+            if let Some(ranked) = self.rank_node(ctx, info, opts, node) {
+                return Some(ranked);
+            }
+        }
+        None
+    }
+
+    fn rank_node(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        opts: &SelectOptions,
+        node: Arc<Node>,
+    ) -> Option<RankedNode> {
+        let escaped = info.feasibility.escaped;
+        let (feasible, first_sight) = info.feasibility.check(&node, &mut self.cache);
+        if first_sight && !escaped {
+            ctx.eligibility
+                .record(&node.computed_class, feasible.is_ok());
+        }
+        if let Err(label) = feasible {
+            ctx.metrics.filter_node(&node.node_class, &label);
+            return None;
+        }
+        if let Some(reason) = self.placement_conflict(ctx, info, &node) {
+            ctx.metrics.filter_node(&node.node_class, &reason);
+            return None;
+        }
+        let capacity = node.available();
+        let (mut util, group_collisions) = {
+            let usage = ctx.usage(&node);
+            (usage.used, usage.job_count(Some(&info.name)))
+        };
+        util.add(&info.ask.resources);
+        let mut preempted = Vec::new();
+        if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
+            let evicted = if opts.preempt {
+                select_preemptions(ctx, &node, self.job.priority, &info.ask.resources)
+            } else {
+                None
+            };
+            match evicted {
+                Some(list) => {
+                    for a in &list {
+                        util.sub(&a.allocated_resources.comparable());
+                    }
+                    preempted = list;
+                }
+                None => {
+                    ctx.metrics.exhausted_node(&node.node_class, dimension);
+                    return None;
+                }
+            }
+        }
+        let resources = if info.ask.has_networks() {
+            let granted = {
+                let usage = ctx.usage(&node);
+                assign_ports(&info.ask, &node, &usage.ports, &mut self.rng)
+            };
+            match granted {
+                Ok(r) => Some(r),
+                Err(dimension) => {
+                    ctx.metrics.exhausted_node(&node.node_class, dimension);
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        let scores = self.score(ctx, info, opts, &node, &capacity, &util, group_collisions);
+        Some(RankedNode {
+            final_score: scores.final_score(),
+            scores,
+            node,
+            resources,
+            preempted,
+        })
+    }
+
+    /// distinct_hosts and distinct_property, checked against the plan.
+    fn placement_conflict(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        node: &Node,
+    ) -> Option<String> {
+        let f = &info.feasibility;
+        if f.distinct_hosts_job || f.distinct_hosts_group {
+            let usage = ctx.usage(node);
+            if f.distinct_hosts_job && usage.job_count(None) > 0 {
+                return Some("distinct_hosts".to_string());
+            }
+            if f.distinct_hosts_group && usage.job_count(Some(&info.name)) > 0 {
+                return Some("distinct_hosts".to_string());
+            }
+        }
+        for (d, counter) in &info.distinct {
+            let Some(value) = resolve_target(&d.attribute, node) else {
+                return Some(format!("missing property {:?}", d.attribute));
+            };
+            if counter.count(&value) >= d.limit {
+                return Some(d.label.clone());
+            }
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn score(
+        &mut self,
+        ctx: &EvalContext,
+        info: &GroupInfo,
+        opts: &SelectOptions,
+        node: &Node,
+        capacity: &ComparableResources,
+        util: &ComparableResources,
+        group_collisions: u32,
+    ) -> Scores {
+        let _ = ctx;
+        let mut scores = Scores {
+            binpack: fit_score(self.algorithm, capacity, util),
+            ..Default::default()
+        };
+        if self.kind == StackKind::System {
+            return scores;
+        }
+        if group_collisions > 0 {
+            scores.job_anti_affinity =
+                Some(-f64::from(group_collisions + 1) / f64::from(info.count));
+        }
+        if opts.penalty_nodes.contains(&node.id) {
+            scores.reschedule_penalty = Some(-1.0);
+        }
+        if info.affinity_weight_sum > 0.0 {
+            let total: f64 = info
+                .affinities
+                .iter()
+                .filter(|a| affinity_matches(a, node, &mut self.cache))
+                .map(|a| f64::from(a.weight))
+                .sum();
+            if total != 0.0 {
+                scores.node_affinity = Some(total / info.affinity_weight_sum);
+            }
+        }
+        if !info.spreads.is_empty() {
+            let total = spread_score(info, node);
+            if total != 0.0 {
+                scores.spread = Some(total);
+            }
+        }
+        scores
+    }
+}
+
+fn take_skipped(skipped: &mut [RankedNode], next: &mut usize) -> RankedNode {
+    let i = *next;
+    *next += 1;
+    RankedNode {
+        node: skipped[i].node.clone(),
+        final_score: skipped[i].final_score,
+        scores: skipped[i].scores,
+        resources: skipped[i].resources.take(),
+        preempted: std::mem::take(&mut skipped[i].preempted),
+    }
+}
+
+fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &RankedNode) {
+    if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
+        return;
+    }
+    let pos = top
+        .iter()
+        .position(|t| t.0 < c.final_score)
+        .unwrap_or(top.len());
+    top.insert(pos, (c.final_score, c.node.id, c.scores));
+    top.truncate(TOP_SCORES);
+}
+
+fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> bool {
+    let l = resolve_target(&a.l_target, node);
+    let r = if a.r_target.is_empty() {
+        None
+    } else {
+        resolve_target(&a.r_target, node)
+    };
+    check_operand(&a.operand, l.as_deref(), r.as_deref(), cache)
+}
+
+/// Nomad's spread boost: with targets, how far the value is below its
+/// desired count (weighted); without, how far below the least-used value.
+fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
+    let mut total = 0.0;
+    for s in &info.spreads {
+        let Some(value) = resolve_target(&s.counter.attribute, node) else {
+            total -= 1.0;
+            continue;
+        };
+        if s.desired.is_empty() {
+            total += even_spread_boost(s, &value);
+            continue;
+        }
+        let used = s.counter.count(&value) as f64 + 1.0;
+        let desired = s
+            .desired
+            .get(value.as_ref())
+            .or_else(|| s.desired.get(IMPLICIT_TARGET));
+        match desired {
+            Some(&d) if d > 0.0 => {
+                let weight = if info.spread_weight_sum > 0.0 {
+                    s.weight / info.spread_weight_sum
+                } else {
+                    0.0
+                };
+                total += (d - used) / d * weight;
+            }
+            _ => total -= 1.0,
+        }
+    }
+    total
+}
+
+fn even_spread_boost(s: &SpreadInfo, value: &str) -> f64 {
+    let (min, max) = (s.min_used, s.max_used);
+    if max == 0 {
+        // Nothing placed yet: every value is as good as any other.
+        return 0.0;
+    }
+    let current = s.counter.count(value);
+    if current != min {
+        // Fewer than the least-used value (a new value) is a boost; more is
+        // a penalty proportional to the excess.
+        return (min as f64 - current as f64) / min as f64;
+    }
+    if min == max {
+        return -1.0;
+    }
+    (max - min) as f64 / min as f64
+}

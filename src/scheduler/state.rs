@@ -1,0 +1,222 @@
+//! The read-only snapshot a scheduler works on, and an in-memory one for tests.
+//!
+//! [`State`] is deliberately small and object-safe: the state store's
+//! snapshot implements it, and so does [`HarnessState`], which the
+//! [`Harness`](super::Harness) mutates as it applies plans. Every method
+//! answers from one consistent point in time.
+
+use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
+use imbl::{HashMap as PHashMap, OrdMap, Vector};
+use std::sync::Arc;
+
+/// A consistent, read-only view of the cluster.
+pub trait State: Send + Sync {
+    /// Every node (any status). The order must be stable for a given
+    /// snapshot (sorted by ID is ideal): placements shuffle it with a seed
+    /// derived from the evaluation, so a stable input order makes runs
+    /// reproducible.
+    fn nodes(&self) -> Vec<Arc<Node>>;
+    /// One node, if it exists.
+    fn node_by_id(&self, id: &NodeId) -> Option<Arc<Node>>;
+    /// Every allocation of a job, terminal ones included.
+    fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>>;
+    /// Every allocation on a node, terminal ones included.
+    fn allocs_by_node(&self, node: &NodeId) -> Vec<Arc<Allocation>>;
+    /// One allocation, if it exists.
+    fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>>;
+    /// The current version of a job (a stopped job is still returned; a
+    /// purged one is not).
+    fn job_by_id(&self, namespace: &str, job_id: &str) -> Option<Arc<Job>>;
+    /// A specific version of a job, for comparing allocations made from an
+    /// older version with the current one.
+    fn job_by_version(&self, namespace: &str, job_id: &str, version: u64) -> Option<Arc<Job>>;
+    /// The operator's scheduler configuration (algorithm, preemption).
+    fn scheduler_config(&self) -> SchedulerConfiguration;
+    /// The index of the latest change in the snapshot.
+    fn latest_index(&self) -> u64;
+}
+
+type JobKey = (String, String);
+
+/// An in-memory [`State`] built from persistent maps, so that a snapshot is
+/// an O(1) clone. Used by the [`Harness`](super::Harness), tests and benches.
+#[derive(Clone, Default)]
+pub struct HarnessState {
+    nodes: OrdMap<NodeId, Arc<Node>>,
+    allocs: PHashMap<AllocId, Arc<Allocation>>,
+    allocs_by_node: PHashMap<NodeId, Vector<AllocId>>,
+    allocs_by_job: PHashMap<JobKey, Vector<AllocId>>,
+    jobs: PHashMap<JobKey, Arc<Job>>,
+    job_versions: PHashMap<(String, String, u64), Arc<Job>>,
+    config: SchedulerConfiguration,
+    index: u64,
+}
+
+impl HarnessState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Advances and returns the state index.
+    pub fn next_index(&mut self) -> u64 {
+        self.index += 1;
+        self.index
+    }
+
+    /// Inserts or replaces a node, computing its class.
+    pub fn upsert_node(&mut self, mut node: Node) -> Arc<Node> {
+        let index = self.next_index();
+        node.compute_class();
+        if node.create_index == 0 {
+            node.create_index = index;
+        }
+        node.modify_index = index;
+        let node = Arc::new(node);
+        self.nodes.insert(node.id, node.clone());
+        node
+    }
+
+    /// Inserts or replaces a job, keeping every version.
+    pub fn upsert_job(&mut self, mut job: Job) -> Arc<Job> {
+        let index = self.next_index();
+        if job.create_index == 0 {
+            job.create_index = index;
+        }
+        job.modify_index = index;
+        job.job_modify_index = index;
+        let job = Arc::new(job);
+        let key = (job.namespace.clone(), job.id.clone());
+        self.job_versions
+            .insert((key.0.clone(), key.1.clone(), job.version), job.clone());
+        self.jobs.insert(key, job.clone());
+        job
+    }
+
+    /// Removes a job (a purge); its versions are kept for old allocations.
+    pub fn delete_job(&mut self, namespace: &str, job_id: &str) {
+        self.next_index();
+        self.jobs
+            .remove(&(namespace.to_string(), job_id.to_string()));
+    }
+
+    /// Inserts or replaces allocations, keeping the indexes in step and
+    /// linking a replacement to the allocation it replaces.
+    pub fn upsert_allocs(&mut self, allocs: impl IntoIterator<Item = Allocation>) {
+        let index = self.next_index();
+        for mut alloc in allocs {
+            if alloc.create_index == 0 {
+                alloc.create_index = index;
+            }
+            alloc.modify_index = index;
+            alloc.alloc_modify_index = index;
+            if let Some(prev_id) = alloc.previous_allocation {
+                if let Some(prev) = self.allocs.get(&prev_id).cloned() {
+                    if prev.next_allocation != Some(alloc.id) {
+                        let mut prev = (*prev).clone();
+                        prev.next_allocation = Some(alloc.id);
+                        prev.modify_index = index;
+                        self.allocs.insert(prev.id, Arc::new(prev));
+                    }
+                }
+            }
+            let is_new = !self.allocs.contains_key(&alloc.id);
+            if is_new {
+                self.allocs_by_node
+                    .entry(alloc.node_id)
+                    .or_default()
+                    .push_back(alloc.id);
+                self.allocs_by_job
+                    .entry((alloc.namespace.to_string(), alloc.job_id.to_string()))
+                    .or_default()
+                    .push_back(alloc.id);
+            }
+            self.allocs.insert(alloc.id, Arc::new(alloc));
+        }
+    }
+
+    /// Applies a change to one existing allocation (client updates in tests).
+    pub fn update_alloc(&mut self, id: &AllocId, change: impl FnOnce(&mut Allocation)) -> bool {
+        let Some(existing) = self.allocs.get(id).cloned() else {
+            return false;
+        };
+        let mut alloc = (*existing).clone();
+        change(&mut alloc);
+        self.upsert_allocs([alloc]);
+        true
+    }
+
+    /// Applies a change to one existing node.
+    pub fn update_node(&mut self, id: &NodeId, change: impl FnOnce(&mut Node)) -> bool {
+        let Some(existing) = self.nodes.get(id).cloned() else {
+            return false;
+        };
+        let mut node = (*existing).clone();
+        change(&mut node);
+        self.upsert_node(node);
+        true
+    }
+
+    pub fn set_scheduler_config(&mut self, config: SchedulerConfiguration) {
+        self.next_index();
+        self.config = config;
+    }
+
+    /// Every allocation (for assertions in tests).
+    pub fn all_allocs(&self) -> Vec<Arc<Allocation>> {
+        self.allocs.values().cloned().collect()
+    }
+
+    fn resolve(&self, ids: Option<&Vector<AllocId>>) -> Vec<Arc<Allocation>> {
+        ids.map(|ids| {
+            ids.iter()
+                .filter_map(|id| self.allocs.get(id).cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+}
+
+impl State for HarnessState {
+    fn nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.values().cloned().collect()
+    }
+
+    fn node_by_id(&self, id: &NodeId) -> Option<Arc<Node>> {
+        self.nodes.get(id).cloned()
+    }
+
+    fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {
+        self.resolve(
+            self.allocs_by_job
+                .get(&(namespace.to_string(), job_id.to_string())),
+        )
+    }
+
+    fn allocs_by_node(&self, node: &NodeId) -> Vec<Arc<Allocation>> {
+        self.resolve(self.allocs_by_node.get(node))
+    }
+
+    fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>> {
+        self.allocs.get(id).cloned()
+    }
+
+    fn job_by_id(&self, namespace: &str, job_id: &str) -> Option<Arc<Job>> {
+        self.jobs
+            .get(&(namespace.to_string(), job_id.to_string()))
+            .cloned()
+    }
+
+    fn job_by_version(&self, namespace: &str, job_id: &str, version: u64) -> Option<Arc<Job>> {
+        self.job_versions
+            .get(&(namespace.to_string(), job_id.to_string(), version))
+            .cloned()
+    }
+
+    fn scheduler_config(&self) -> SchedulerConfiguration {
+        self.config.clone()
+    }
+
+    fn latest_index(&self) -> u64 {
+        self.index
+    }
+}

@@ -1,0 +1,551 @@
+//! The system scheduler, for system and sysbatch jobs: one allocation of
+//! every task group on every eligible node.
+//!
+//! Each attempt diffs the job's allocations against the eligible nodes
+//! (place, update, migrate, stop, ignore, lost), turns updates into in-place
+//! changes where the new version allows it and into stop-and-place
+//! otherwise (at most `max_parallel` per evaluation, with a follow-up
+//! rolling-update evaluation), and checks each placement against its one
+//! node. A node the group's constraints exclude is not a failure (it is
+//! simply not counted as queued); a node that is full is (FailedTGAllocs
+//! and a blocked evaluation for that node), unless preemption of
+//! lower-priority work makes room. Sysbatch allocations that ran to
+//! completion are not placed again until the job changes.
+
+use super::context::EvalContext;
+use super::stack::{SelectOptions, Stack, StackKind};
+use super::state::State;
+use super::util::*;
+use super::{Planner, Scheduler, SchedulerError};
+use crate::structs::{
+    AllocMetric, Allocation, ClientStatus, EvalStatus, Evaluation, Job, Node, NodeId,
+    PlanAnnotations, PlanResult, TaskGroup, TriggeredBy,
+};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+pub struct SystemScheduler<'p> {
+    state: Arc<dyn State>,
+    planner: &'p mut dyn Planner,
+    sysbatch: bool,
+    now: i64,
+    failed: BTreeMap<String, AllocMetric>,
+    queued: BTreeMap<String, u64>,
+    next_eval: Option<Evaluation>,
+    plan_result: Option<PlanResult>,
+    limit_reached: bool,
+}
+
+/// One required group on one node, with the allocation it concerns.
+#[derive(Clone)]
+pub struct AllocTuple {
+    pub name: String,
+    pub group: String,
+    pub node: NodeId,
+    pub alloc: Option<Arc<Allocation>>,
+}
+
+/// The system diff of the job's allocations against the eligible nodes.
+#[derive(Default)]
+pub struct SystemDiff {
+    pub place: Vec<AllocTuple>,
+    pub update: Vec<AllocTuple>,
+    pub migrate: Vec<AllocTuple>,
+    pub stop: Vec<AllocTuple>,
+    pub ignore: Vec<AllocTuple>,
+    pub lost: Vec<AllocTuple>,
+}
+
+enum Attempt {
+    Done,
+    Retry,
+}
+
+impl<'p> SystemScheduler<'p> {
+    pub fn new(
+        state: Arc<dyn State>,
+        planner: &'p mut dyn Planner,
+        sysbatch: bool,
+        now: i64,
+    ) -> Self {
+        SystemScheduler {
+            state,
+            planner,
+            sysbatch,
+            now,
+            failed: BTreeMap::new(),
+            queued: BTreeMap::new(),
+            next_eval: None,
+            plan_result: None,
+            limit_reached: false,
+        }
+    }
+
+    /// The trigger reasons of the seed: sysbatch also accepts periodic runs.
+    fn can_handle(&self, trigger: TriggeredBy) -> bool {
+        use TriggeredBy::*;
+        match trigger {
+            JobRegister | NodeUpdate | FailedFollowUp | JobDeregister | RollingUpdate
+            | Preemption | DeploymentWatcher | NodeDrain | AllocStop | QueuedAllocs | Scaling => {
+                true
+            }
+            PeriodicJob => self.sysbatch,
+            _ => false,
+        }
+    }
+
+    fn finish(
+        &mut self,
+        eval: &Evaluation,
+        status: EvalStatus,
+        description: String,
+    ) -> Result<(), SchedulerError> {
+        let outcome = EvalOutcome {
+            status,
+            description,
+            next_eval: self.next_eval.as_ref().map(|e| e.id),
+            blocked_eval: None,
+            failed: &self.failed,
+            queued: &self.queued,
+        };
+        set_status(&mut *self.planner, eval, outcome, self.now)
+    }
+
+    fn attempt(&mut self, eval: &Evaluation) -> Result<Attempt, SchedulerError> {
+        let job = self.state.job_by_id(&eval.namespace, &eval.job_id);
+        let live_job = job.as_ref().filter(|j| !j.stop).cloned();
+        self.queued = BTreeMap::new();
+        self.failed = BTreeMap::new();
+        self.limit_reached = false;
+        let (nodes, by_dc) = match &live_job {
+            Some(j) => ready_nodes(&*self.state, j),
+            None => (Vec::new(), BTreeMap::new()),
+        };
+        let index = self.state.latest_index();
+        let plan = make_plan(eval, job.as_ref(), index);
+        let mut ctx = EvalContext::new(self.state.clone(), plan, job.as_deref(), self.now);
+        let mut stack = live_job
+            .as_ref()
+            .map(|j| Stack::new(StackKind::System, j.clone(), &ctx, eval_seed(eval, index)));
+        self.compute_job_allocs(
+            eval,
+            live_job.as_ref(),
+            &mut ctx,
+            stack.as_mut(),
+            nodes,
+            &by_dc,
+        )?;
+
+        if ctx.plan.is_no_op() && !eval.annotate_plan {
+            return Ok(Attempt::Done);
+        }
+        if self.limit_reached && self.next_eval.is_none() {
+            let mut next = eval.follow_up(TriggeredBy::RollingUpdate, self.now);
+            next.wait = live_job
+                .as_ref()
+                .and_then(|j| j.update.as_ref())
+                .map(|u| u.stagger)
+                .unwrap_or_default();
+            self.planner.create_eval(next.clone())?;
+            self.next_eval = Some(next);
+        }
+        let plan = ctx.plan;
+        let expected: usize = plan.node_allocation.values().map(Vec::len).sum();
+        let (result, new_state) = self.planner.submit_plan(plan)?;
+        adjust_queued(&result, &mut self.queued);
+        let committed: usize = result.node_allocation.values().map(Vec::len).sum();
+        self.plan_result = Some(result);
+        if let Some(state) = new_state {
+            self.state = state;
+            return Ok(Attempt::Retry);
+        }
+        Ok(if committed == expected {
+            Attempt::Done
+        } else {
+            Attempt::Retry
+        })
+    }
+
+    fn compute_job_allocs(
+        &mut self,
+        eval: &Evaluation,
+        job: Option<&Arc<Job>>,
+        ctx: &mut EvalContext,
+        stack: Option<&mut Stack>,
+        nodes: Vec<Arc<Node>>,
+        by_dc: &BTreeMap<String, u64>,
+    ) -> Result<(), SchedulerError> {
+        let state = ctx.state.clone();
+        let allocs = state.allocs_by_job(&eval.namespace, &eval.job_id);
+        let tainted = tainted_nodes(&*state, &allocs);
+        mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
+        let diff = diff_system_allocs(&*state, job, self.sysbatch, &nodes, &tainted, &allocs);
+
+        for t in &diff.stop {
+            if let Some(a) = &t.alloc {
+                ctx.stop_alloc(a, ALLOC_NOT_NEEDED, None, None);
+            }
+        }
+        for t in &diff.migrate {
+            if let Some(a) = &t.alloc {
+                ctx.stop_alloc(a, ALLOC_NODE_TAINTED, None, None);
+            }
+        }
+        for t in &diff.lost {
+            if let Some(a) = &t.alloc {
+                ctx.stop_alloc(a, ALLOC_LOST, Some(ClientStatus::Lost), None);
+            }
+        }
+        let (Some(job), Some(stack)) = (job, stack) else {
+            if eval.annotate_plan {
+                ctx.plan.annotations = Some(PlanAnnotations {
+                    desired_tg_updates: desired_updates(&diff, &[], &[]),
+                    preempted_allocs: Vec::new(),
+                });
+            }
+            return Ok(());
+        };
+
+        // In-place where possible.
+        let mut destructive = Vec::new();
+        let mut inplace = Vec::new();
+        let mut ignored = Vec::new();
+        for t in &diff.update {
+            let (Some(tg), Some(alloc)) = (job.lookup_task_group(&t.group), &t.alloc) else {
+                continue;
+            };
+            match try_update(ctx, stack, eval, job, tg, alloc) {
+                UpdateKind::Ignore => ignored.push(t.clone()),
+                UpdateKind::InPlace(updated) => {
+                    ctx.place_alloc(*updated);
+                    inplace.push(t.clone());
+                }
+                UpdateKind::Destructive => destructive.push(t.clone()),
+            }
+        }
+        let mut diff = diff;
+        diff.ignore.extend(ignored);
+        if eval.annotate_plan {
+            ctx.plan.annotations = Some(PlanAnnotations {
+                desired_tg_updates: desired_updates(&diff, &inplace, &destructive),
+                preempted_allocs: Vec::new(),
+            });
+        }
+
+        // Destructive updates are stops plus placements, rolling-limited.
+        let limit = job
+            .update
+            .as_ref()
+            .filter(|u| u.max_parallel > 0)
+            .map_or(destructive.len(), |u| u.max_parallel as usize);
+        self.limit_reached = destructive.len() > limit;
+        for t in destructive.into_iter().take(limit) {
+            if let Some(a) = &t.alloc {
+                ctx.stop_alloc(a, ALLOC_UPDATING, None, None);
+            }
+            diff.place.push(t);
+        }
+
+        for tg in &job.task_groups {
+            self.queued.insert(tg.name.clone(), 0);
+        }
+        if diff.place.is_empty() {
+            return Ok(());
+        }
+        for t in &diff.place {
+            *self.queued.entry(t.group.clone()).or_default() += 1;
+        }
+        let by_id: FastMap<NodeId, Arc<Node>> = nodes.into_iter().map(|n| (n.id, n)).collect();
+        ctx.plan.node_allocation.reserve(diff.place.len());
+        self.compute_placements(eval, job, ctx, stack, &diff.place, &by_id, by_dc)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn compute_placements(
+        &mut self,
+        eval: &Evaluation,
+        job: &Arc<Job>,
+        ctx: &mut EvalContext,
+        stack: &mut Stack,
+        place: &[AllocTuple],
+        nodes: &FastMap<NodeId, Arc<Node>>,
+        by_dc: &BTreeMap<String, u64>,
+    ) -> Result<(), SchedulerError> {
+        let template = AllocTemplate::new(job, eval);
+        let opts = SelectOptions {
+            penalty_nodes: Vec::new(),
+            preempt: stack.preemption_enabled(),
+        };
+        for missing in place {
+            let Some(node) = nodes.get(&missing.node) else {
+                continue;
+            };
+            let Some(tg) = job.lookup_task_group(&missing.group) else {
+                continue;
+            };
+            stack.set_single_node(node.clone());
+            let option = stack.select(ctx, tg, &opts);
+            let Some((ranked, resources)) = option else {
+                self.record_failure(eval, ctx, tg, node, by_dc)?;
+                continue;
+            };
+            ctx.metrics.nodes_available = by_dc.clone();
+            let metrics = Arc::new(std::mem::take(&mut ctx.metrics));
+            let mut alloc = template.build(
+                &missing.group,
+                missing.name.clone(),
+                &ranked,
+                resources,
+                metrics,
+                self.now,
+            );
+            alloc.previous_allocation = missing
+                .alloc
+                .as_ref()
+                .filter(|a| a.node_id == node.id)
+                .map(|a| a.id);
+            apply_preemptions(ctx, &ranked, &mut alloc);
+            if let Some(ann) = ctx.plan.annotations.as_mut() {
+                ann.preempted_allocs
+                    .extend(ranked.preempted.iter().map(|a| a.id));
+                if let Some(d) = ann.desired_tg_updates.get_mut(&missing.group) {
+                    d.preemptions += ranked.preempted.len() as u64;
+                }
+            }
+            ctx.place_alloc(alloc);
+        }
+        Ok(())
+    }
+
+    /// A placement that did not happen: filtered nodes are not failures; a
+    /// full node is, reported once per group (later ones coalesced) with a
+    /// blocked evaluation for that node.
+    fn record_failure(
+        &mut self,
+        eval: &Evaluation,
+        ctx: &mut EvalContext,
+        tg: &TaskGroup,
+        node: &Node,
+        by_dc: &BTreeMap<String, u64>,
+    ) -> Result<(), SchedulerError> {
+        if ctx.metrics.nodes_filtered > 0 {
+            if let Some(q) = self.queued.get_mut(&tg.name) {
+                *q = q.saturating_sub(1);
+            }
+            if let Some(d) = ctx
+                .plan
+                .annotations
+                .as_mut()
+                .and_then(|a| a.desired_tg_updates.get_mut(&tg.name))
+            {
+                d.place = d.place.saturating_sub(1);
+            }
+            return Ok(());
+        }
+        if let Some(metric) = self.failed.get_mut(&tg.name) {
+            metric.coalesced_failures += 1;
+            exhaust_resources(metric, tg);
+            return Ok(());
+        }
+        ctx.metrics.nodes_available = by_dc.clone();
+        let mut metric = std::mem::take(&mut ctx.metrics);
+        exhaust_resources(&mut metric, tg);
+        self.failed.insert(tg.name.clone(), metric);
+        let mut blocked = blocked_eval(eval, &ctx.eligibility, &self.failed, false, self.now);
+        blocked.node_id = Some(node.id);
+        self.planner.create_eval(blocked)?;
+        Ok(())
+    }
+}
+
+impl Scheduler for SystemScheduler<'_> {
+    fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError> {
+        if !self.can_handle(eval.triggered_by) {
+            let desc = format!(
+                "scheduler cannot handle '{}' evaluation reason",
+                eval.triggered_by
+            );
+            return self.finish(eval, EvalStatus::Failed, desc);
+        }
+        let limit = if self.sysbatch {
+            MAX_SYSBATCH_ATTEMPTS
+        } else {
+            MAX_SYSTEM_ATTEMPTS
+        };
+        let mut attempts = 0;
+        loop {
+            match self.attempt(eval)? {
+                Attempt::Done => break,
+                Attempt::Retry => {
+                    if progress_made(self.plan_result.as_ref()) {
+                        attempts = 0;
+                    } else {
+                        attempts += 1;
+                    }
+                    if attempts >= limit {
+                        let desc = format!("maximum attempts reached ({limit})");
+                        return self.finish(eval, EvalStatus::Failed, desc);
+                    }
+                }
+            }
+        }
+        self.finish(eval, EvalStatus::Complete, String::new())
+    }
+}
+
+/// The name of a system allocation: every group has one per node, index 0.
+fn system_alloc_name(job: &Job, tg: &TaskGroup) -> String {
+    Allocation::name_for(&job.id, &tg.name, 0)
+}
+
+/// Diffs the job's allocations against the eligible nodes (Nomad's
+/// `diffSystemAllocs`).
+pub fn diff_system_allocs(
+    state: &dyn State,
+    job: Option<&Arc<Job>>,
+    sysbatch: bool,
+    eligible: &[Arc<Node>],
+    tainted: &HashMap<NodeId, Option<Arc<Node>>>,
+    allocs: &[Arc<Allocation>],
+) -> SystemDiff {
+    let required: Vec<(String, &TaskGroup)> = job
+        .map(|j| {
+            j.task_groups
+                .iter()
+                .map(|tg| (system_alloc_name(j, tg), tg))
+                .collect()
+        })
+        .unwrap_or_default();
+    let eligible_ids: FastMap<NodeId, ()> = eligible.iter().map(|n| (n.id, ())).collect();
+    let mut live_by_node: FastMap<NodeId, Vec<&Arc<Allocation>>> = FastMap::default();
+    let mut terminal: HashMap<(NodeId, &str), &Arc<Allocation>> = HashMap::new();
+    for a in allocs {
+        if a.is_terminal() {
+            let e = terminal.entry((a.node_id, a.name.as_str())).or_insert(a);
+            if a.create_index > e.create_index {
+                *e = a;
+            }
+        } else {
+            live_by_node.entry(a.node_id).or_default().push(a);
+        }
+    }
+    let mut diff = SystemDiff::default();
+    let mut node_ids: Vec<NodeId> = eligible.iter().map(|n| n.id).collect();
+    let mut extra: Vec<NodeId> = live_by_node
+        .keys()
+        .filter(|id| !eligible_ids.contains_key(id))
+        .copied()
+        .collect();
+    extra.sort_unstable();
+    node_ids.extend(extra);
+    let job_version = job.map_or(0, |j| j.version);
+    for node_id in node_ids {
+        let live = live_by_node.remove(&node_id).unwrap_or_default();
+        let mut existing: HashSet<&str> = HashSet::new();
+        for a in live {
+            existing.insert(a.name.as_str());
+            let tuple = |a: &Arc<Allocation>| AllocTuple {
+                name: a.name.clone(),
+                group: a.task_group.to_string(),
+                node: node_id,
+                alloc: Some(a.clone()),
+            };
+            if !required.iter().any(|(name, _)| *name == a.name) {
+                diff.stop.push(tuple(a));
+                continue;
+            }
+            if a.desired_transition.should_migrate() {
+                diff.migrate.push(tuple(a));
+                continue;
+            }
+            if let Some(node) = tainted.get(&node_id) {
+                if sysbatch && a.ran_successfully() {
+                    diff.ignore.push(tuple(a));
+                } else if node_is_lost(node) {
+                    diff.lost.push(tuple(a));
+                } else {
+                    diff.ignore.push(tuple(a));
+                }
+                continue;
+            }
+            if !eligible_ids.contains_key(&node_id) {
+                // Kept on nodes that are merely not ready or ineligible;
+                // stopped on nodes the job no longer targets.
+                let not_ready = state
+                    .node_by_id(&node_id)
+                    .is_some_and(|n| node_not_ready(&n));
+                if not_ready {
+                    diff.ignore.push(tuple(a));
+                } else {
+                    diff.stop.push(tuple(a));
+                }
+                continue;
+            }
+            if a.job_version != job_version {
+                diff.update.push(tuple(a));
+                continue;
+            }
+            diff.ignore.push(tuple(a));
+        }
+        for (name, tg) in &required {
+            if existing.contains(name.as_str()) {
+                continue;
+            }
+            let previous = terminal.get(&(node_id, name.as_str())).copied();
+            if sysbatch {
+                if let Some(prev) = previous {
+                    let t = AllocTuple {
+                        name: name.clone(),
+                        group: tg.name.clone(),
+                        node: node_id,
+                        alloc: Some(prev.clone()),
+                    };
+                    if prev.job_version != job_version {
+                        diff.update.push(t);
+                    } else {
+                        diff.ignore.push(t);
+                    }
+                    continue;
+                }
+            }
+            if tainted.contains_key(&node_id) || !eligible_ids.contains_key(&node_id) {
+                continue;
+            }
+            diff.place.push(AllocTuple {
+                name: name.clone(),
+                group: tg.name.clone(),
+                node: node_id,
+                alloc: previous.cloned(),
+            });
+        }
+    }
+    diff
+}
+
+/// DesiredTGUpdates for a system plan.
+fn desired_updates(
+    diff: &SystemDiff,
+    inplace: &[AllocTuple],
+    destructive: &[AllocTuple],
+) -> BTreeMap<String, crate::structs::DesiredUpdates> {
+    let mut out: BTreeMap<String, crate::structs::DesiredUpdates> = BTreeMap::new();
+    for t in &diff.place {
+        out.entry(t.group.clone()).or_default().place += 1;
+    }
+    for t in diff.stop.iter().chain(&diff.lost) {
+        out.entry(t.group.clone()).or_default().stop += 1;
+    }
+    for t in &diff.migrate {
+        out.entry(t.group.clone()).or_default().migrate += 1;
+    }
+    for t in &diff.ignore {
+        out.entry(t.group.clone()).or_default().ignore += 1;
+    }
+    for t in inplace {
+        out.entry(t.group.clone()).or_default().in_place_update += 1;
+    }
+    for t in destructive {
+        out.entry(t.group.clone()).or_default().destructive_update += 1;
+    }
+    out
+}

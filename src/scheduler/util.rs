@@ -1,0 +1,601 @@
+//! Helpers both schedulers share: node sets, tainted nodes, update
+//! classification, reschedule timing, allocation construction and the
+//! evaluation bookkeeping (status, blocked and follow-up evaluations).
+
+use super::context::{Eligibility, EvalContext};
+use super::feasible::datacenter_matches;
+use super::stack::{RankedNode, SelectOptions, Stack};
+use super::state::State;
+use super::{Planner, SchedulerError};
+use crate::structs::job::delay_function;
+use crate::structs::{
+    AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
+    Evaluation, Job, Node, NodeId, NodeStatus, Plan, PlanResult, RescheduleEvent, ReschedulePolicy,
+    RescheduleTracker, TaskGroup, TriggeredBy,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+// Descriptions written on stopped allocations and evaluations (Nomad's).
+pub const ALLOC_NOT_NEEDED: &str = "alloc not needed due to job update";
+pub const ALLOC_MIGRATING: &str = "alloc is being migrated";
+pub const ALLOC_UPDATING: &str = "alloc is being updated due to job update";
+pub const ALLOC_LOST: &str = "alloc is lost since its node is down";
+pub const ALLOC_IN_PLACE: &str = "alloc updating in-place";
+pub const ALLOC_NODE_TAINTED: &str = "alloc not needed as node is tainted";
+pub const BLOCKED_EVAL_MAX_PLAN: &str = "created due to placement conflicts";
+pub const BLOCKED_EVAL_FAILED_PLACEMENTS: &str = "created to place remaining allocations";
+
+/// Plan attempts per evaluation before giving up.
+pub const MAX_SERVICE_ATTEMPTS: usize = 5;
+pub const MAX_BATCH_ATTEMPTS: usize = 2;
+pub const MAX_SYSTEM_ATTEMPTS: usize = 5;
+pub const MAX_SYSBATCH_ATTEMPTS: usize = 2;
+
+/// Failed allocations due within this window are rescheduled now.
+pub const RESCHEDULE_WINDOW: Duration = Duration::from_secs(1);
+/// Delayed reschedules within this window share one follow-up evaluation.
+pub const FOLLOWUP_BATCH_WINDOW: Duration = Duration::from_secs(5);
+/// How many past reschedule events an unlimited policy keeps.
+pub const MAX_PAST_RESCHEDULE_EVENTS: usize = 5;
+
+/// The nodes new work may go to for a job: ready, eligible, not draining,
+/// in one of its datacenters and its node pool; with the count per DC.
+pub fn ready_nodes(state: &dyn State, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
+    let mut by_dc = BTreeMap::new();
+    let pool = job.node_pool.as_str();
+    let nodes: Vec<Arc<Node>> = state
+        .nodes()
+        .into_iter()
+        .filter(|n| {
+            n.is_schedulable()
+                && datacenter_matches(&job.datacenters, &n.datacenter)
+                && (pool.is_empty() || pool == "all" || node_pool_of(n) == pool)
+        })
+        .inspect(|n| *by_dc.entry(n.datacenter.clone()).or_insert(0) += 1)
+        .collect();
+    (nodes, by_dc)
+}
+
+fn node_pool_of(node: &Node) -> &str {
+    if node.node_pool.is_empty() {
+        crate::structs::job::DEFAULT_NODE_POOL
+    } else {
+        &node.node_pool
+    }
+}
+
+/// Nodes holding the allocations that are down, gone or draining; `None`
+/// for a node that no longer exists.
+pub fn tainted_nodes(
+    state: &dyn State,
+    allocs: &[Arc<Allocation>],
+) -> HashMap<NodeId, Option<Arc<Node>>> {
+    let mut out = HashMap::new();
+    for alloc in allocs {
+        if out.contains_key(&alloc.node_id) {
+            continue;
+        }
+        match state.node_by_id(&alloc.node_id) {
+            None => {
+                out.insert(alloc.node_id, None);
+            }
+            Some(node) => {
+                if node.status.is_terminal() || node.drain_strategy.is_some() || node.drain {
+                    out.insert(alloc.node_id, Some(node));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a tainted node entry means the node is down or gone.
+pub fn node_is_lost(node: &Option<Arc<Node>>) -> bool {
+    node.as_ref().is_none_or(|n| n.status.is_terminal())
+}
+
+/// Allocations the servers already stopped on a node that went down, while
+/// the client still said running: their client status becomes lost.
+pub fn mark_stopped_on_down_nodes_lost(
+    ctx: &mut EvalContext,
+    tainted: &HashMap<NodeId, Option<Arc<Node>>>,
+    allocs: &[Arc<Allocation>],
+) {
+    for alloc in allocs {
+        let Some(node) = tainted.get(&alloc.node_id) else {
+            continue;
+        };
+        if !node_is_lost(node) {
+            continue;
+        }
+        if alloc.server_terminal()
+            && matches!(
+                alloc.client_status,
+                ClientStatus::Running | ClientStatus::Pending
+            )
+        {
+            ctx.stop_alloc(alloc, ALLOC_LOST, Some(ClientStatus::Lost), None);
+        }
+    }
+}
+
+/// Whether moving a group from `old` to `new` needs new allocations
+/// (destructive) rather than an in-place update: anything about the tasks,
+/// the resources, the networks or the soft placement rules changed.
+pub fn tasks_updated(old_job: &Job, old: &TaskGroup, new_job: &Job, new: &TaskGroup) -> bool {
+    if old.tasks.len() != new.tasks.len()
+        || old.ephemeral_disk != new.ephemeral_disk
+        || old.networks != new.networks
+        || old.affinities != new.affinities
+        || old.spreads != new.spreads
+        || old_job.affinities != new_job.affinities
+        || old_job.spreads != new_job.spreads
+    {
+        return true;
+    }
+    for a in &old.tasks {
+        let Some(b) = new.lookup_task(&a.name) else {
+            return true;
+        };
+        if a.driver != b.driver
+            || a.user != b.user
+            || a.config != b.config
+            || a.env != b.env
+            || a.meta != b.meta
+            || a.artifacts != b.artifacts
+            || a.resources != b.resources
+            || a.affinities != b.affinities
+            || a.lifecycle != b.lifecycle
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// The result of trying to update an allocation to a new job version.
+pub enum UpdateKind {
+    /// Nothing to do.
+    Ignore,
+    /// Updated where it stands (the new allocation record).
+    InPlace(Box<Allocation>),
+    /// Must be replaced.
+    Destructive,
+}
+
+/// Nomad's in-place check: unchanged tasks, a node still in the job's
+/// datacenters, and the new version still feasible and fitting there once
+/// the allocation's own resources are discounted.
+pub fn try_update(
+    ctx: &mut EvalContext,
+    stack: &mut Stack,
+    eval: &Evaluation,
+    job: &Job,
+    tg: &TaskGroup,
+    alloc: &Arc<Allocation>,
+) -> UpdateKind {
+    if alloc.job_version == job.version {
+        return UpdateKind::Ignore;
+    }
+    let old_job = ctx
+        .state
+        .job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version);
+    let Some(old_job) = old_job else {
+        return UpdateKind::Destructive;
+    };
+    let Some(old_tg) = old_job.lookup_task_group(&alloc.task_group) else {
+        return UpdateKind::Destructive;
+    };
+    if tasks_updated(&old_job, old_tg, job, tg) {
+        return UpdateKind::Destructive;
+    }
+    if alloc.is_terminal() {
+        return UpdateKind::Ignore;
+    }
+    let Some(node) = ctx.state.node_by_id(&alloc.node_id) else {
+        return UpdateKind::Destructive;
+    };
+    if !datacenter_matches(&job.datacenters, &node.datacenter) {
+        return UpdateKind::Destructive;
+    }
+    stack.set_single_node(node);
+    ctx.stop_alloc(alloc, ALLOC_IN_PLACE, None, None);
+    let option = stack.select(ctx, tg, &SelectOptions::default());
+    ctx.pop_stop(alloc);
+    let Some((_, granted)) = option else {
+        return UpdateKind::Destructive;
+    };
+    let mut updated = (**alloc).clone();
+    updated.eval_id = eval.id;
+    updated.job_version = job.version;
+    // Ports are never changed in place (network changes are destructive).
+    let mut resources = granted;
+    resources.shared.networks = alloc.allocated_resources.shared.networks.clone();
+    resources.shared.ports = alloc.allocated_resources.shared.ports.clone();
+    for (name, task) in resources.tasks.iter_mut() {
+        if let Some(old) = alloc.allocated_resources.tasks.get(name) {
+            task.networks = old.networks.clone();
+        }
+    }
+    updated.allocated_resources = resources;
+    UpdateKind::InPlace(Box::new(updated))
+}
+
+/// Shared strings for the allocations of one evaluation, so each new
+/// allocation costs pointer copies rather than string copies.
+pub struct AllocTemplate {
+    pub namespace: Arc<str>,
+    pub job_id: Arc<str>,
+    pub job_version: u64,
+    pub eval_id: uuid::Uuid,
+    groups: HashMap<String, Arc<str>>,
+}
+
+impl AllocTemplate {
+    pub fn new(job: &Job, eval: &Evaluation) -> Self {
+        AllocTemplate {
+            namespace: Arc::from(job.namespace.as_str()),
+            job_id: Arc::from(job.id.as_str()),
+            job_version: job.version,
+            eval_id: eval.id,
+            groups: job
+                .task_groups
+                .iter()
+                .map(|tg| (tg.name.clone(), Arc::from(tg.name.as_str())))
+                .collect(),
+        }
+    }
+
+    /// A new pending allocation of `group` named `name` on the ranked node.
+    pub fn build(
+        &self,
+        group: &str,
+        name: String,
+        ranked: &RankedNode,
+        resources: AllocatedResources,
+        metrics: Arc<AllocMetric>,
+        now: i64,
+    ) -> Allocation {
+        Allocation {
+            id: new_alloc_id(),
+            namespace: self.namespace.clone(),
+            eval_id: self.eval_id,
+            name,
+            node_id: ranked.node.id,
+            node_name: Arc::from(ranked.node.name.as_str()),
+            job_id: self.job_id.clone(),
+            job_version: self.job_version,
+            task_group: self
+                .groups
+                .get(group)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(group)),
+            allocated_resources: resources,
+            metrics: Some(metrics),
+            desired_status: DesiredStatus::Run,
+            client_status: ClientStatus::Pending,
+            create_time: now,
+            modify_time: now,
+            ..Default::default()
+        }
+    }
+}
+
+/// Adds the evictions a placement needs to the plan.
+pub fn apply_preemptions(ctx: &mut EvalContext, ranked: &RankedNode, alloc: &mut Allocation) {
+    for victim in &ranked.preempted {
+        ctx.preempt_alloc(victim, alloc.id);
+        alloc.preempted_allocations.push(victim.id);
+    }
+}
+
+/// Fills `ResourcesExhausted` for a failed placement of `tg`.
+pub fn exhaust_resources(metric: &mut AllocMetric, tg: &TaskGroup) {
+    if metric.dimension_exhausted.is_empty() {
+        return;
+    }
+    let cpu = metric.dimension_exhausted.contains_key("cpu");
+    let memory = metric.dimension_exhausted.contains_key("memory");
+    for t in &tg.tasks {
+        let r = metric
+            .resources_exhausted
+            .entry(t.name.clone())
+            .or_default();
+        if cpu {
+            r.cpu += t.resources.cpu;
+        }
+        if memory {
+            r.memory_mb += t.resources.memory_mb;
+        }
+    }
+}
+
+/// The reschedule policy an allocation is governed by: its group's in the
+/// job version it runs, or the current job's.
+pub fn reschedule_policy(
+    state: &dyn State,
+    current: Option<&Job>,
+    alloc: &Allocation,
+) -> Option<ReschedulePolicy> {
+    let from = |job: &Job| {
+        job.lookup_task_group(&alloc.task_group)
+            .and_then(|tg| tg.reschedule_policy.clone())
+    };
+    match state.job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version) {
+        Some(job) => from(&job),
+        None => current.and_then(from),
+    }
+}
+
+/// The delay before the next reschedule of a failed allocation (Nomad's
+/// `NextDelay`): constant, doubling, or Fibonacci over past delays, capped
+/// at `max_delay` and reset when the allocation ran longer than the cap.
+pub fn next_delay(policy: &ReschedulePolicy, alloc: &Allocation) -> Duration {
+    let events = alloc
+        .reschedule_tracker
+        .as_ref()
+        .map(|t| t.events.as_slice())
+        .unwrap_or_default();
+    let Some(last) = events.last() else {
+        return policy.delay;
+    };
+    let mut delay = match policy.delay_function.as_str() {
+        delay_function::EXPONENTIAL => last.delay * 2,
+        delay_function::FIBONACCI if events.len() >= 2 => {
+            let n1 = last.delay;
+            let n2 = events[events.len() - 2].delay;
+            if n2 == policy.max_delay && n1 == policy.delay {
+                n1
+            } else {
+                n1 + n2
+            }
+        }
+        delay_function::FIBONACCI => policy.delay,
+        _ => return policy.delay,
+    };
+    if !policy.max_delay.is_zero() && delay > policy.max_delay {
+        delay = policy.max_delay;
+        let ran_for = alloc.last_event_time().unwrap_or(0) - last.reschedule_time;
+        if ran_for > delay.as_nanos() as i64 {
+            delay = policy.delay;
+        }
+    }
+    delay
+}
+
+/// When a failed allocation may be rescheduled, and whether it may at all
+/// (Nomad's `NextRescheduleTime`).
+pub fn next_reschedule_time(policy: Option<&ReschedulePolicy>, alloc: &Allocation) -> (i64, bool) {
+    let Some(policy) = policy else {
+        return (0, false);
+    };
+    let fail_time = alloc.last_event_time().unwrap_or(0);
+    if alloc.desired_status == DesiredStatus::Stop
+        || alloc.client_status != ClientStatus::Failed
+        || fail_time == 0
+    {
+        return (0, false);
+    }
+    let delay = next_delay(policy, alloc);
+    let at = fail_time + delay.as_nanos() as i64;
+    let events = alloc
+        .reschedule_tracker
+        .as_ref()
+        .map(|t| t.events.as_slice())
+        .unwrap_or_default();
+    let mut eligible = policy.unlimited || (policy.attempts > 0 && events.is_empty());
+    if !policy.unlimited && policy.attempts > 0 && !events.is_empty() {
+        let interval = policy.interval.as_nanos() as i64;
+        let attempted = events
+            .iter()
+            .filter(|e| fail_time - e.reschedule_time < interval)
+            .count();
+        eligible = attempted < policy.attempts as usize && delay < policy.interval;
+    }
+    (at, eligible)
+}
+
+/// The reschedule history a replacement inherits, plus this reschedule.
+pub fn next_reschedule_tracker(
+    policy: Option<&ReschedulePolicy>,
+    prev: &Allocation,
+    now: i64,
+) -> RescheduleTracker {
+    let mut events = Vec::new();
+    if let Some(tracker) = &prev.reschedule_tracker {
+        match policy {
+            Some(p) if p.attempts > 0 && !p.unlimited => {
+                let interval = p.interval.as_nanos() as i64;
+                events.extend(
+                    tracker
+                        .events
+                        .iter()
+                        .filter(|e| interval > 0 && now - e.reschedule_time <= interval)
+                        .cloned(),
+                );
+            }
+            _ => {
+                let start = tracker
+                    .events
+                    .len()
+                    .saturating_sub(MAX_PAST_RESCHEDULE_EVENTS);
+                events.extend(tracker.events[start..].iter().cloned());
+            }
+        }
+    }
+    let delay = policy.map(|p| next_delay(p, prev)).unwrap_or_default();
+    events.push(RescheduleEvent {
+        reschedule_time: now,
+        prev_alloc_id: prev.id,
+        prev_node_id: prev.node_id,
+        delay,
+    });
+    RescheduleTracker { events }
+}
+
+/// The nodes a replacement should avoid: where its predecessors ran.
+pub fn penalty_nodes(prev: Option<&Allocation>) -> Vec<NodeId> {
+    let Some(prev) = prev else {
+        return Vec::new();
+    };
+    // Only a failure is the node's fault; a lost or migrated allocation's
+    // node is no worse than any other.
+    let mut nodes = Vec::new();
+    if prev.client_status == ClientStatus::Failed {
+        nodes.push(prev.node_id);
+    }
+    if let Some(t) = &prev.reschedule_tracker {
+        for e in &t.events {
+            if !nodes.contains(&e.prev_node_id) {
+                nodes.push(e.prev_node_id);
+            }
+        }
+    }
+    nodes
+}
+
+/// A new plan for the evaluation.
+pub fn make_plan(eval: &Evaluation, job: Option<&Arc<Job>>, snapshot_index: u64) -> Plan {
+    Plan {
+        eval_id: eval.id,
+        priority: eval.priority,
+        all_at_once: job.is_some_and(|j| j.all_at_once),
+        job: job.cloned(),
+        snapshot_index,
+        ..Default::default()
+    }
+}
+
+/// Whether a plan attempt changed anything (resets the attempt counter).
+pub fn progress_made(result: Option<&PlanResult>) -> bool {
+    result.is_some_and(|r| !r.node_update.is_empty() || !r.node_allocation.is_empty())
+}
+
+/// Counts placements that were committed, per group, off the queue.
+pub fn adjust_queued(result: &PlanResult, queued: &mut BTreeMap<String, u64>) {
+    for alloc in result.node_allocation.values().flatten() {
+        // In-place updates were never queued; only new allocations count.
+        if alloc.create_index == 0 || alloc.create_index == result.alloc_index {
+            if let Some(q) = queued.get_mut(&*alloc.task_group) {
+                *q = q.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// A blocked evaluation to place what could not be placed.
+pub fn blocked_eval(
+    eval: &Evaluation,
+    eligibility: &Eligibility,
+    failed: &BTreeMap<String, AllocMetric>,
+    plan_failure: bool,
+    now: i64,
+) -> Evaluation {
+    let mut blocked = eval.follow_up(
+        if plan_failure {
+            TriggeredBy::MaxPlanAttempts
+        } else {
+            TriggeredBy::QueuedAllocs
+        },
+        now,
+    );
+    blocked.status = EvalStatus::Blocked;
+    blocked.status_description = if plan_failure {
+        BLOCKED_EVAL_MAX_PLAN
+    } else {
+        BLOCKED_EVAL_FAILED_PLACEMENTS
+    }
+    .to_string();
+    blocked.failed_tg_allocs = failed.clone();
+    blocked.escaped_computed_class = eligibility.has_escaped();
+    if !blocked.escaped_computed_class {
+        blocked.class_eligibility = eligibility.classes();
+    }
+    blocked
+}
+
+/// What the final status update of an evaluation carries.
+pub struct EvalOutcome<'a> {
+    pub status: EvalStatus,
+    pub description: String,
+    pub next_eval: Option<uuid::Uuid>,
+    pub blocked_eval: Option<uuid::Uuid>,
+    pub failed: &'a BTreeMap<String, AllocMetric>,
+    pub queued: &'a BTreeMap<String, u64>,
+}
+
+/// Writes the evaluation's final status through the planner.
+pub fn set_status(
+    planner: &mut dyn Planner,
+    eval: &Evaluation,
+    outcome: EvalOutcome<'_>,
+    now: i64,
+) -> Result<(), SchedulerError> {
+    let mut updated = eval.clone();
+    updated.status = outcome.status;
+    updated.status_description = outcome.description;
+    if outcome.next_eval.is_some() {
+        updated.next_eval = outcome.next_eval;
+    }
+    if outcome.blocked_eval.is_some() {
+        updated.blocked_eval = outcome.blocked_eval;
+    }
+    updated.failed_tg_allocs = outcome.failed.clone();
+    updated.queued_allocations = outcome.queued.clone();
+    updated.modify_time = now;
+    planner.update_eval(updated)?;
+    Ok(())
+}
+
+/// Whether node status allows the node to keep work (used by the system
+/// scheduler for nodes not ready but not tainted either).
+pub fn node_not_ready(node: &Node) -> bool {
+    node.status != NodeStatus::Ready
+        || node.scheduling_eligibility != crate::structs::SchedulingEligibility::Eligible
+}
+
+/// The shuffle seed of an evaluation: runs over the same snapshot with the
+/// same evaluation place identically.
+pub fn eval_seed(eval: &Evaluation, index: u64) -> u64 {
+    let (hi, lo) = eval.id.as_u64_pair();
+    hi ^ lo.rotate_left(17) ^ index
+}
+
+/// FNV-1a, for the scheduler's short-lived maps keyed by node IDs and class
+/// names: several times cheaper than SipHash on 16-byte keys, and the maps
+/// live for one evaluation only, so hash flooding has nothing to build on.
+#[derive(Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` with the [`Fnv`] hasher.
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+/// A fresh random allocation ID from the thread's RNG: placing ten thousand
+/// allocations must not cost ten thousand `getrandom` system calls.
+pub fn new_alloc_id() -> uuid::Uuid {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::thread_rng().gen();
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
