@@ -5,9 +5,9 @@
 
 use crate::structs::{
     new_id, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
-    AllocatedSharedResources, AllocatedTaskResources, Allocation, EvalId, Evaluation, Job, JobType,
-    Node, NodeCpuResources, NodeDiskResources, NodeId, NodeMemoryResources, NodeResources,
-    NodeStatus, Resources, Task, TaskGroup, TriggeredBy, VecMap,
+    AllocatedSharedResources, AllocatedTaskResources, Allocation, DriverInfo, EvalId, Evaluation,
+    Job, JobType, Node, NodeCpuResources, NodeDiskResources, NodeId, NodeMemoryResources,
+    NodeResources, NodeStatus, Resources, Task, TaskGroup, TriggeredBy, VecMap,
 };
 use std::sync::Arc;
 
@@ -43,7 +43,7 @@ pub fn job(namespace: &str, id: &str, groups: &[(&str, i32)]) -> Job {
     job
 }
 
-/// A ready node with 4 GHz, 8 GiB and 100 GiB of disk.
+/// A ready node with 4 GHz, 8 GiB and 100 GiB of disk, offering `exec`.
 pub fn node(name: &str) -> Node {
     let mut node = Node {
         id: new_id(),
@@ -66,6 +66,14 @@ pub fn node(name: &str) -> Node {
     };
     node.attributes
         .insert("kernel.name".to_string(), "linux".to_string());
+    node.drivers.insert(
+        "exec".to_string(),
+        DriverInfo {
+            detected: true,
+            healthy: true,
+            ..Default::default()
+        },
+    );
     node.compute_class();
     node
 }

@@ -13,6 +13,7 @@ pub mod changes;
 pub mod command;
 pub mod fixtures;
 pub mod persist;
+mod scheduler_view;
 pub mod snapshot;
 pub mod store;
 
