@@ -8,6 +8,7 @@
 
 use crate::config::AgentConfig;
 use crate::http::{self, HttpServer};
+use crate::server::{Server, ServerError, ServerHandle};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub enum AgentError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Server(#[from] ServerError),
     #[error("HTTP API on {addr}: {source}")]
     Bind {
         addr: String,
@@ -35,12 +38,15 @@ pub struct AgentInfo {
     pub started_at: SystemTime,
     /// Set once the HTTP listener is bound.
     pub http_addr: std::sync::OnceLock<SocketAddr>,
+    /// The server's parts, when this agent runs a server.
+    pub server: Option<ServerHandle>,
 }
 
 /// A running agent.
 pub struct Agent {
     info: Arc<AgentInfo>,
     http: HttpServer,
+    server: Option<Server>,
     /// Removed on shutdown: `-dev` state is throwaway, as in Nomad.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -50,17 +56,32 @@ impl Agent {
     /// lives in a new temporary directory instead of `config.data_dir`.
     pub async fn start(config: AgentConfig, dev_temp_dir: bool) -> Result<Agent, AgentError> {
         let (data_dir, temp) = prepare_data_dir(&config.data_dir, dev_temp_dir)?;
+        let server = if config.server.enabled {
+            Some(Server::start(&config, &data_dir).await?)
+        } else {
+            None
+        };
         let info = Arc::new(AgentInfo {
             config,
             data_dir,
             started_at: SystemTime::now(),
             http_addr: std::sync::OnceLock::new(),
+            server: server.as_ref().map(|s| s.handle().clone()),
         });
-        let http = http::start(info.clone()).await?;
+        let http = match http::start(info.clone()).await {
+            Ok(http) => http,
+            Err(e) => {
+                if let Some(server) = server {
+                    server.stop().await;
+                }
+                return Err(e);
+            }
+        };
         let _ = info.http_addr.set(http.addr());
         Ok(Agent {
             info,
             http,
+            server,
             _temp_dir: temp,
         })
     }
@@ -78,10 +99,18 @@ impl Agent {
         &self.info.config
     }
 
+    /// The server's parts, when this agent runs a server (embedding).
+    pub fn server(&self) -> Option<&ServerHandle> {
+        self.info.server.as_ref()
+    }
+
     /// Stops accepting requests, lets the ones in flight finish, then
     /// closes the parts below the API.
     pub async fn shutdown(self) {
         self.http.stop().await;
+        if let Some(server) = self.server {
+            server.stop().await;
+        }
         tracing::info!("agent stopped");
     }
 }

@@ -336,6 +336,15 @@ impl StateStore {
     pub fn close(&self) {
         self.handle.close();
     }
+
+    /// Whether `close` has been called: no further command is accepted.
+    pub fn is_closed(&self) -> bool {
+        self.handle
+            .sender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
 }
 
 fn max_index(state: &StateSnapshot, tables: TableSet) -> u64 {

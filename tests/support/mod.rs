@@ -19,6 +19,36 @@ pub fn temp_dir() -> tempfile::TempDir {
         .expect("create a temporary directory")
 }
 
+/// A server-only configuration on a free loopback port, keeping its state
+/// in `data_dir` (so a test can restart it there).
+pub fn server_config(data_dir: &std::path::Path) -> AgentConfig {
+    let mut flags = FlagOverrides::default();
+    flags.ports.insert("http".into(), 0);
+    flags.log_level = Some("warn".into());
+    flags.data_dir = Some(data_dir.to_path_buf());
+    flags.server.insert("enabled".into(), true.into());
+    AgentConfig::load(&ConfigSources {
+        env: Some(Vec::new()),
+        flags,
+        ..Default::default()
+    })
+    .expect("server configuration")
+}
+
+/// Polls `check` until it returns `Some`, for at most `timeout`.
+pub fn wait_for<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A dev-mode configuration on a free loopback port.
 pub fn dev_config() -> AgentConfig {
     let mut flags = FlagOverrides::default();
@@ -38,6 +68,8 @@ pub fn dev_config() -> AgentConfig {
 pub struct TestAgent {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// The server's parts (store, broker, ...) when the agent runs one.
+    pub server: Option<herder_actors::server::ServerHandle>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -54,19 +86,24 @@ impl TestAgent {
                     .await
                     .expect("agent starts");
                 ready_tx
-                    .send((agent.http_addr(), agent.data_dir().to_path_buf()))
+                    .send((
+                        agent.http_addr(),
+                        agent.data_dir().to_path_buf(),
+                        agent.server().cloned(),
+                    ))
                     .expect("report address");
                 // A dropped sender means the test ended: stop as well.
                 let _ = stop_rx.await;
                 agent.shutdown().await;
             });
         });
-        let (addr, data_dir) = ready_rx
+        let (addr, data_dir, server) = ready_rx
             .recv_timeout(Duration::from_secs(30))
             .expect("agent started within 30 s");
         TestAgent {
             addr,
             data_dir,
+            server,
             stop: Some(stop_tx),
             thread: Some(thread),
         }

@@ -1,0 +1,171 @@
+//! The EvalRouter actor: the one path by which stored evaluations reach the
+//! broker and BlockedEvals, and by which new capacity unblocks evaluations.
+//!
+//! It follows the state store's change feed, as Nomad's FSM does on the
+//! leader: a pending evaluation that was written is enqueued, a blocked one
+//! is tracked, a node that became usable or an allocation that stopped
+//! unblocks the evaluations waiting for that node class. On start (and if
+//! it ever falls behind the feed's buffer) it resynchronises from a full
+//! snapshot; the broker and BlockedEvals ignore what they already hold, so
+//! a resync never runs an evaluation twice.
+
+use crate::blocked_evals::{Block, BlockedEvals, Unblock, UnblockNode};
+use crate::broker::{Enqueue, EnqueueAll, EvalBroker};
+use actix::prelude::*;
+use herder::state::{AppliedChanges, StateSnapshot, StateStore};
+use herder::structs::{EvalStatus, Evaluation};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+pub struct EvalRouter {
+    store: StateStore,
+    broker: Addr<EvalBroker>,
+    blocked: Addr<BlockedEvals>,
+    /// The last index routed.
+    last_index: u64,
+    stopping: bool,
+}
+
+/// Stop following the feed (server shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopRouting;
+
+impl EvalRouter {
+    pub fn new(store: StateStore, broker: Addr<EvalBroker>, blocked: Addr<BlockedEvals>) -> Self {
+        EvalRouter {
+            store,
+            broker,
+            blocked,
+            last_index: 0,
+            stopping: false,
+        }
+    }
+
+    /// Hands every stored pending evaluation to the broker and every
+    /// blocked one to BlockedEvals (leader restore).
+    fn resync(&mut self, snap: &StateSnapshot) {
+        let mut pending = Vec::new();
+        let mut blocked = 0usize;
+        for eval in snap.evals() {
+            match eval.status {
+                EvalStatus::Pending => pending.push((**eval).clone()),
+                EvalStatus::Blocked => {
+                    blocked += 1;
+                    self.blocked.do_send(Block {
+                        eval: (**eval).clone(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        tracing::info!(
+            pending = pending.len(),
+            blocked,
+            index = snap.latest_index(),
+            "evaluations restored"
+        );
+        self.broker.do_send(EnqueueAll { evals: pending });
+        self.last_index = snap.latest_index();
+    }
+
+    /// Subscribes to changes after `last_index`, resyncing first when the
+    /// feed no longer holds them.
+    fn follow(&mut self, ctx: &mut Context<Self>) {
+        let mut sub = self.store.subscribe(self.last_index + 1);
+        if sub.missed {
+            self.resync(&self.store.snapshot());
+            sub = self.store.subscribe(self.last_index + 1);
+        }
+        for changes in sub.backlog {
+            self.route(&changes);
+        }
+        ctx.add_stream(sub.receiver);
+    }
+
+    fn route(&mut self, changes: &AppliedChanges) {
+        if changes.index <= self.last_index {
+            return;
+        }
+        self.last_index = changes.index;
+        for eval in changes.evals() {
+            self.route_eval(eval);
+        }
+        self.unblock(changes);
+    }
+
+    fn route_eval(&self, eval: &Arc<Evaluation>) {
+        match eval.status {
+            EvalStatus::Pending => self.broker.do_send(Enqueue::new((**eval).clone())),
+            EvalStatus::Blocked => self.blocked.do_send(Block {
+                eval: (**eval).clone(),
+            }),
+            _ => {}
+        }
+    }
+
+    /// New capacity: nodes that are (again) usable, and nodes where an
+    /// allocation stopped, unblock the evaluations of their class.
+    fn unblock(&self, changes: &AppliedChanges) {
+        let mut classes = BTreeSet::new();
+        for node in changes.nodes() {
+            if node.is_schedulable() {
+                classes.insert(node.computed_class.clone());
+                self.blocked.do_send(UnblockNode { node_id: node.id });
+            }
+        }
+        let stopped: Vec<_> = changes.allocs().filter(|a| a.is_terminal()).collect();
+        if !stopped.is_empty() {
+            let snap = self.store.snapshot();
+            for alloc in stopped {
+                if let Some(node) = snap.node(&alloc.node_id) {
+                    classes.insert(node.computed_class.clone());
+                }
+            }
+        }
+        for computed_class in classes {
+            self.blocked.do_send(Unblock {
+                computed_class,
+                index: changes.index,
+            });
+        }
+    }
+}
+
+impl Actor for EvalRouter {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.resync(&self.store.snapshot());
+        self.follow(ctx);
+    }
+}
+
+impl StreamHandler<Arc<AppliedChanges>> for EvalRouter {
+    fn handle(&mut self, changes: Arc<AppliedChanges>, _ctx: &mut Context<Self>) {
+        self.route(&changes);
+    }
+
+    /// The feed ended: the store closed, or this router fell too far behind
+    /// and was dropped. In the second case, follow again.
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        if self.stopping || self.store.is_closed() {
+            ctx.stop();
+        } else {
+            tracing::warn!(
+                index = self.last_index,
+                "fell behind the change feed; resubscribing"
+            );
+            self.follow(ctx);
+        }
+    }
+}
+
+impl Handler<StopRouting> for EvalRouter {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopRouting, ctx: &mut Context<Self>) {
+        self.stopping = true;
+        ctx.stop();
+    }
+}

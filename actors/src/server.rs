@@ -1,0 +1,123 @@
+//! The server: the state store and the actors that move evaluations, started
+//! and stopped in dependency order.
+//!
+//! A single server is always the leader, so the leader-only actors (broker,
+//! blocked evaluations, plan queue) are enabled at start, after the store
+//! has been opened and before the router restores pending work into them.
+//! Shutdown runs the other way: stop taking work, then close the store so
+//! every acknowledged write is flushed.
+
+use crate::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
+use crate::broker::{self, BrokerConfig, EvalBroker};
+use crate::config::AgentConfig;
+use crate::eval_router::{EvalRouter, StopRouting};
+use crate::eval_writer::EvalWriter;
+use crate::plan_applier::{self, PlanApplier};
+use actix::prelude::*;
+use herder::state::{StateStore, StoreError, StoreOptions};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("state store at {path}: {source}")]
+    Store { path: PathBuf, source: StoreError },
+    #[error("state store at {path}: opening was interrupted")]
+    OpenInterrupted { path: PathBuf },
+    #[error("data dir {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What the HTTP API and the agent use to reach the server's parts.
+/// Cheap to clone: every field is a handle.
+#[derive(Clone)]
+pub struct ServerHandle {
+    pub store: StateStore,
+    pub broker: Addr<EvalBroker>,
+    pub blocked: Addr<BlockedEvals>,
+    pub plan_applier: Addr<PlanApplier>,
+}
+
+/// A running server.
+pub struct Server {
+    handle: ServerHandle,
+    router: Addr<EvalRouter>,
+}
+
+/// The broker's timings from the agent configuration.
+pub fn broker_config(config: &AgentConfig) -> BrokerConfig {
+    BrokerConfig {
+        nack_timeout: config.server.eval_nack_timeout,
+        delivery_limit: config.server.eval_delivery_limit,
+        initial_nack_delay: config.server.eval_nack_initial_reenqueue_delay,
+        subsequent_nack_delay: config.server.eval_nack_subsequent_reenqueue_delay,
+        ..BrokerConfig::default()
+    }
+}
+
+impl Server {
+    /// Opens the state under `data_dir/server` and starts the actors. Must
+    /// run inside an actix system.
+    pub async fn start(config: &AgentConfig, data_dir: &Path) -> Result<Server, ServerError> {
+        let path = data_dir.join("server");
+        let store = open_store(path).await?;
+        let writer = EvalWriter::new(store.clone()).start();
+        let (broker, blocked) = broker::start_with_blocked_evals(
+            broker_config(config),
+            BlockedEvalsConfig::default(),
+            writer.recipient(),
+        );
+        let plan_applier =
+            PlanApplier::new(store.clone(), Some(broker.clone().recipient())).start();
+        // Leadership: a single server always leads.
+        let _ = broker.send(broker::SetEnabled(true)).await;
+        let _ = blocked.send(broker::SetEnabled(true)).await;
+        let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
+        tracing::info!(index = store.latest_index(), "server started");
+        Ok(Server {
+            handle: ServerHandle {
+                store,
+                broker,
+                blocked,
+                plan_applier,
+            },
+            router,
+        })
+    }
+
+    pub fn handle(&self) -> &ServerHandle {
+        &self.handle
+    }
+
+    /// Stops routing and scheduling, then flushes and closes the store.
+    pub async fn stop(self) {
+        let h = self.handle;
+        let _ = self.router.send(StopRouting).await;
+        let _ = h.plan_applier.send(plan_applier::SetEnabled(false)).await;
+        let _ = h.broker.send(broker::SetEnabled(false)).await;
+        let _ = h.blocked.send(broker::SetEnabled(false)).await;
+        let store = h.store.clone();
+        if tokio::task::spawn_blocking(move || store.close())
+            .await
+            .is_err()
+        {
+            tracing::error!("closing the state store panicked");
+        }
+        tracing::info!("server stopped");
+    }
+}
+
+/// Opening reads the whole state into memory: off the async executor.
+async fn open_store(path: PathBuf) -> Result<StateStore, ServerError> {
+    std::fs::create_dir_all(&path).map_err(|source| ServerError::DataDir {
+        path: path.clone(),
+        source,
+    })?;
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || StateStore::open(&p, StoreOptions::default()))
+        .await
+        .map_err(|_| ServerError::OpenInterrupted { path: path.clone() })?
+        .map_err(|source| ServerError::Store { path, source })
+}
