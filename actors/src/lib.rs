@@ -14,5 +14,6 @@ pub mod eval_writer;
 pub mod http;
 pub mod logging;
 pub mod node_lifecycle;
+pub mod node_tracker;
 pub mod plan_applier;
 pub mod server;

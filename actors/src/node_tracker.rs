@@ -1,0 +1,393 @@
+//! The NodeTracker actor: node registration, heartbeats and the node
+//! lifecycle, turned into durable state and evaluations.
+//!
+//! It owns a `NodeLifecycle` (the pure state machine in `node_lifecycle`),
+//! feeds it registrations, heartbeats, node-caused task failures and a
+//! periodic tick, and writes what the machine decides: a node marked
+//! `down` gets node-update evaluations for every job with work on it (the
+//! scheduler then marks that work lost and replaces it); a node that
+//! becomes `ready` gets evaluations for the system jobs, so they place on
+//! it; a node lost past `max_lost_duration` is removed.
+//!
+//! Readiness is reported by the client: a node registers (or heartbeats)
+//! with `Status: ready` once its own readiness check passed; until then it
+//! stays `initializing` and receives no placements.
+
+use crate::node_lifecycle::{LifecycleConfig, NodeLifecycle, Transition};
+use actix::prelude::*;
+use herder::state::{AllocClientUpdate, Command, StateSnapshot, StateStore, StoreError};
+use herder::structs::{
+    Evaluation, Node, NodeEvent, NodeId, NodeStatus, TriggeredBy,
+};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Why a node request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("node not found")]
+    NotFound,
+    #[error("node secret ID does not match")]
+    SecretMismatch,
+    #[error("state store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// A client registers its node (or re-registers after a restart).
+#[derive(Message)]
+#[rtype(result = "Result<NodeReply, NodeError>")]
+pub struct RegisterNode(pub Node);
+
+/// A client's heartbeat; `ready` is what its readiness check says.
+#[derive(Message)]
+#[rtype(result = "Result<NodeReply, NodeError>")]
+pub struct Heartbeat {
+    pub node_id: NodeId,
+    pub secret_id: String,
+    pub ready: bool,
+}
+
+/// A client reports the status of its allocations.
+#[derive(Message)]
+#[rtype(result = "Result<u64, NodeError>")]
+pub struct UpdateAllocs {
+    pub node_id: NodeId,
+    pub secret_id: String,
+    pub updates: Vec<AllocClientUpdate>,
+}
+
+/// What a node is told after registering or heartbeating.
+#[derive(Clone, Debug)]
+pub struct NodeReply {
+    pub heartbeat_ttl: Duration,
+    pub node_modify_index: u64,
+    pub eval_ids: Vec<herder::structs::EvalId>,
+    pub index: u64,
+}
+
+/// How often the lifecycle is advanced.
+#[derive(Clone, Debug)]
+pub struct TrackerConfig {
+    pub lifecycle: LifecycleConfig,
+    pub tick: Duration,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            lifecycle: LifecycleConfig::default(),
+            tick: Duration::from_secs(1),
+        }
+    }
+}
+
+pub struct NodeTracker {
+    store: StateStore,
+    lifecycle: NodeLifecycle,
+    tick: Duration,
+    rng: SmallRng,
+}
+
+impl NodeTracker {
+    pub fn new(store: StateStore, config: TrackerConfig) -> Self {
+        NodeTracker {
+            store,
+            lifecycle: NodeLifecycle::new(config.lifecycle),
+            tick: config.tick,
+            rng: SmallRng::from_entropy(),
+        }
+    }
+
+    fn authenticate(&self, node_id: &NodeId, secret: &str) -> Result<Arc<Node>, NodeError> {
+        let snap = self.store.snapshot();
+        let node = snap.node(node_id).cloned().ok_or(NodeError::NotFound)?;
+        if node.secret_id != secret {
+            return Err(NodeError::SecretMismatch);
+        }
+        Ok(node)
+    }
+
+    fn register(&mut self, mut node: Node) -> Result<NodeReply, NodeError> {
+        validate_node(&node)?;
+        let snap = self.store.snapshot();
+        if let Some(old) = snap.node(&node.id) {
+            if old.secret_id != node.secret_id {
+                return Err(NodeError::SecretMismatch);
+            }
+        }
+        let client_ready = node.status == NodeStatus::Ready;
+        let ttl = self.lifecycle.heartbeat_ttl(&mut self.rng);
+        let now = Instant::now();
+        let mut transitions = self.lifecycle.register(node.id, ttl, now);
+        if transitions.contains(&Transition::CheckReadiness(node.id)) {
+            transitions.extend(self.lifecycle.readiness_result(node.id, client_ready, ttl, now));
+        }
+        // The stored status is the lifecycle's, not the client's claim.
+        node.status = match self.lifecycle.health(&node.id) {
+            Some(crate::node_lifecycle::Health::Healthy) => NodeStatus::Ready,
+            _ => NodeStatus::Initializing,
+        };
+        node.status_updated_at = unix_seconds();
+        if snap.node(&node.id).is_none() {
+            node.push_event(node_event("Node registered"));
+        }
+        let id = node.id;
+        let outcome = self.store.apply(Command::NodeRegister {
+            node: Arc::new(node),
+        })?;
+        let (eval_ids, index) = self.apply_transitions(transitions)?;
+        Ok(NodeReply {
+            heartbeat_ttl: ttl,
+            node_modify_index: outcome.index,
+            eval_ids,
+            index: index.max(outcome.index),
+        })
+        .inspect(|_| tracing::debug!(node_id = %id, "node registered"))
+    }
+
+    fn heartbeat(&mut self, hb: Heartbeat) -> Result<NodeReply, NodeError> {
+        let node = self.authenticate(&hb.node_id, &hb.secret_id)?;
+        let ttl = self.lifecycle.heartbeat_ttl(&mut self.rng);
+        let now = Instant::now();
+        let mut transitions = match self.lifecycle.heartbeat(node.id, ttl, now) {
+            Some(t) => t,
+            None => {
+                // Known to the store but not tracked (e.g. removed while
+                // lost and then heard from again): track it as re-registered.
+                self.lifecycle.register(node.id, ttl, now)
+            }
+        };
+        if self.lifecycle.health(&node.id) == Some(crate::node_lifecycle::Health::AwaitingReadiness) {
+            transitions.extend(self.lifecycle.readiness_result(node.id, hb.ready, ttl, now));
+        }
+        metrics::counter!("herder.heartbeats").increment(1);
+        let (eval_ids, index) = self.apply_transitions(transitions)?;
+        Ok(NodeReply {
+            heartbeat_ttl: ttl,
+            node_modify_index: node.modify_index,
+            eval_ids,
+            index: index.max(self.store.latest_index()),
+        })
+    }
+
+    fn update_allocs(&mut self, msg: UpdateAllocs) -> Result<u64, NodeError> {
+        let node = self.authenticate(&msg.node_id, &msg.secret_id)?;
+        let snap = self.store.snapshot();
+        let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();
+        let mut node_failed = false;
+        for update in &msg.updates {
+            let Some(alloc) = snap.alloc(&update.id) else {
+                return Err(NodeError::Invalid(format!("allocation {} not found", update.id)));
+            };
+            if alloc.node_id != node.id {
+                return Err(NodeError::Invalid(format!(
+                    "allocation {} does not run on node {}",
+                    update.id, node.id
+                )));
+            }
+            node_failed |= update.node_failure;
+            // A failure the servers did not ask for: the job's scheduler
+            // decides whether to reschedule it.
+            if update.client_status == herder::structs::ClientStatus::Failed
+                && alloc.client_status != herder::structs::ClientStatus::Failed
+                && !alloc.server_terminal()
+            {
+                if let Some(job) = snap.job(&alloc.namespace, &alloc.job_id) {
+                    evals
+                        .entry((job.namespace.clone(), job.id.clone()))
+                        .or_insert_with(|| {
+                            Evaluation::for_job(job, TriggeredBy::AllocFailure, unix_nanos())
+                        });
+                }
+            }
+        }
+        let outcome = self.store.apply(Command::AllocClientUpdate {
+            updates: msg.updates,
+            evals: evals.into_values().collect(),
+        })?;
+        if node_failed {
+            let t = self.lifecycle.node_caused_failure(node.id, Instant::now());
+            self.apply_transitions(t)?;
+        }
+        Ok(outcome.index)
+    }
+
+    /// Writes what the lifecycle decided; returns the evaluations created
+    /// and the last index written.
+    fn apply_transitions(
+        &mut self,
+        transitions: Vec<Transition>,
+    ) -> Result<(Vec<herder::structs::EvalId>, u64), NodeError> {
+        let mut eval_ids = Vec::new();
+        let mut index = 0;
+        for t in transitions {
+            let snap = self.store.snapshot();
+            let command = match t {
+                Transition::CheckReadiness(_) => continue,
+                Transition::MarkReady(id) => {
+                    let evals = node_evals(&snap, id, true);
+                    eval_ids.extend(evals.iter().map(|e| e.id));
+                    status_command(&snap, id, NodeStatus::Ready, "Node ready", evals)
+                }
+                Transition::MarkInitializing(id, why) => {
+                    let evals = node_evals(&snap, id, false);
+                    eval_ids.extend(evals.iter().map(|e| e.id));
+                    status_command(&snap, id, NodeStatus::Initializing, why, evals)
+                }
+                Transition::MarkDown(id) => {
+                    tracing::warn!(node_id = %id, "node missed its heartbeat; marking it down");
+                    let evals = node_evals(&snap, id, false);
+                    eval_ids.extend(evals.iter().map(|e| e.id));
+                    status_command(&snap, id, NodeStatus::Down, "Node heartbeat missed", evals)
+                }
+                Transition::Remove(id) => {
+                    tracing::info!(node_id = %id, "node lost for too long; removing it");
+                    snap.node(&id).map(|_| Command::NodeDeregister { node_ids: vec![id] })
+                }
+            };
+            if let Some(command) = command {
+                index = self.store.apply(command)?.index;
+            }
+        }
+        Ok((eval_ids, index))
+    }
+
+    /// After a restart every known node is tracked again, with the
+    /// failover TTL before it can be marked down.
+    fn restore(&mut self) {
+        let snap = self.store.snapshot();
+        let now = Instant::now();
+        for node in snap.nodes() {
+            if node.status != NodeStatus::Down {
+                self.lifecycle
+                    .restore(node.id, node.status == NodeStatus::Ready, now);
+            }
+        }
+        self.lifecycle.failover(now);
+        tracing::info!(nodes = self.lifecycle.len(), "node heartbeats restored");
+    }
+}
+
+fn validate_node(node: &Node) -> Result<(), NodeError> {
+    if node.id.is_nil() {
+        return Err(NodeError::Invalid("missing node ID for client registration".into()));
+    }
+    if node.secret_id.is_empty() {
+        return Err(NodeError::Invalid("missing node secret ID for client registration".into()));
+    }
+    if node.datacenter.is_empty() {
+        return Err(NodeError::Invalid("missing datacenter for client registration".into()));
+    }
+    if node.name.is_empty() {
+        return Err(NodeError::Invalid("missing node name for client registration".into()));
+    }
+    Ok(())
+}
+
+fn status_command(
+    snap: &StateSnapshot,
+    id: NodeId,
+    status: NodeStatus,
+    why: &str,
+    evals: Vec<Evaluation>,
+) -> Option<Command> {
+    let node = snap.node(&id)?;
+    if node.status == status && evals.is_empty() {
+        return None;
+    }
+    Some(Command::NodeUpdateStatus {
+        node_id: id,
+        status,
+        event: Some(node_event(why)),
+        evals,
+        updated_at: unix_seconds(),
+    })
+}
+
+/// Node-update evaluations for the jobs with live work on the node and,
+/// when the node became usable, for every system and sysbatch job.
+fn node_evals(snap: &StateSnapshot, node_id: NodeId, with_system_jobs: bool) -> Vec<Evaluation> {
+    let now = unix_nanos();
+    let node_index = snap.node(&node_id).map_or(0, |n| n.modify_index);
+    let mut jobs = BTreeMap::new();
+    for alloc in snap.allocs_by_node(&node_id).filter(|a| !a.is_terminal()) {
+        if let Some(job) = snap.job(&alloc.namespace, &alloc.job_id) {
+            jobs.insert((job.namespace.clone(), job.id.clone()), job.clone());
+        }
+    }
+    if with_system_jobs {
+        for job in snap.jobs().filter(|j| j.job_type.is_system_like() && !j.stop) {
+            jobs.insert((job.namespace.clone(), job.id.clone()), job.clone());
+        }
+    }
+    jobs.values()
+        .filter(|job| !job.is_template())
+        .map(|job| {
+            let mut e = Evaluation::for_job(job, TriggeredBy::NodeUpdate, now);
+            e.node_id = Some(node_id);
+            e.node_modify_index = node_index;
+            e
+        })
+        .collect()
+}
+
+fn node_event(message: &str) -> NodeEvent {
+    NodeEvent {
+        message: message.to_string(),
+        subsystem: "Cluster".to_string(),
+        timestamp: Some(unix_nanos()),
+        ..Default::default()
+    }
+}
+
+fn unix_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn unix_seconds() -> i64 {
+    unix_nanos() / 1_000_000_000
+}
+
+impl Actor for NodeTracker {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.restore();
+        ctx.run_interval(self.tick, |act, _ctx| {
+            let transitions = act.lifecycle.tick(Instant::now());
+            if let Err(e) = act.apply_transitions(transitions) {
+                tracing::error!(error = %e, "node lifecycle update failed");
+            }
+            metrics::gauge!("herder.nodes.tracked").set(act.lifecycle.len() as f64);
+        });
+    }
+}
+
+impl Handler<RegisterNode> for NodeTracker {
+    type Result = Result<NodeReply, NodeError>;
+    fn handle(&mut self, msg: RegisterNode, _ctx: &mut Context<Self>) -> Self::Result {
+        self.register(msg.0)
+    }
+}
+
+impl Handler<Heartbeat> for NodeTracker {
+    type Result = Result<NodeReply, NodeError>;
+    fn handle(&mut self, msg: Heartbeat, _ctx: &mut Context<Self>) -> Self::Result {
+        self.heartbeat(msg)
+    }
+}
+
+impl Handler<UpdateAllocs> for NodeTracker {
+    type Result = Result<u64, NodeError>;
+    fn handle(&mut self, msg: UpdateAllocs, _ctx: &mut Context<Self>) -> Self::Result {
+        self.update_allocs(msg)
+    }
+}
