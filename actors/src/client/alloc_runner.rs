@@ -44,6 +44,18 @@ pub struct Stop {
 #[rtype(result = "()")]
 pub struct Shutdown;
 
+/// The servers sent a newer version of the allocation; a desired stop or
+/// evict kills its tasks.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct UpdateAlloc(pub Allocation);
+
+/// The allocation is gone from the servers: kill what still runs, then
+/// delete its directory and end the runner.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct Destroy;
+
 /// The allocation's current client state.
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "AllocUpdate")]
@@ -102,7 +114,40 @@ pub struct AllocRunner {
     restoring: bool,
     stopping: bool,
     node_failure: bool,
+    destroy_when_dead: bool,
     last_sent: Option<AllocUpdate>,
+}
+
+/// The file an allocation and its job are kept in, so a restarted client
+/// can restore it without asking the servers.
+pub const ALLOC_STATE_FILE: &str = ".herder-alloc.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PersistedAlloc {
+    alloc: Allocation,
+    job: Job,
+}
+
+/// The allocations persisted under `data_dir` by earlier runners, with their
+/// jobs and last known task states: what `AllocRunner::restore` needs.
+pub fn persisted_allocs(data_dir: &std::path::Path) -> Vec<(Allocation, Arc<Job>)> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("alloc")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path().join(ALLOC_STATE_FILE);
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        match serde_json::from_slice::<PersistedAlloc>(&bytes) {
+            Ok(p) => out.push((p.alloc, Arc::new(p.job))),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable allocation state")
+            }
+        }
+    }
+    out
 }
 
 impl AllocRunner {
@@ -158,6 +203,7 @@ impl AllocRunner {
             restoring,
             stopping: false,
             node_failure: false,
+            destroy_when_dead: false,
             last_sent: None,
         }
     }
@@ -200,8 +246,48 @@ impl AllocRunner {
     fn publish(&mut self) {
         let update = self.current();
         if self.last_sent.as_ref() != Some(&update) {
+            self.persist(&update);
             self.config.updates.do_send(update.clone());
             self.last_sent = Some(update);
+        }
+    }
+
+    /// Keeps the allocation, its job and its task states on disk (written
+    /// aside and renamed, so a crash leaves the old or the new copy).
+    fn persist(&self, update: &AllocUpdate) {
+        if !self.alloc_dir.root.is_dir() {
+            return;
+        }
+        let mut alloc = self.config.alloc.clone();
+        alloc.client_status = update.client_status;
+        alloc.client_description = update.client_description.clone();
+        alloc.task_states = update.task_states.clone();
+        alloc.node_failure = update.node_failure;
+        let persisted = PersistedAlloc {
+            alloc,
+            job: (*self.config.job).clone(),
+        };
+        let path = self.alloc_dir.root.join(ALLOC_STATE_FILE);
+        let tmp = path.with_extension("tmp");
+        let written = serde_json::to_vec(&persisted)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            tracing::warn!(alloc = %self.config.alloc.id, error = %e, "cannot persist the allocation state");
+        }
+    }
+
+    fn all_dead(&self) -> bool {
+        self.slots.iter().all(TaskSlot::dead)
+    }
+
+    fn destroy_if_done(&mut self, ctx: &mut Context<Self>) {
+        if self.destroy_when_dead && self.all_dead() {
+            if let Err(e) = self.alloc_dir.destroy() {
+                tracing::warn!(alloc = %self.config.alloc.id, error = %e, "removing the allocation directory");
+            }
+            ctx.stop();
         }
     }
 
@@ -491,6 +577,45 @@ impl Handler<TaskStateChanged> for AllocRunner {
         }
         self.advance(ctx);
         self.publish();
+        self.destroy_if_done(ctx);
+    }
+}
+
+impl Handler<UpdateAlloc> for AllocRunner {
+    type Result = ();
+
+    fn handle(&mut self, msg: UpdateAlloc, _ctx: &mut Context<Self>) {
+        let alloc = msg.0;
+        if alloc.id != self.config.alloc.id {
+            return;
+        }
+        let stop = alloc.server_terminal() && !self.stopping;
+        let reason = alloc.desired_description.clone();
+        self.config.alloc.desired_status = alloc.desired_status;
+        self.config.alloc.desired_description = alloc.desired_description;
+        self.config.alloc.desired_transition = alloc.desired_transition;
+        self.config.alloc.modify_index = alloc.modify_index;
+        self.config.alloc.alloc_modify_index = alloc.alloc_modify_index;
+        if stop {
+            let reason = if reason.is_empty() {
+                "alloc is being stopped".to_string()
+            } else {
+                reason
+            };
+            self.kill_all(&reason, true);
+        }
+    }
+}
+
+impl Handler<Destroy> for AllocRunner {
+    type Result = ();
+
+    fn handle(&mut self, _: Destroy, ctx: &mut Context<Self>) {
+        self.destroy_when_dead = true;
+        if !self.all_dead() {
+            self.kill_all("alloc was garbage collected", true);
+        }
+        self.destroy_if_done(ctx);
     }
 }
 

@@ -152,18 +152,24 @@ impl RotatingLog {
     }
 }
 
-/// Copies what a process writes into the named pipe at `fifo` to `log` until
-/// `exited` resolves, then drains what is left and returns.
+/// Opens the client's end of a task's named pipe. It must be open before
+/// the task starts: a pipe whose last descriptor closes discards what it
+/// holds, so a task that writes and exits at once would lose its output.
+pub fn open_fifo_reader(fifo: &Path) -> io::Result<tokio::net::unix::pipe::Receiver> {
+    // Read-write, so that the pipe never reports end-of-file while the task
+    // lives (its own writers may come and go).
+    tokio::net::unix::pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(fifo)
+}
+
+/// Copies what a process writes into the pipe `rx` to `log` until `exited`
+/// resolves, then drains what is left and returns.
 pub async fn pump_fifo(
-    fifo: PathBuf,
+    mut rx: tokio::net::unix::pipe::Receiver,
     mut log: RotatingLog,
     exited: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
-    // Opened read-write so that the pipe never reports end-of-file while the
-    // task lives (its own writer may be closed and reopened by children).
-    let mut rx = tokio::net::unix::pipe::OpenOptions::new()
-        .read_write(true)
-        .open_receiver(&fifo)?;
     let mut buf = vec![0u8; 16 * 1024];
     tokio::pin!(exited);
     loop {

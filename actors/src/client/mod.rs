@@ -6,12 +6,14 @@
 //! - [`task_dir`] builds an allocation's directories and task environment;
 //! - [`logs`] writes rotated task logs and reads (or follows) them back;
 //! - [`alloc_runner`] / [`task_runner`] run one allocation's tasks with their
-//!   restart policy and report every change as an [`AllocUpdate`].
+//!   restart policy and report every change as an [`AllocUpdate`];
+//! - [`alloc_manager`] keeps one runner per allocation assigned to the node.
 //!
-//! The server-facing part only feeds allocations in (`AllocRunner::start`,
-//! `Stop`, `Shutdown`, `AllocRunner::restore`) and ships the `AllocUpdate`s
-//! it receives out.
+//! The server-facing part only feeds allocations in (`SyncAllocs` with what
+//! the servers assign, `RestoreAll` at start, `ShutdownAll` at exit) and
+//! ships the `AllocUpdate`s it receives out.
 
+pub mod alloc_manager;
 pub mod alloc_runner;
 pub mod driver;
 pub mod fingerprint;

@@ -354,6 +354,9 @@ impl TaskRunner {
                         act.state.state = task_state::RUNNING.into();
                         act.report();
                         act.watch(handle, ctx);
+                        if act.killing {
+                            act.kill(ctx);
+                        }
                     }
                     Err(e) => act.report_lost(&e.to_string(), ctx),
                 }));

@@ -651,3 +651,87 @@ async fn client_restart_reattaches_live_tasks_and_reports_dead_ones_lost() {
         srv.events.last()
     );
 }
+
+#[actix_rt::test]
+async fn manager_follows_the_servers_and_survives_a_client_restart() {
+    use super::alloc_manager::{
+        AllocManager, AllocManagerConfig, RestoreAll, ShutdownAll, SyncAllocs,
+    };
+    let mut h = Harness::new();
+    let manager_config = |h: &Harness| {
+        let c = h.config(&Allocation::default(), &Arc::new(Job::default()));
+        AllocManagerConfig {
+            node: c.node,
+            data_dir: c.data_dir,
+            drivers: c.drivers,
+            host_env: c.host_env,
+            updates: c.updates,
+        }
+    };
+    let job = job_with(
+        JobType::Service,
+        vec![mock_task("svc", serde_json::json!({"run_for": "1h"}))],
+        no_restarts(),
+    );
+    let mut alloc = alloc_for(&job);
+    alloc.modify_index = 1;
+    let first = AllocManager::new(manager_config(&h)).start();
+    first
+        .send(SyncAllocs {
+            allocs: vec![(alloc.clone(), job.clone())],
+        })
+        .await
+        .unwrap();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    first.send(ShutdownAll).await.unwrap();
+
+    let second = AllocManager::new(manager_config(&h)).start();
+    let restored = second.send(RestoreAll).await.unwrap();
+    assert_eq!(restored, vec![alloc.id]);
+    // Syncing the same allocation again does not start a second copy.
+    second
+        .send(SyncAllocs {
+            allocs: vec![(alloc.clone(), job.clone())],
+        })
+        .await
+        .unwrap();
+    let mut stopped = alloc.clone();
+    stopped.desired_status = herder::structs::DesiredStatus::Stop;
+    stopped.modify_index = 2;
+    second
+        .send(SyncAllocs {
+            allocs: vec![(stopped, job.clone())],
+        })
+        .await
+        .unwrap();
+    let done = h
+        .until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let kinds: Vec<&str> = done
+        .task_states
+        .get("svc")
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Received",
+            "Task Setup",
+            "Started",
+            "Killing",
+            "Terminated",
+            "Killed"
+        ]
+    );
+    let dir = h.data_dir.path().join("alloc").join(alloc.id.to_string());
+    assert!(dir.is_dir());
+    second.send(SyncAllocs { allocs: vec![] }).await.unwrap();
+    eventually("the garbage collected alloc dir to be removed", || {
+        !dir.exists()
+    })
+    .await;
+}

@@ -8,7 +8,7 @@
 //! never mistaken for the task.
 
 use super::{BoxFuture, Driver, DriverError, ExitResult, HandleState, TaskConfig, TaskHandle};
-use crate::client::logs::{make_fifo, pump_fifo, LogKind, RotatingLog};
+use crate::client::logs::{make_fifo, open_fifo_reader, pump_fifo, LogKind, RotatingLog};
 use herder::structs::{DriverInfo, LogConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -16,6 +16,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::unix::pipe::Receiver;
 use tokio::sync::watch;
 
 pub const NAME: &str = "raw_exec";
@@ -110,8 +111,8 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
     let program = resolve_command(&command, &config.task_dir, config.env.get("PATH"))?;
     let node_err = |what: &str, e: std::io::Error| DriverError::Node(format!("{what}: {e}"));
     std::fs::create_dir_all(&config.log_dir).map_err(|e| node_err("creating the log dir", e))?;
-    let (stdout_fifo, stdout_log) = open_log(&config, LogKind::Stdout)?;
-    let (stderr_fifo, stderr_log) = open_log(&config, LogKind::Stderr)?;
+    let (stdout_fifo, stdout_pump) = open_log(&config, LogKind::Stdout)?;
+    let (stderr_fifo, stderr_pump) = open_log(&config, LogKind::Stderr)?;
     // The task's end is opened read-write too: a pipe with a reader never
     // raises SIGPIPE, even while no client drains it.
     let rw = |p: &Path| std::fs::OpenOptions::new().read(true).write(true).open(p);
@@ -166,7 +167,7 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
         kill_group(pid, libc::SIGKILL);
         let _ = tx.send(Some(result));
     });
-    spawn_pumps(&rx, [(stdout_fifo, stdout_log), (stderr_fifo, stderr_log)]);
+    spawn_pumps(&rx, vec![stdout_pump, stderr_pump]);
 
     let state = PidState {
         pid,
@@ -244,23 +245,30 @@ fn fifo_path(log_dir: &Path, task: &str, kind: LogKind) -> PathBuf {
     log_dir.join(format!(".{task}.{}.fifo", kind.as_str()))
 }
 
-fn open_log(config: &TaskConfig, kind: LogKind) -> Result<(PathBuf, RotatingLog), DriverError> {
+/// Creates the task's named pipe for `kind` and opens the client's end of
+/// it and the log file it is copied to.
+fn open_log(config: &TaskConfig, kind: LogKind) -> Result<(PathBuf, Pump), DriverError> {
     let fifo = fifo_path(&config.log_dir, &config.task_name, kind);
-    make_fifo(&fifo).map_err(|e| DriverError::Node(format!("creating {}: {e}", fifo.display())))?;
+    let node_err = |e: std::io::Error| DriverError::Node(format!("{}: {e}", fifo.display()));
+    make_fifo(&fifo).map_err(node_err)?;
+    let reader = open_fifo_reader(&fifo).map_err(node_err)?;
     let log = RotatingLog::open(&config.log_dir, &config.task_name, kind, &config.log_config)
         .map_err(|e| DriverError::Node(format!("opening the {} log: {e}", kind.as_str())))?;
-    Ok((fifo, log))
+    Ok((fifo, (reader, log)))
 }
 
-fn spawn_pumps(exit: &watch::Receiver<Option<ExitResult>>, logs: [(PathBuf, RotatingLog); 2]) {
-    for (fifo, log) in logs {
+/// A pipe's reading end and the log it goes to.
+type Pump = (Receiver, RotatingLog);
+
+fn spawn_pumps(exit: &watch::Receiver<Option<ExitResult>>, pumps: Vec<Pump>) {
+    for (reader, log) in pumps {
         let exit = exit.clone();
         tokio::spawn(async move {
             let exited = async move {
                 wait_exit(exit).await;
             };
-            if let Err(e) = pump_fifo(fifo.clone(), log, exited).await {
-                tracing::warn!(fifo = %fifo.display(), error = %e, "task log pump failed");
+            if let Err(e) = pump_fifo(reader, log, exited).await {
+                tracing::warn!(error = %e, "task log pump failed");
             }
         });
     }
@@ -342,18 +350,21 @@ fn recover(state: HandleState) -> Result<TaskHandle, DriverError> {
         max_files: saved.log_max_files,
         max_file_size_mb: saved.log_max_file_size_mb,
     };
-    let mut logs = Vec::new();
+    let mut pumps = Vec::new();
     for kind in [LogKind::Stdout, LogKind::Stderr] {
         let fifo = fifo_path(&saved.log_dir, &state.task_name, kind);
-        match RotatingLog::open(&saved.log_dir, &state.task_name, kind, &log_config) {
-            Ok(log) if fifo.exists() => logs.push((fifo, log)),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "re-opening task log"),
+        let opened = open_fifo_reader(&fifo).and_then(|reader| {
+            RotatingLog::open(&saved.log_dir, &state.task_name, kind, &log_config)
+                .map(|log| (reader, log))
+        });
+        match opened {
+            Ok(pump) => pumps.push(pump),
+            Err(e) => {
+                tracing::warn!(fifo = %fifo.display(), error = %e, "re-opening a task log; its output is lost")
+            }
         }
     }
-    if let Ok(pair) = <[(PathBuf, RotatingLog); 2]>::try_from(logs) {
-        spawn_pumps(&rx, pair);
-    }
+    spawn_pumps(&rx, pumps);
     Ok(TaskHandle::new(state, Arc::new(Live { pid, exit: rx })))
 }
 
