@@ -46,6 +46,8 @@ pub struct AllocManagerConfig {
     pub drivers: DriverSet,
     pub host_env: Arc<BTreeMap<String, String>>,
     pub updates: Recipient<AllocUpdate>,
+    /// Runners keep nothing on disk (simulated nodes).
+    pub ephemeral: bool,
 }
 
 struct Entry {
@@ -75,6 +77,7 @@ impl AllocManager {
             drivers: self.config.drivers.clone(),
             host_env: self.config.host_env.clone(),
             updates: self.config.updates.clone(),
+            ephemeral: self.config.ephemeral,
         }
     }
 

@@ -73,6 +73,9 @@ pub struct AllocRunnerConfig {
     /// The environment tasks inherit (see `task_dir::host_env`).
     pub host_env: Arc<BTreeMap<String, String>>,
     pub updates: Recipient<AllocUpdate>,
+    /// For simulated nodes: no directories, nothing persisted. Tasks cannot
+    /// be restored after a restart, but a runner costs no disk I/O.
+    pub ephemeral: bool,
 }
 
 /// When a task runs relative to the group's main tasks.
@@ -116,7 +119,12 @@ pub struct AllocRunner {
     node_failure: bool,
     destroy_when_dead: bool,
     last_sent: Option<AllocUpdate>,
+    /// What the last persisted copy said, so that only changes of status
+    /// (not every new event) are written.
+    last_persisted: Option<PersistKey>,
 }
+
+type PersistKey = (ClientStatus, bool, Vec<(String, bool)>);
 
 /// The file an allocation and its job are kept in, so a restarted client
 /// can restore it without asking the servers.
@@ -205,6 +213,7 @@ impl AllocRunner {
             node_failure: false,
             destroy_when_dead: false,
             last_sent: None,
+            last_persisted: None,
         }
     }
 
@@ -254,10 +263,23 @@ impl AllocRunner {
 
     /// Keeps the allocation, its job and its task states on disk (written
     /// aside and renamed, so a crash leaves the old or the new copy).
-    fn persist(&self, update: &AllocUpdate) {
-        if !self.alloc_dir.root.is_dir() {
+    fn persist(&mut self, update: &AllocUpdate) {
+        if self.config.ephemeral || !self.alloc_dir.root.is_dir() {
             return;
         }
+        let key: PersistKey = (
+            update.client_status,
+            update.node_failure,
+            update
+                .task_states
+                .iter()
+                .map(|(_, s)| (s.state.clone(), s.failed))
+                .collect(),
+        );
+        if self.last_persisted.as_ref() == Some(&key) {
+            return;
+        }
+        self.last_persisted = Some(key);
         let mut alloc = self.config.alloc.clone();
         alloc.client_status = update.client_status;
         alloc.client_description = update.client_description.clone();
@@ -284,6 +306,9 @@ impl AllocRunner {
 
     fn destroy_if_done(&mut self, ctx: &mut Context<Self>) {
         if self.destroy_when_dead && self.all_dead() {
+            if self.config.ephemeral {
+                return ctx.stop();
+            }
             if let Err(e) = self.alloc_dir.destroy() {
                 tracing::warn!(alloc = %self.config.alloc.id, error = %e, "removing the allocation directory");
             }
@@ -360,6 +385,7 @@ impl AllocRunner {
             kill_signal: task.kill_signal.clone(),
             mode,
             parent: ctx.address().recipient(),
+            ephemeral: c.ephemeral,
         }
     }
 
@@ -529,7 +555,12 @@ impl Actor for AllocRunner {
             self.publish();
             return;
         }
-        if let Err(e) = self.alloc_dir.build(std::iter::empty()) {
+        let built = if self.config.ephemeral {
+            Ok(())
+        } else {
+            self.alloc_dir.build(std::iter::empty())
+        };
+        if let Err(e) = built {
             // Without its directory nothing of the allocation can run: the
             // node is at fault.
             self.node_failure = true;

@@ -78,6 +78,8 @@ pub struct TaskRunnerConfig {
     pub kill_signal: String,
     pub mode: StartMode,
     pub parent: Recipient<TaskStateChanged>,
+    /// No task directory and no persisted handle (simulated nodes).
+    pub ephemeral: bool,
 }
 
 pub struct TaskRunner {
@@ -89,6 +91,7 @@ pub struct TaskRunner {
     kill_signal: String,
     mode: Option<StartMode>,
     parent: Recipient<TaskStateChanged>,
+    ephemeral: bool,
     state: TaskState,
     handle: Option<TaskHandle>,
     setup_done: bool,
@@ -112,6 +115,7 @@ impl TaskRunner {
             kill_signal: c.kill_signal,
             mode: Some(c.mode),
             parent: c.parent,
+            ephemeral: c.ephemeral,
             state: TaskState {
                 state: task_state::PENDING.into(),
                 ..Default::default()
@@ -177,7 +181,12 @@ impl TaskRunner {
             self.event(task_event::SETUP, "Building Task Directory".into(), |e| {
                 e.message = "Building Task Directory".into();
             });
-            if let Err(e) = build_task_dir(&self.config.task_dir) {
+            let built = if self.ephemeral {
+                Ok(())
+            } else {
+                build_task_dir(&self.config.task_dir)
+            };
+            if let Err(e) = built {
                 let msg = format!("failed to build task directory: {e}");
                 self.node_failure = true;
                 self.event(task_event::SETUP_FAILURE, msg.clone(), |ev| {
@@ -209,7 +218,12 @@ impl TaskRunner {
     }
 
     fn on_started(&mut self, handle: TaskHandle, ctx: &mut Context<Self>) {
-        if let Err(e) = persist_handle(&self.handle_path(), &handle.state) {
+        let persisted = if self.ephemeral {
+            Ok(())
+        } else {
+            persist_handle(&self.handle_path(), &handle.state)
+        };
+        if let Err(e) = persisted {
             tracing::warn!(task = %self.config.task_name, error = %e, "cannot persist the task handle; a client restart will not re-attach");
         }
         self.state.state = task_state::RUNNING.into();
@@ -261,7 +275,9 @@ impl TaskRunner {
     fn on_exit(&mut self, exit: ExitResult, ctx: &mut Context<Self>) {
         self.handle = None;
         self.wait_future = None;
-        let _ = std::fs::remove_file(self.handle_path());
+        if !self.ephemeral {
+            let _ = std::fs::remove_file(self.handle_path());
+        }
         self.event(task_event::TERMINATED, describe_exit(&exit), |e| {
             e.exit_code = i64::from(exit.exit_code);
             e.signal = i64::from(exit.signal);

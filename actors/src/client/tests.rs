@@ -74,6 +74,7 @@ impl Harness {
                 "/usr/bin:/bin".to_string(),
             )])),
             updates: self.sink.clone(),
+            ephemeral: false,
         }
     }
 
@@ -666,6 +667,7 @@ async fn manager_follows_the_servers_and_survives_a_client_restart() {
             drivers: c.drivers,
             host_env: c.host_env,
             updates: c.updates,
+            ephemeral: false,
         }
     };
     let job = job_with(
@@ -734,4 +736,115 @@ async fn manager_follows_the_servers_and_survives_a_client_restart() {
         !dir.exists()
     })
     .await;
+}
+
+#[actix_rt::test]
+async fn raw_exec_logs_rotate_and_keep_max_files() {
+    let mut h = Harness::new();
+    // 2.5 MiB through 1 MiB files: indices 0..=2, of which 2 are kept.
+    let mut task = sh_task("noisy", "head -c 2621440 /dev/zero");
+    task.log_config = Some(LogConfig {
+        max_files: 2,
+        max_file_size_mb: 1,
+    });
+    let job = job_with(JobType::Batch, vec![task], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let log_dir = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("alloc/logs");
+    eventually("rotation to settle on two files", || {
+        super::logs::log_indices(&log_dir, "noisy", LogKind::Stdout).unwrap() == [1, 2]
+    })
+    .await;
+    let newest = std::fs::metadata(log_dir.join("noisy.stdout.2"))
+        .unwrap()
+        .len();
+    assert_eq!(newest, 512 * 1024);
+    assert_eq!(
+        std::fs::metadata(log_dir.join("noisy.stdout.1"))
+            .unwrap()
+            .len(),
+        1024 * 1024
+    );
+}
+
+#[actix_rt::test]
+async fn mock_kill_after_delays_the_stop_and_sidecars_end_with_the_main_task() {
+    let mut h = Harness::new();
+    let mut slow = mock_task(
+        "slow",
+        serde_json::json!({"run_for": "1h", "kill_after": "300ms"}),
+    );
+    slow.kill_timeout = Duration::from_secs(30);
+    let job = job_with(JobType::Service, vec![slow], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    let began = Instant::now();
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(25),
+        "{took:?}"
+    );
+
+    let mut sidecar = mock_task("proxy", serde_json::json!({"run_for": "1h"}));
+    sidecar.lifecycle = Some(herder::structs::job::TaskLifecycle {
+        hook: "prestart".into(),
+        sidecar: true,
+    });
+    let main = mock_task("work", serde_json::json!({"run_for": "200ms"}));
+    let job = job_with(JobType::Batch, vec![sidecar, main], no_restarts());
+    let alloc = alloc_for(&job);
+    let _b = AllocRunner::new(h.config(&alloc, &job)).start();
+    let done = h
+        .until("batch with sidecar completes", |u| {
+            u.alloc_id == alloc.id && u.client_status == ClientStatus::Complete
+        })
+        .await;
+    let proxy = done.task_states.get("proxy").unwrap();
+    assert_eq!(proxy.state, "dead");
+    assert!(!proxy.failed);
+    assert!(proxy
+        .events
+        .iter()
+        .any(|e| e.event_type == task_event::KILLED));
+}
+
+#[actix_rt::test]
+async fn ephemeral_runners_touch_no_disk() {
+    let mut h = Harness::new();
+    let job = job_with(
+        JobType::Batch,
+        vec![mock_task("sim", serde_json::json!({"run_for": "20ms"}))],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let mut config = h.config(&alloc, &job);
+    config.ephemeral = true;
+    let _a = AllocRunner::new(config).start();
+    let done = h
+        .until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let kinds: Vec<&str> = done
+        .task_states
+        .get("sim")
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(kinds, ["Received", "Task Setup", "Started", "Terminated"]);
+    assert!(!h.data_dir.path().join("alloc").exists());
 }
