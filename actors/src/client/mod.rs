@@ -5,6 +5,7 @@
 //! - [`driver`] runs tasks (`raw_exec` real processes, `mock_driver` timers);
 //! - [`task_dir`] builds an allocation's directories and task environment;
 //! - [`logs`] writes rotated task logs and reads (or follows) them back;
+//! - [`readiness`] decides whether the node may be given work;
 //! - [`alloc_runner`] / [`task_runner`] run one allocation's tasks with their
 //!   restart policy and report every change as an [`AllocUpdate`];
 //! - [`alloc_manager`] keeps one runner per allocation assigned to the node.
@@ -18,6 +19,7 @@ pub mod alloc_runner;
 pub mod driver;
 pub mod fingerprint;
 pub mod logs;
+pub mod readiness;
 pub mod restart;
 pub mod task_dir;
 pub mod task_runner;
