@@ -97,6 +97,9 @@ pub struct TaskRunner {
     setup_done: bool,
     starting: bool,
     killing: bool,
+    /// Detach was asked while a start was in flight: detach once it ends,
+    /// so a started process never goes without its persisted handle.
+    detach_after_start: bool,
     node_failure: bool,
     lost: bool,
     /// The pending restart timer, cancelled by a kill.
@@ -124,6 +127,7 @@ impl TaskRunner {
             setup_done: false,
             starting: false,
             killing: false,
+            detach_after_start: false,
             node_failure: false,
             lost: false,
             restart_timer: None,
@@ -230,6 +234,9 @@ impl TaskRunner {
         self.state.started_at = Some(now_nanos());
         self.event(task_event::STARTED, "Task started by client".into(), |_| {});
         self.report();
+        if self.detach_after_start {
+            return ctx.stop();
+        }
         self.watch(handle, ctx);
         if self.killing {
             self.kill(ctx);
@@ -270,6 +277,13 @@ impl TaskRunner {
         }
         let decision = self.restart.on_start_error(&err, Instant::now());
         self.apply_decision(decision, ctx);
+        if self.detach_after_start {
+            // Nothing runs; the restored runner will decide afresh.
+            if let Some(t) = self.restart_timer.take() {
+                ctx.cancel_future(t);
+            }
+            ctx.stop();
+        }
     }
 
     fn on_exit(&mut self, exit: ExitResult, ctx: &mut Context<Self>) {
@@ -449,6 +463,10 @@ impl Handler<DetachTask> for TaskRunner {
     type Result = ();
 
     fn handle(&mut self, _: DetachTask, ctx: &mut Context<Self>) {
+        if self.starting {
+            self.detach_after_start = true;
+            return;
+        }
         if let Some(f) = self.wait_future.take() {
             ctx.cancel_future(f);
         }
