@@ -119,29 +119,8 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
     let out = rw(&stdout_fifo).map_err(|e| node_err("opening the stdout pipe", e))?;
     let err = rw(&stderr_fifo).map_err(|e| node_err("opening the stderr pipe", e))?;
 
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(&args)
-        .env_clear()
-        .envs(&config.env)
-        .current_dir(&config.task_dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .kill_on_drop(false);
-    if !config.user.is_empty() {
-        let (uid, gid) = lookup_user(&config.user)?;
-        cmd.uid(uid).gid(gid);
-    }
-    // SAFETY: setsid is async-signal-safe; the closure touches nothing else.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd
+    let mut cmd = build_command(&program, &args, &config, out, err)?;
+    let child = cmd
         .spawn()
         .map_err(|e| DriverError::Node(format!("failed to start {}: {e}", program.display())))?;
     let pid = child
@@ -150,23 +129,7 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
         .ok_or_else(|| DriverError::Node("started process has no pid".into()))?;
     let start_time = process_start_time(pid).unwrap_or(0);
 
-    let (tx, rx) = watch::channel(None);
-    tokio::spawn(async move {
-        let result = match child.wait().await {
-            Ok(status) => ExitResult {
-                exit_code: status.code().unwrap_or(0),
-                signal: status.signal().unwrap_or(0),
-                err: None,
-            },
-            Err(e) => ExitResult {
-                err: Some(format!("waiting for the process: {e}")),
-                ..Default::default()
-            },
-        };
-        // Whatever the leader left behind in its group goes with it.
-        kill_group(pid, libc::SIGKILL);
-        let _ = tx.send(Some(result));
-    });
+    let rx = spawn_reaper(child, pid);
     spawn_pumps(&rx, vec![stdout_pump, stderr_pump]);
 
     let state = PidState {
@@ -184,6 +147,62 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
         },
         Arc::new(Live { pid, exit: rx }),
     ))
+}
+
+/// The task's command: its environment only, the task dir as working dir,
+/// output into the pipes, and a session (and process group) of its own.
+fn build_command(
+    program: &Path,
+    args: &[String],
+    config: &TaskConfig,
+    stdout: std::fs::File,
+    stderr: std::fs::File,
+) -> Result<tokio::process::Command, DriverError> {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .envs(&config.env)
+        .current_dir(&config.task_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(false);
+    if !config.user.is_empty() {
+        let (uid, gid) = lookup_user(&config.user)?;
+        cmd.uid(uid).gid(gid);
+    }
+    // SAFETY: setsid is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// Waits for the child in the background and publishes its exit; then
+/// kills whatever the leader left behind in its group.
+fn spawn_reaper(mut child: tokio::process::Child, pid: i32) -> watch::Receiver<Option<ExitResult>> {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let result = match child.wait().await {
+            Ok(status) => ExitResult {
+                exit_code: status.code().unwrap_or(0),
+                signal: status.signal().unwrap_or(0),
+                err: None,
+            },
+            Err(e) => ExitResult {
+                err: Some(format!("waiting for the process: {e}")),
+                ..Default::default()
+            },
+        };
+        kill_group(pid, libc::SIGKILL);
+        let _ = tx.send(Some(result));
+    });
+    rx
 }
 
 fn command_and_args(
