@@ -8,7 +8,7 @@
 
 use crate::client::driver::DriverSet;
 use crate::config::AgentConfig;
-use herder::structs::{Node, NodeStatus};
+use herder::structs::{NetworkResource, Node, NodeStatus};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -122,7 +122,7 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
         ("os.version", facts.os_version.clone()),
         ("arch", facts.arch.clone()),
         ("unique.hostname", facts.hostname.clone()),
-        ("unique.network.ip-address", ip),
+        ("unique.network.ip-address", ip.clone()),
         (
             "unique.storage.volume",
             config.data_dir.to_string_lossy().into_owned(),
@@ -142,6 +142,8 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     node.attributes = attrs;
+    node.node_resources.networks =
+        vec![host_network(&node.attributes["unique.network.ip-address"])];
     for driver in drivers.iter() {
         let info = driver.fingerprint();
         if info.detected && info.healthy {
@@ -151,6 +153,20 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     }
     node.compute_class();
     node
+}
+
+/// The host network tasks' ports are bound on, as Nomad reports it.
+fn host_network(ip: &str) -> NetworkResource {
+    let loopback = ip.starts_with("127.") || ip == "::1";
+    let bits = if ip.contains(':') { 128 } else { 32 };
+    NetworkResource {
+        mode: "host".into(),
+        device: if loopback { "lo".into() } else { String::new() },
+        cidr: format!("{ip}/{bits}"),
+        ip: ip.to_string(),
+        mbits: 1000,
+        ..Default::default()
+    }
 }
 
 /// The node's ID and secret, created on first start and kept in
@@ -325,6 +341,8 @@ mod tests {
         assert_eq!(node.reserved_resources.memory.memory_mb, 256);
         assert!(node.computed_class.starts_with("v1:"));
         assert!(!node.secret_id.is_empty());
+        assert_eq!(node.node_resources.networks[0].ip, "127.0.0.1");
+        assert_eq!(node.node_resources.networks[0].cidr, "127.0.0.1/32");
     }
 
     #[test]
