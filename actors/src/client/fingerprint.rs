@@ -142,8 +142,7 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     node.attributes = attrs;
-    node.node_resources.networks =
-        vec![host_network(&node.attributes["unique.network.ip-address"])];
+    node.node_resources.networks = vec![host_network(&ip)];
     for driver in drivers.iter() {
         let info = driver.fingerprint();
         if info.detected && info.healthy {
