@@ -373,6 +373,13 @@ impl TaskRunner {
     fn restore(&mut self, previous: TaskState, ctx: &mut Context<Self>) {
         self.state = previous;
         self.setup_done = true;
+        if self.state.state == task_state::DEAD {
+            // Finished before the restart; a handle left behind is stale
+            // (the client stopped between the exit and its cleanup).
+            let _ = std::fs::remove_file(self.handle_path());
+            self.report();
+            return ctx.stop();
+        }
         let saved = std::fs::read(self.handle_path())
             .ok()
             .and_then(|bytes| serde_json::from_slice::<HandleState>(&bytes).ok());
@@ -392,10 +399,6 @@ impl TaskRunner {
                 }));
             }
             (Some(_), None) => self.report_lost("its driver is no longer available", ctx),
-            (None, _) if self.state.state == task_state::DEAD => {
-                self.report();
-                ctx.stop();
-            }
             (None, _) if self.state.state == task_state::RUNNING => {
                 self.report_lost("no handle was kept for it", ctx)
             }
