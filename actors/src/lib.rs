@@ -4,9 +4,9 @@
 //! Everything here is wiring and timing; the decisions live in the `herder`
 //! core crate, which this crate drives.
 
-pub mod agent;
-pub mod cli;
-pub mod client;
 pub mod config;
+pub mod cli;
+pub mod agent;
+pub mod client;
 pub mod http;
 pub mod logging;
