@@ -8,6 +8,7 @@ pub mod agent;
 pub mod blocked_evals;
 pub mod broker;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod eval_router;
 pub mod eval_writer;

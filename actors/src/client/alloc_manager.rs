@@ -1,0 +1,182 @@
+//! The allocation manager: the set of allocation runners of this node.
+//!
+//! The server-facing part feeds it what the servers assign to the node
+//! ([`SyncAllocs`], the whole set, as a blocking query returns it) and it
+//! starts, stops and destroys runners to match; every runner's updates go
+//! to the one recipient given here. On start after a restart,
+//! [`RestoreAll`] re-attaches to what the previous client left running.
+
+use crate::client::alloc_runner::{
+    persisted_allocs, AllocRunner, AllocRunnerConfig, Destroy, Shutdown, UpdateAlloc,
+};
+use crate::client::driver::DriverSet;
+use crate::client::AllocUpdate;
+use actix::prelude::*;
+use herder::structs::{AllocId, Allocation, Job, Node};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The allocations the servers assign to this node now, each with its job.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct SyncAllocs {
+    pub allocs: Vec<(Allocation, Arc<Job>)>,
+}
+
+/// Restores the allocations persisted by a previous client; answers with
+/// the IDs of those it re-attached to (or reported lost).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Vec<AllocId>")]
+pub struct RestoreAll;
+
+/// Detaches from every allocation (client shutdown; tasks keep running).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct ShutdownAll;
+
+/// The node's fingerprint changed (a new registration, drivers' health).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct SetNode(pub Arc<Node>);
+
+pub struct AllocManagerConfig {
+    pub node: Arc<Node>,
+    pub data_dir: PathBuf,
+    pub drivers: DriverSet,
+    pub host_env: Arc<BTreeMap<String, String>>,
+    pub updates: Recipient<AllocUpdate>,
+    /// Runners keep nothing on disk (simulated nodes).
+    pub ephemeral: bool,
+}
+
+struct Entry {
+    runner: Addr<AllocRunner>,
+    modify_index: u64,
+}
+
+pub struct AllocManager {
+    config: AllocManagerConfig,
+    runners: HashMap<AllocId, Entry>,
+}
+
+impl AllocManager {
+    pub fn new(config: AllocManagerConfig) -> Self {
+        AllocManager {
+            config,
+            runners: HashMap::new(),
+        }
+    }
+
+    fn runner_config(&self, alloc: Allocation, job: Arc<Job>) -> AllocRunnerConfig {
+        AllocRunnerConfig {
+            alloc,
+            job,
+            node: self.config.node.clone(),
+            data_dir: self.config.data_dir.clone(),
+            drivers: self.config.drivers.clone(),
+            host_env: self.config.host_env.clone(),
+            updates: self.config.updates.clone(),
+            ephemeral: self.config.ephemeral,
+        }
+    }
+
+    /// The IDs of the allocations this manager runs.
+    pub fn running(&self) -> impl Iterator<Item = &AllocId> {
+        self.runners.keys()
+    }
+}
+
+impl Actor for AllocManager {
+    type Context = Context<Self>;
+}
+
+impl Handler<SyncAllocs> for AllocManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SyncAllocs, _ctx: &mut Context<Self>) {
+        let present: HashSet<AllocId> = msg.allocs.iter().map(|(a, _)| a.id).collect();
+        for (alloc, job) in msg.allocs {
+            match self.runners.get_mut(&alloc.id) {
+                Some(entry) => {
+                    if alloc.modify_index != entry.modify_index {
+                        entry.modify_index = alloc.modify_index;
+                        entry.runner.do_send(UpdateAlloc(alloc));
+                    }
+                }
+                // Nothing to run for an allocation that is already over.
+                None if alloc.is_terminal() => {}
+                None => {
+                    let modify_index = alloc.modify_index;
+                    let id = alloc.id;
+                    let runner = AllocRunner::new(self.runner_config(alloc, job)).start();
+                    self.runners.insert(
+                        id,
+                        Entry {
+                            runner,
+                            modify_index,
+                        },
+                    );
+                }
+            }
+        }
+        // Allocations the servers no longer list were garbage collected.
+        self.runners.retain(|id, entry| {
+            let keep = present.contains(id);
+            if !keep {
+                entry.runner.do_send(Destroy);
+            }
+            keep
+        });
+    }
+}
+
+impl Handler<RestoreAll> for AllocManager {
+    type Result = MessageResult<RestoreAll>;
+
+    fn handle(&mut self, _: RestoreAll, _ctx: &mut Context<Self>) -> Self::Result {
+        let mut restored = Vec::new();
+        for (alloc, job) in persisted_allocs(&self.config.data_dir) {
+            // Finished ones are restored too: their runner re-reports the
+            // final state (which may not have reached the servers) and keeps
+            // a later sync from starting them again.
+            if self.runners.contains_key(&alloc.id) {
+                continue;
+            }
+            let (id, modify_index) = (alloc.id, alloc.modify_index);
+            let runner = AllocRunner::restore(self.runner_config(alloc, job)).start();
+            self.runners.insert(
+                id,
+                Entry {
+                    runner,
+                    modify_index,
+                },
+            );
+            restored.push(id);
+        }
+        MessageResult(restored)
+    }
+}
+
+impl Handler<ShutdownAll> for AllocManager {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ShutdownAll, _ctx: &mut Context<Self>) -> Self::Result {
+        let runners: Vec<Addr<AllocRunner>> = self.runners.drain().map(|(_, e)| e.runner).collect();
+        Box::pin(async move {
+            for r in runners {
+                let _ = r.send(Shutdown).await;
+            }
+        })
+    }
+}
+
+impl Handler<SetNode> for AllocManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetNode, _ctx: &mut Context<Self>) {
+        // Runners already started keep the node they were built with (their
+        // environment is fixed at start, as in Nomad).
+        self.config.node = msg.0;
+    }
+}

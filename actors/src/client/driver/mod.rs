@@ -1,0 +1,257 @@
+//! Task drivers: the part of the client that actually runs a task.
+//!
+//! A driver is object-safe (methods return boxed futures) so the client can
+//! hold any set of them as `Arc<dyn Driver>` and new ones (`exec`, docker)
+//! can be added without touching the runners. A started task is a
+//! [`TaskHandle`]: a serializable [`HandleState`] that is persisted in the
+//! task directory so a restarted client can `recover` it, plus the driver's
+//! live, in-memory part.
+
+pub mod mock;
+pub mod raw_exec;
+
+use herder::structs::{DriverInfo, LogConfig};
+use serde::{Deserialize, Serialize};
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A boxed, sendable future: what driver methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a driver could not do what it was asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    /// The node is at fault (driver unavailable, binary missing, I/O error):
+    /// the servers should count it against the node, not the job.
+    #[error("{0}")]
+    Node(String),
+    /// The task is at fault (bad configuration, a start error of its own).
+    /// `recoverable` errors go through the restart policy; others fail the
+    /// task at once, as Nomad does.
+    #[error("{message}")]
+    Task { message: String, recoverable: bool },
+}
+
+impl DriverError {
+    pub fn task(message: impl Into<String>) -> Self {
+        DriverError::Task {
+            message: message.into(),
+            recoverable: false,
+        }
+    }
+
+    pub fn is_node_failure(&self) -> bool {
+        matches!(self, DriverError::Node(_))
+    }
+
+    /// Whether the restart policy may retry after this error.
+    pub fn is_recoverable(&self) -> bool {
+        match self {
+            DriverError::Node(_) => true,
+            DriverError::Task { recoverable, .. } => *recoverable,
+        }
+    }
+}
+
+/// Everything a driver needs to start one task.
+#[derive(Clone, Debug, Default)]
+pub struct TaskConfig {
+    pub alloc_id: herder::structs::AllocId,
+    pub task_name: String,
+    /// The task's `config` block, already interpolated.
+    pub config: BTreeMap<String, serde_json::Value>,
+    /// The complete environment of the task.
+    pub env: BTreeMap<String, String>,
+    /// The working directory (`<alloc_dir>/<task>`).
+    pub task_dir: PathBuf,
+    /// Where the task's logs go (`<alloc_dir>/alloc/logs`).
+    pub log_dir: PathBuf,
+    pub log_config: LogConfig,
+    pub cpu_mhz: i64,
+    pub memory_mb: i64,
+    /// Run as this user; empty means the client's own user.
+    pub user: String,
+}
+
+/// How a task ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitResult {
+    pub exit_code: i32,
+    pub signal: i32,
+    /// Set when the exit status could not be observed (a re-attached process
+    /// has no parent to report it) or the driver failed while waiting.
+    pub err: Option<String>,
+}
+
+impl ExitResult {
+    pub fn successful(&self) -> bool {
+        self.exit_code == 0 && self.signal == 0 && self.err.is_none()
+    }
+}
+
+/// The persisted part of a handle: enough for `recover` after a restart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HandleState {
+    pub driver: String,
+    pub task_name: String,
+    /// Driver-specific data (a pid and its start time, a deadline, ...).
+    pub data: serde_json::Value,
+}
+
+/// A started task.
+#[derive(Clone)]
+pub struct TaskHandle {
+    pub state: HandleState,
+    /// The driver's live part; each driver downcasts its own type.
+    live: Arc<dyn Any + Send + Sync>,
+}
+
+impl TaskHandle {
+    pub fn new(state: HandleState, live: Arc<dyn Any + Send + Sync>) -> Self {
+        TaskHandle { state, live }
+    }
+
+    /// The driver's live part, if this handle is of type `T`.
+    pub fn live<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.live.clone().downcast::<T>().ok()
+    }
+}
+
+impl std::fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task driver.
+pub trait Driver: Send + Sync + 'static {
+    /// The name jobs use in `driver = "..."`.
+    fn name(&self) -> &'static str;
+
+    /// Whether the driver can run tasks here, with its node attributes.
+    fn fingerprint(&self) -> DriverInfo;
+
+    /// Starts the task; returns once it runs (or failed to start).
+    fn start_task(&self, config: TaskConfig) -> BoxFuture<'_, Result<TaskHandle, DriverError>>;
+
+    /// Resolves when the task has exited. May be called more than once.
+    fn wait(&self, handle: TaskHandle) -> BoxFuture<'_, ExitResult>;
+
+    /// Sends `signal` (empty: SIGTERM), then kills the task after
+    /// `kill_timeout`; resolves once it is gone.
+    fn stop(
+        &self,
+        handle: TaskHandle,
+        kill_timeout: Duration,
+        signal: String,
+    ) -> BoxFuture<'_, Result<(), DriverError>>;
+
+    /// Re-attaches to a task a previous client started, or fails if the task
+    /// is gone.
+    fn recover(&self, state: HandleState) -> BoxFuture<'_, Result<TaskHandle, DriverError>>;
+}
+
+/// The drivers a client offers, by name.
+#[derive(Clone, Default)]
+pub struct DriverSet {
+    drivers: BTreeMap<String, Arc<dyn Driver>>,
+}
+
+impl DriverSet {
+    /// The built-in drivers named in `names` (unknown names are skipped and
+    /// returned so the caller can warn about them).
+    pub fn from_names(names: &[String]) -> (DriverSet, Vec<String>) {
+        let mut set = DriverSet::default();
+        let mut unknown = Vec::new();
+        for name in names {
+            match name.as_str() {
+                raw_exec::NAME => set.insert(Arc::new(raw_exec::RawExecDriver::new())),
+                mock::NAME => set.insert(Arc::new(mock::MockDriver::new())),
+                other => unknown.push(other.to_string()),
+            }
+        }
+        (set, unknown)
+    }
+
+    pub fn insert(&mut self, driver: Arc<dyn Driver>) {
+        self.drivers.insert(driver.name().to_string(), driver);
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Driver>> {
+        self.drivers.get(name).cloned()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Driver>> {
+        self.drivers.values()
+    }
+}
+
+/// Parses a signal name as Nomad's `kill_signal` (`SIGINT`, `INT`, `2`).
+pub fn parse_signal(name: &str) -> Option<i32> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    if let Ok(n) = bare.parse::<i32>() {
+        return (n > 0 && n < 65).then_some(n);
+    }
+    Some(match bare {
+        "" | "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        "HUP" => libc::SIGHUP,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "ABRT" => libc::SIGABRT,
+        "ALRM" => libc::SIGALRM,
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        "WINCH" => libc::SIGWINCH,
+        _ => return None,
+    })
+}
+
+/// Reads a Go duration (`"10s"`, `"1m30s"`, `"250ms"`) or a plain number of
+/// nanoseconds, as job files carry both.
+pub fn parse_go_duration(value: &serde_json::Value) -> Option<Duration> {
+    match value {
+        serde_json::Value::Number(n) => n.as_u64().map(Duration::from_nanos),
+        serde_json::Value::String(s) => {
+            let s = s.trim();
+            if s.is_empty() || s == "0" {
+                return Some(Duration::ZERO);
+            }
+            humantime::parse_duration(s).ok()
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_and_durations_parse_as_nomad_writes_them() {
+        assert_eq!(parse_signal("SIGINT"), Some(libc::SIGINT));
+        assert_eq!(parse_signal(""), Some(libc::SIGTERM));
+        assert_eq!(parse_signal("kill"), Some(libc::SIGKILL));
+        assert_eq!(parse_signal("9"), Some(9));
+        assert_eq!(parse_signal("SIGNOPE"), None);
+        let d = |s: &str| parse_go_duration(&serde_json::json!(s));
+        assert_eq!(d("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(d("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        assert_eq!(
+            parse_go_duration(&serde_json::json!(1_000_000_000u64)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(d("soon"), None);
+    }
+}

@@ -1,0 +1,53 @@
+//! The node-local half of the client agent: what a herder node does on its
+//! own machine, whatever way it talks to the servers.
+//!
+//! - [`fingerprint`] describes the machine as a [`herder::structs::Node`];
+//! - [`driver`] runs tasks (`raw_exec` real processes, `mock_driver` timers);
+//! - [`task_dir`] builds an allocation's directories and task environment;
+//! - [`logs`] writes rotated task logs and reads (or follows) them back;
+//! - [`readiness`] decides whether the node may be given work;
+//! - [`alloc_runner`] / [`task_runner`] run one allocation's tasks with their
+//!   restart policy and report every change as an [`AllocUpdate`];
+//! - [`alloc_manager`] keeps one runner per allocation assigned to the node.
+//!
+//! The server-facing part only feeds allocations in (`SyncAllocs` with what
+//! the servers assign, `RestoreAll` at start, `ShutdownAll` at exit) and
+//! ships the `AllocUpdate`s it receives out.
+
+pub mod alloc_manager;
+pub mod alloc_runner;
+pub mod driver;
+pub mod fingerprint;
+pub mod logs;
+pub mod readiness;
+pub mod restart;
+pub mod task_dir;
+pub mod task_runner;
+
+use herder::structs::{AllocId, ClientStatus, TaskState, VecMap};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What an allocation runner reports after every change: the allocation's
+/// client-side state, whole, so the shipper can keep only the newest one per
+/// allocation when it batches.
+#[derive(Clone, Debug, PartialEq, actix::Message)]
+#[rtype(result = "()")]
+pub struct AllocUpdate {
+    pub alloc_id: AllocId,
+    pub client_status: ClientStatus,
+    pub client_description: String,
+    pub task_states: VecMap<String, TaskState>,
+    /// The node (not the task) made the allocation fail: driver missing or
+    /// unhealthy, binary missing, I/O error. Feeds the node's flaky state.
+    pub node_failure: bool,
+}
+
+/// Unix nanoseconds now, the unit task events and states use.
+pub fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests;

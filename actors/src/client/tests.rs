@@ -1,0 +1,850 @@
+//! End-to-end tests of the node-local client: real processes under
+//! `/bin/sh`, the mock driver, and allocation runners reporting updates.
+//! Every wait is for a condition with a generous deadline, never a fixed
+//! sleep, so a loaded machine only makes them slower.
+
+use super::alloc_runner::{AllocRunner, AllocRunnerConfig, GetAllocState, Shutdown, Stop};
+use super::driver::raw_exec::{process_start_time, RawExecDriver};
+use super::driver::{Driver, DriverSet, TaskConfig};
+use super::logs::{read_logs, LogKind, Origin};
+use super::AllocUpdate;
+use actix::prelude::*;
+use herder::structs::alloc::task_event;
+use herder::structs::{
+    Allocation, ClientStatus, Job, JobType, LogConfig, Node, Port, RestartPolicy, Task, TaskGroup,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Forwards allocation updates into a channel the test reads.
+struct UpdateSink(mpsc::UnboundedSender<AllocUpdate>);
+
+impl Actor for UpdateSink {
+    type Context = Context<Self>;
+}
+
+impl Handler<AllocUpdate> for UpdateSink {
+    type Result = ();
+    fn handle(&mut self, msg: AllocUpdate, _: &mut Context<Self>) {
+        let _ = self.0.send(msg);
+    }
+}
+
+struct Harness {
+    data_dir: tempfile::TempDir,
+    rx: mpsc::UnboundedReceiver<AllocUpdate>,
+    sink: Recipient<AllocUpdate>,
+    seen: Vec<AllocUpdate>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Harness {
+            data_dir: tempfile::tempdir().unwrap(),
+            rx,
+            sink: UpdateSink(tx).start().recipient(),
+            seen: Vec::new(),
+        }
+    }
+
+    fn config(&self, alloc: &Allocation, job: &Arc<Job>) -> AllocRunnerConfig {
+        let (drivers, _) = DriverSet::from_names(&["raw_exec".into(), "mock_driver".into()]);
+        let mut node = Node {
+            datacenter: "dc1".into(),
+            name: "test-node".into(),
+            ..Default::default()
+        };
+        node.attributes
+            .insert("unique.network.ip-address".into(), "127.0.0.1".into());
+        node.attributes.insert("kernel.name".into(), "linux".into());
+        AllocRunnerConfig {
+            alloc: alloc.clone(),
+            job: job.clone(),
+            node: Arc::new(node),
+            data_dir: self.data_dir.path().to_path_buf(),
+            drivers,
+            host_env: Arc::new(BTreeMap::from([(
+                "PATH".to_string(),
+                "/usr/bin:/bin".to_string(),
+            )])),
+            updates: self.sink.clone(),
+            ephemeral: false,
+        }
+    }
+
+    /// Waits for an update matching `pred`, remembering every one seen.
+    async fn until(&mut self, what: &str, pred: impl Fn(&AllocUpdate) -> bool) -> AllocUpdate {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.rx.recv()).await {
+                Ok(Some(u)) => {
+                    self.seen.push(u.clone());
+                    if pred(&u) {
+                        return u;
+                    }
+                }
+                _ => panic!(
+                    "timed out waiting for {what}; last update: {:#?}",
+                    self.seen.last()
+                ),
+            }
+        }
+    }
+
+    /// Every event type a task went through, in order, across all updates.
+    fn event_types(&self, task: &str) -> Vec<String> {
+        let mut out: Vec<(i64, String)> = Vec::new();
+        for u in &self.seen {
+            if let Some(s) = u.task_states.get(task) {
+                for e in &s.events {
+                    if !out
+                        .iter()
+                        .any(|(t, ty)| *t == e.time && *ty == e.event_type)
+                    {
+                        out.push((e.time, e.event_type.clone()));
+                    }
+                }
+            }
+        }
+        out.into_iter().map(|(_, t)| t).collect()
+    }
+}
+
+fn sh_task(name: &str, script: &str) -> Task {
+    let mut t = Task {
+        name: name.into(),
+        driver: "raw_exec".into(),
+        ..Default::default()
+    };
+    t.config
+        .insert("command".into(), serde_json::json!("/bin/sh"));
+    t.config
+        .insert("args".into(), serde_json::json!(["-c", script]));
+    t
+}
+
+fn mock_task(name: &str, config: serde_json::Value) -> Task {
+    let mut t = Task {
+        name: name.into(),
+        driver: "mock_driver".into(),
+        ..Default::default()
+    };
+    t.config = serde_json::from_value(config).unwrap();
+    t
+}
+
+fn job_with(job_type: JobType, tasks: Vec<Task>, restart: RestartPolicy) -> Arc<Job> {
+    let mut job = Job {
+        id: "example".into(),
+        job_type,
+        ..Default::default()
+    };
+    job.task_groups.push(TaskGroup {
+        name: "group".into(),
+        count: 1,
+        tasks,
+        restart_policy: Some(restart),
+        ..Default::default()
+    });
+    job.canonicalize();
+    Arc::new(job)
+}
+
+fn no_restarts() -> RestartPolicy {
+    RestartPolicy {
+        attempts: 0,
+        interval: Duration::from_secs(60),
+        delay: Duration::from_millis(10),
+        mode: "fail".into(),
+    }
+}
+
+fn alloc_for(job: &Job) -> Allocation {
+    let mut alloc = Allocation {
+        id: herder::structs::new_id(),
+        name: Allocation::name_for(&job.id, "group", 0),
+        job_id: job.id.as_str().into(),
+        task_group: "group".into(),
+        namespace: "default".into(),
+        ..Default::default()
+    };
+    alloc.allocated_resources.shared.ports.push(Port {
+        label: "http".into(),
+        value: 23456,
+        ..Default::default()
+    });
+    alloc
+}
+
+fn stdout_of(h: &Harness, alloc: &Allocation, task: &str) -> String {
+    let dir = h.data_dir.path().join("alloc").join(alloc.id.to_string());
+    let chunk = read_logs(&dir, task, LogKind::Stdout, 0, Origin::Start, 1 << 20).unwrap();
+    String::from_utf8_lossy(&chunk.data).into_owned()
+}
+
+/// Polls `cond` until it holds or the deadline passes.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    process_start_time(pid).is_some()
+}
+
+async fn read_pids(path: &Path, count: usize) -> Vec<i32> {
+    let mut pids = Vec::new();
+    eventually("the task to write its pids", || {
+        std::fs::read_to_string(path)
+            .map(|s| s.lines().count() >= count)
+            .unwrap_or(false)
+    })
+    .await;
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        pids.push(line.trim().parse().unwrap());
+    }
+    pids
+}
+
+#[tokio::test]
+async fn raw_exec_reports_exit_code_and_captures_stdout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task_dir = tmp.path().join("t");
+    std::fs::create_dir_all(&task_dir).unwrap();
+    let log_dir = tmp.path().join("alloc/logs");
+    let mut config = BTreeMap::new();
+    config.insert("command".to_string(), serde_json::json!("sh"));
+    config.insert(
+        "args".to_string(),
+        serde_json::json!(["-c", "echo hi; echo oops >&2; exit 3"]),
+    );
+    let driver = RawExecDriver::new();
+    let handle = driver
+        .start_task(TaskConfig {
+            task_name: "t".into(),
+            config,
+            env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+            task_dir,
+            log_dir,
+            log_config: LogConfig::default(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let exit = tokio::time::timeout(PATIENCE, driver.wait(handle))
+        .await
+        .unwrap();
+    assert_eq!(exit.exit_code, 3);
+    assert!(!exit.successful());
+    eventually("stdout and stderr to be written", || {
+        let out = read_logs(tmp.path(), "t", LogKind::Stdout, 0, Origin::Start, 100).unwrap();
+        let err = read_logs(tmp.path(), "t", LogKind::Stderr, 0, Origin::Start, 100).unwrap();
+        out.data == b"hi\n" && err.data == b"oops\n"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn raw_exec_missing_binary_is_a_node_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = BTreeMap::new();
+    config.insert(
+        "command".to_string(),
+        serde_json::json!("/nonexistent/bin/tool"),
+    );
+    let err = RawExecDriver::new()
+        .start_task(TaskConfig {
+            task_name: "t".into(),
+            config,
+            task_dir: tmp.path().to_path_buf(),
+            log_dir: tmp.path().join("logs"),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is_node_failure(), "{err}");
+    let err = RawExecDriver::new()
+        .start_task(TaskConfig {
+            task_name: "t".into(),
+            task_dir: tmp.path().to_path_buf(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        !err.is_node_failure(),
+        "a missing command is the job's fault: {err}"
+    );
+}
+
+#[actix_rt::test]
+async fn task_env_has_nomad_and_herder_variables() {
+    let mut h = Harness::new();
+    let mut task = sh_task("web", "env");
+    task.env.insert(
+        "FROM_JOB".into(),
+        "${NOMAD_JOB_ID}-${attr.kernel.name}".into(),
+    );
+    let job = job_with(JobType::Batch, vec![task], no_restarts());
+    let alloc = alloc_for(&job);
+    let _runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("completion", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let out = stdout_of(&h, &alloc, "web");
+    let id = alloc.id.to_string();
+    for want in [
+        format!("NOMAD_ALLOC_ID={id}"),
+        format!("HERDER_ALLOC_ID={id}"),
+        "NOMAD_TASK_NAME=web".into(),
+        "NOMAD_ALLOC_INDEX=0".into(),
+        "NOMAD_JOB_NAME=example".into(),
+        "NOMAD_PORT_http=23456".into(),
+        "HERDER_PORT_http=23456".into(),
+        "NOMAD_ADDR_http=127.0.0.1:23456".into(),
+        "FROM_JOB=example-linux".into(),
+    ] {
+        assert!(out.lines().any(|l| l == want), "missing {want} in:\n{out}");
+    }
+    let types = h.event_types("web");
+    assert_eq!(
+        types,
+        ["Received", "Task Setup", "Started", "Terminated"],
+        "{types:?}"
+    );
+}
+
+#[actix_rt::test]
+async fn restart_policy_restarts_then_fails_the_allocation() {
+    let mut h = Harness::new();
+    let policy = RestartPolicy {
+        attempts: 2,
+        interval: Duration::from_secs(600),
+        delay: Duration::from_millis(50),
+        mode: "fail".into(),
+    };
+    let job = job_with(
+        JobType::Service,
+        vec![sh_task("crash", "echo start; exit 7")],
+        policy,
+    );
+    let alloc = alloc_for(&job);
+    let _runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    let last = h
+        .until("failure", |u| u.client_status == ClientStatus::Failed)
+        .await;
+    assert_eq!(last.client_description, "Failed tasks");
+    assert!(
+        !last.node_failure,
+        "a crashing task is not the node's fault"
+    );
+    let state = last.task_states.get("crash").unwrap();
+    assert_eq!(state.state, "dead");
+    assert!(state.failed);
+    assert_eq!(state.restarts, 2);
+    let types = h.event_types("crash");
+    let expected = [
+        "Received",
+        "Task Setup",
+        "Started",
+        "Terminated",
+        "Restarting",
+        "Started",
+        "Terminated",
+        "Restarting",
+        "Started",
+        "Terminated",
+        "Not Restarting",
+    ];
+    assert_eq!(types, expected);
+    let not_restarting = state.events.last().unwrap();
+    assert!(not_restarting.fails_task);
+    assert!(
+        not_restarting
+            .restart_reason
+            .contains("Exceeded allowed attempts 2"),
+        "{not_restarting:?}"
+    );
+    let terminated = state
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.event_type == task_event::TERMINATED)
+        .unwrap();
+    assert_eq!(terminated.exit_code, 7);
+    assert_eq!(stdout_of(&h, &alloc, "crash"), "start\nstart\nstart\n");
+}
+
+#[actix_rt::test]
+async fn kill_timeout_is_honoured() {
+    let mut h = Harness::new();
+    // Ignores SIGTERM (inherited by its sleeps): only SIGKILL ends it.
+    let mut stubborn = sh_task(
+        "stubborn",
+        "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+    );
+    stubborn.kill_timeout = Duration::from_secs(2);
+    let mut polite = sh_task("polite", "echo ready; exec sleep 300");
+    polite.kill_timeout = Duration::from_secs(45);
+    let job = job_with(JobType::Service, vec![stubborn, polite], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| {
+        u.client_status == ClientStatus::Running
+            && u.task_states.values().all(|s| s.state == "running")
+    })
+    .await;
+    eventually("both tasks to print", || {
+        stdout_of(&h, &alloc, "stubborn") == "ready\n"
+            && stdout_of(&h, &alloc, "polite") == "ready\n"
+    })
+    .await;
+    let began = Instant::now();
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    let polite_done = h
+        .until("polite dead", |u| {
+            u.task_states
+                .get("polite")
+                .is_some_and(|s| s.state == "dead")
+        })
+        .await;
+    assert!(
+        began.elapsed() < Duration::from_secs(30),
+        "a process that exits on SIGTERM stops early"
+    );
+    let stubborn_state = polite_done.task_states.get("stubborn").unwrap();
+    let done = if stubborn_state.state == "dead" {
+        polite_done
+    } else {
+        h.until("complete", |u| u.client_status == ClientStatus::Complete)
+            .await
+    };
+    assert!(
+        began.elapsed() >= Duration::from_secs(2),
+        "SIGKILL came only after kill_timeout"
+    );
+    assert_eq!(done.client_status, ClientStatus::Complete);
+    let stubborn = done.task_states.get("stubborn").unwrap();
+    let kinds: Vec<&str> = stubborn
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert!(
+        kinds.ends_with(&["Killing", "Terminated", "Killed"]),
+        "{kinds:?}"
+    );
+    let terminated = &stubborn.events[stubborn.events.len() - 2];
+    assert_eq!(terminated.signal, i64::from(libc::SIGKILL));
+    assert!(!stubborn.failed);
+}
+
+#[actix_rt::test]
+async fn stop_kills_the_whole_process_group() {
+    let mut h = Harness::new();
+    let script = "sleep 300 & echo $! >> pids; sleep 300 & echo $! >> pids; echo $$ >> pids; wait";
+    let job = job_with(
+        JobType::Service,
+        vec![sh_task("tree", script)],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    let pids_file = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("tree/pids");
+    let pids = read_pids(&pids_file, 3).await;
+    assert!(pids.iter().all(|p| alive(*p)));
+    runner.do_send(Stop {
+        reason: "job stopped".into(),
+    });
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    eventually("every process of the task to be gone", || {
+        pids.iter().all(|p| !alive(*p))
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn mock_driver_runs_for_exits_and_fails_to_start() {
+    let mut h = Harness::new();
+    let job = job_with(
+        JobType::Batch,
+        vec![mock_task(
+            "quick",
+            serde_json::json!({"run_for": "100ms", "stdout_string": "mocked\n"}),
+        )],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let began = Instant::now();
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let done = h
+        .until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    assert!(began.elapsed() >= Duration::from_millis(100));
+    assert_eq!(done.client_description, "All tasks have completed");
+    assert_eq!(stdout_of(&h, &alloc, "quick"), "mocked\n");
+
+    let job = job_with(
+        JobType::Batch,
+        vec![mock_task(
+            "bad",
+            serde_json::json!({"run_for": "10ms", "exit_code": 2}),
+        )],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let _b = AllocRunner::new(h.config(&alloc, &job)).start();
+    let failed = h
+        .until("exit 2 fails", |u| {
+            u.alloc_id == alloc.id && u.client_status == ClientStatus::Failed
+        })
+        .await;
+    let events = &failed.task_states.get("bad").unwrap().events;
+    assert!(events
+        .iter()
+        .any(|e| e.event_type == "Terminated" && e.exit_code == 2));
+
+    let job = job_with(
+        JobType::Service,
+        vec![mock_task(
+            "broken",
+            serde_json::json!({"start_error": "no luck"}),
+        )],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let _c = AllocRunner::new(h.config(&alloc, &job)).start();
+    let failed = h
+        .until("start error fails", |u| {
+            u.alloc_id == alloc.id && u.client_status == ClientStatus::Failed
+        })
+        .await;
+    let state = failed.task_states.get("broken").unwrap();
+    let failure = state
+        .events
+        .iter()
+        .find(|e| e.event_type == task_event::DRIVER_FAILURE)
+        .unwrap();
+    assert_eq!(failure.driver_error, "no luck");
+    assert!(!failed.node_failure);
+}
+
+#[actix_rt::test]
+async fn missing_driver_is_reported_as_a_node_failure() {
+    let mut h = Harness::new();
+    let mut task = sh_task("t", "true");
+    task.driver = "docker".into();
+    let job = job_with(JobType::Batch, vec![task], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let failed = h
+        .until("failure", |u| u.client_status == ClientStatus::Failed)
+        .await;
+    assert!(failed.node_failure);
+}
+
+#[actix_rt::test]
+async fn prestart_task_runs_before_the_main_task() {
+    let mut h = Harness::new();
+    let mut init = sh_task("init", "echo init > ../alloc/data/order");
+    init.lifecycle = Some(herder::structs::job::TaskLifecycle {
+        hook: "prestart".into(),
+        sidecar: false,
+    });
+    let main = sh_task("main", "cat ../alloc/data/order; echo main");
+    let job = job_with(JobType::Batch, vec![main, init], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    assert_eq!(stdout_of(&h, &alloc, "main"), "init\nmain\n");
+}
+
+#[actix_rt::test]
+async fn client_restart_reattaches_live_tasks_and_reports_dead_ones_lost() {
+    let mut h = Harness::new();
+    let job = job_with(
+        JobType::Service,
+        vec![sh_task("srv", "echo $$ > pids; exec sleep 300")],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let first = AllocRunner::new(h.config(&alloc, &job)).start();
+    let running = h
+        .until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    let pid_file = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("srv/pids");
+    let pid = read_pids(&pid_file, 1).await[0];
+    first.send(Shutdown).await.unwrap();
+    assert!(alive(pid), "shutdown leaves the task running");
+
+    let mut known = alloc.clone();
+    known.task_states = running.task_states.clone();
+    let second = AllocRunner::restore(h.config(&known, &job)).start();
+    let state = second.send(GetAllocState).await.unwrap();
+    assert_ne!(state.client_status, ClientStatus::Lost);
+    // Re-attached: stopping it through the new runner ends the same process.
+    second.do_send(Stop {
+        reason: "job stopped".into(),
+    });
+    h.until("complete", |u| {
+        u.alloc_id == alloc.id && u.client_status == ClientStatus::Complete
+    })
+    .await;
+    eventually("the task process to be gone", || !alive(pid)).await;
+
+    // A task that died while no client watched is reported lost.
+    let alloc2 = alloc_for(&job);
+    let third = AllocRunner::new(h.config(&alloc2, &job)).start();
+    let running = h
+        .until("running", |u| {
+            u.alloc_id == alloc2.id && u.client_status == ClientStatus::Running
+        })
+        .await;
+    let pid_file = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc2.id.to_string())
+        .join("srv/pids");
+    let pid = read_pids(&pid_file, 1).await[0];
+    third.send(Shutdown).await.unwrap();
+    // SAFETY: signalling a process this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    eventually("the killed task to be gone", || !alive(pid)).await;
+    let mut known = alloc2.clone();
+    known.task_states = running.task_states.clone();
+    let _fourth = AllocRunner::restore(h.config(&known, &job)).start();
+    let lost = h
+        .until("lost", |u| {
+            u.alloc_id == alloc2.id && u.client_status == ClientStatus::Lost
+        })
+        .await;
+    let srv = lost.task_states.get("srv").unwrap();
+    assert_eq!(srv.state, "dead");
+    assert!(
+        srv.events.last().unwrap().message.contains("lost"),
+        "{:?}",
+        srv.events.last()
+    );
+}
+
+#[actix_rt::test]
+async fn manager_follows_the_servers_and_survives_a_client_restart() {
+    use super::alloc_manager::{
+        AllocManager, AllocManagerConfig, RestoreAll, ShutdownAll, SyncAllocs,
+    };
+    let mut h = Harness::new();
+    let manager_config = |h: &Harness| {
+        let c = h.config(&Allocation::default(), &Arc::new(Job::default()));
+        AllocManagerConfig {
+            node: c.node,
+            data_dir: c.data_dir,
+            drivers: c.drivers,
+            host_env: c.host_env,
+            updates: c.updates,
+            ephemeral: false,
+        }
+    };
+    let job = job_with(
+        JobType::Service,
+        vec![mock_task("svc", serde_json::json!({"run_for": "1h"}))],
+        no_restarts(),
+    );
+    let mut alloc = alloc_for(&job);
+    alloc.modify_index = 1;
+    let first = AllocManager::new(manager_config(&h)).start();
+    first
+        .send(SyncAllocs {
+            allocs: vec![(alloc.clone(), job.clone())],
+        })
+        .await
+        .unwrap();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    first.send(ShutdownAll).await.unwrap();
+
+    let second = AllocManager::new(manager_config(&h)).start();
+    let restored = second.send(RestoreAll).await.unwrap();
+    assert_eq!(restored, vec![alloc.id]);
+    // Syncing the same allocation again does not start a second copy.
+    second
+        .send(SyncAllocs {
+            allocs: vec![(alloc.clone(), job.clone())],
+        })
+        .await
+        .unwrap();
+    let mut stopped = alloc.clone();
+    stopped.desired_status = herder::structs::DesiredStatus::Stop;
+    stopped.modify_index = 2;
+    second
+        .send(SyncAllocs {
+            allocs: vec![(stopped, job.clone())],
+        })
+        .await
+        .unwrap();
+    let done = h
+        .until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let kinds: Vec<&str> = done
+        .task_states
+        .get("svc")
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Received",
+            "Task Setup",
+            "Started",
+            "Killing",
+            "Terminated",
+            "Killed"
+        ]
+    );
+    let dir = h.data_dir.path().join("alloc").join(alloc.id.to_string());
+    assert!(dir.is_dir());
+    second.send(SyncAllocs { allocs: vec![] }).await.unwrap();
+    eventually("the garbage collected alloc dir to be removed", || {
+        !dir.exists()
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn raw_exec_logs_rotate_and_keep_max_files() {
+    let mut h = Harness::new();
+    // 2.5 MiB through 1 MiB files: indices 0..=2, of which 2 are kept.
+    let mut task = sh_task("noisy", "head -c 2621440 /dev/zero");
+    task.log_config = Some(LogConfig {
+        max_files: 2,
+        max_file_size_mb: 1,
+    });
+    let job = job_with(JobType::Batch, vec![task], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let log_dir = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("alloc/logs");
+    eventually("rotation to settle on two files", || {
+        super::logs::log_indices(&log_dir, "noisy", LogKind::Stdout).unwrap() == [1, 2]
+    })
+    .await;
+    let newest = std::fs::metadata(log_dir.join("noisy.stdout.2"))
+        .unwrap()
+        .len();
+    assert_eq!(newest, 512 * 1024);
+    assert_eq!(
+        std::fs::metadata(log_dir.join("noisy.stdout.1"))
+            .unwrap()
+            .len(),
+        1024 * 1024
+    );
+}
+
+#[actix_rt::test]
+async fn mock_kill_after_delays_the_stop_and_sidecars_end_with_the_main_task() {
+    let mut h = Harness::new();
+    let mut slow = mock_task(
+        "slow",
+        serde_json::json!({"run_for": "1h", "kill_after": "300ms"}),
+    );
+    slow.kill_timeout = Duration::from_secs(30);
+    let job = job_with(JobType::Service, vec![slow], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    let began = Instant::now();
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(25),
+        "{took:?}"
+    );
+
+    let mut sidecar = mock_task("proxy", serde_json::json!({"run_for": "1h"}));
+    sidecar.lifecycle = Some(herder::structs::job::TaskLifecycle {
+        hook: "prestart".into(),
+        sidecar: true,
+    });
+    let main = mock_task("work", serde_json::json!({"run_for": "200ms"}));
+    let job = job_with(JobType::Batch, vec![sidecar, main], no_restarts());
+    let alloc = alloc_for(&job);
+    let _b = AllocRunner::new(h.config(&alloc, &job)).start();
+    let done = h
+        .until("batch with sidecar completes", |u| {
+            u.alloc_id == alloc.id && u.client_status == ClientStatus::Complete
+        })
+        .await;
+    let proxy = done.task_states.get("proxy").unwrap();
+    assert_eq!(proxy.state, "dead");
+    assert!(!proxy.failed);
+    assert!(proxy
+        .events
+        .iter()
+        .any(|e| e.event_type == task_event::KILLED));
+}
+
+#[actix_rt::test]
+async fn ephemeral_runners_touch_no_disk() {
+    let mut h = Harness::new();
+    let job = job_with(
+        JobType::Batch,
+        vec![mock_task("sim", serde_json::json!({"run_for": "20ms"}))],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let mut config = h.config(&alloc, &job);
+    config.ephemeral = true;
+    let _a = AllocRunner::new(config).start();
+    let done = h
+        .until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    let kinds: Vec<&str> = done
+        .task_states
+        .get("sim")
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(kinds, ["Received", "Task Setup", "Started", "Terminated"]);
+    assert!(!h.data_dir.path().join("alloc").exists());
+}
