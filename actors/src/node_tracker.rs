@@ -13,11 +13,11 @@
 //! with `Status: ready` once its own readiness check passed; until then it
 //! stays `initializing` and receives no placements.
 
-use crate::node_lifecycle::{LifecycleConfig, NodeLifecycle, Transition};
+use crate::node_lifecycle::{Health, LifecycleConfig, NodeLifecycle, Transition};
 use actix::prelude::*;
 use herder::state::{AllocClientUpdate, Command, StateSnapshot, StateStore, StoreError};
 use herder::structs::{
-    Evaluation, Node, NodeEvent, NodeId, NodeStatus, TriggeredBy,
+    ClientStatus, EvalId, Evaluation, Node, NodeEvent, NodeId, NodeStatus, TriggeredBy,
 };
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -66,7 +66,7 @@ pub struct UpdateAllocs {
 pub struct NodeReply {
     pub heartbeat_ttl: Duration,
     pub node_modify_index: u64,
-    pub eval_ids: Vec<herder::structs::EvalId>,
+    pub eval_ids: Vec<EvalId>,
     pub index: u64,
 }
 
@@ -112,10 +112,16 @@ impl NodeTracker {
         Ok(node)
     }
 
-    fn register(&mut self, mut node: Node) -> Result<NodeReply, NodeError> {
+    /// Registration: the node is stored with the status its lifecycle
+    /// gives it; a node that is ready at once gets its system-job evals.
+    fn register(
+        &mut self,
+        mut node: Node,
+    ) -> Result<(Vec<Command>, Vec<EvalId>, Duration), NodeError> {
         validate_node(&node)?;
         let snap = self.store.snapshot();
-        if let Some(old) = snap.node(&node.id) {
+        let known = snap.node(&node.id).cloned();
+        if let Some(old) = &known {
             if old.secret_id != node.secret_id {
                 return Err(NodeError::SecretMismatch);
             }
@@ -123,66 +129,70 @@ impl NodeTracker {
         let client_ready = node.status == NodeStatus::Ready;
         let ttl = self.lifecycle.heartbeat_ttl(&mut self.rng);
         let now = Instant::now();
-        let mut transitions = self.lifecycle.register(node.id, ttl, now);
+        let transitions = self.lifecycle.register(node.id, ttl, now);
         if transitions.contains(&Transition::CheckReadiness(node.id)) {
-            transitions.extend(self.lifecycle.readiness_result(node.id, client_ready, ttl, now));
+            self.lifecycle
+                .readiness_result(node.id, client_ready, ttl, now);
         }
         // The stored status is the lifecycle's, not the client's claim.
-        node.status = match self.lifecycle.health(&node.id) {
-            Some(crate::node_lifecycle::Health::Healthy) => NodeStatus::Ready,
-            _ => NodeStatus::Initializing,
+        let ready = self.lifecycle.health(&node.id) == Some(Health::Healthy);
+        node.status = if ready {
+            NodeStatus::Ready
+        } else {
+            NodeStatus::Initializing
         };
         node.status_updated_at = unix_seconds();
-        if snap.node(&node.id).is_none() {
+        if known.is_none() {
             node.push_event(node_event("Node registered"));
         }
-        let id = node.id;
-        let outcome = self.store.apply(Command::NodeRegister {
+        let became_ready = ready && known.as_ref().is_none_or(|o| o.status != NodeStatus::Ready);
+        let evals = if became_ready {
+            node_evals(&snap, node.id, true)
+        } else {
+            Vec::new()
+        };
+        let eval_ids = evals.iter().map(|e| e.id).collect();
+        let mut commands = vec![Command::NodeRegister {
             node: Arc::new(node),
-        })?;
-        let (eval_ids, index) = self.apply_transitions(transitions)?;
-        Ok(NodeReply {
-            heartbeat_ttl: ttl,
-            node_modify_index: outcome.index,
-            eval_ids,
-            index: index.max(outcome.index),
-        })
-        .inspect(|_| tracing::debug!(node_id = %id, "node registered"))
+        }];
+        if !evals.is_empty() {
+            commands.push(Command::EvalUpdate { evals });
+        }
+        Ok((commands, eval_ids, ttl))
     }
 
-    fn heartbeat(&mut self, hb: Heartbeat) -> Result<NodeReply, NodeError> {
+    fn heartbeat(
+        &mut self,
+        hb: &Heartbeat,
+    ) -> Result<(Vec<Command>, Vec<EvalId>, Duration), NodeError> {
         let node = self.authenticate(&hb.node_id, &hb.secret_id)?;
         let ttl = self.lifecycle.heartbeat_ttl(&mut self.rng);
         let now = Instant::now();
         let mut transitions = match self.lifecycle.heartbeat(node.id, ttl, now) {
             Some(t) => t,
-            None => {
-                // Known to the store but not tracked (e.g. removed while
-                // lost and then heard from again): track it as re-registered.
-                self.lifecycle.register(node.id, ttl, now)
-            }
+            // Known to the store but no longer tracked (removed while
+            // lost, then heard from again): track it as re-registered.
+            None => self.lifecycle.register(node.id, ttl, now),
         };
-        if self.lifecycle.health(&node.id) == Some(crate::node_lifecycle::Health::AwaitingReadiness) {
+        if self.lifecycle.health(&node.id) == Some(Health::AwaitingReadiness) {
             transitions.extend(self.lifecycle.readiness_result(node.id, hb.ready, ttl, now));
         }
         metrics::counter!("herder.heartbeats").increment(1);
-        let (eval_ids, index) = self.apply_transitions(transitions)?;
-        Ok(NodeReply {
-            heartbeat_ttl: ttl,
-            node_modify_index: node.modify_index,
-            eval_ids,
-            index: index.max(self.store.latest_index()),
-        })
+        let (commands, eval_ids) = self.transition_commands(transitions);
+        Ok((commands, eval_ids, ttl))
     }
 
-    fn update_allocs(&mut self, msg: UpdateAllocs) -> Result<u64, NodeError> {
+    fn update_allocs(&mut self, msg: UpdateAllocs) -> Result<Vec<Command>, NodeError> {
         let node = self.authenticate(&msg.node_id, &msg.secret_id)?;
         let snap = self.store.snapshot();
         let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();
         let mut node_failed = false;
         for update in &msg.updates {
             let Some(alloc) = snap.alloc(&update.id) else {
-                return Err(NodeError::Invalid(format!("allocation {} not found", update.id)));
+                return Err(NodeError::Invalid(format!(
+                    "allocation {} not found",
+                    update.id
+                )));
             };
             if alloc.node_id != node.id {
                 return Err(NodeError::Invalid(format!(
@@ -193,10 +203,10 @@ impl NodeTracker {
             node_failed |= update.node_failure;
             // A failure the servers did not ask for: the job's scheduler
             // decides whether to reschedule it.
-            if update.client_status == herder::structs::ClientStatus::Failed
-                && alloc.client_status != herder::structs::ClientStatus::Failed
-                && !alloc.server_terminal()
-            {
+            let newly_failed = update.client_status == ClientStatus::Failed
+                && alloc.client_status != ClientStatus::Failed
+                && !alloc.server_terminal();
+            if newly_failed {
                 if let Some(job) = snap.job(&alloc.namespace, &alloc.job_id) {
                     evals
                         .entry((job.namespace.clone(), job.id.clone()))
@@ -206,55 +216,69 @@ impl NodeTracker {
                 }
             }
         }
-        let outcome = self.store.apply(Command::AllocClientUpdate {
+        let mut commands = vec![Command::AllocClientUpdate {
             updates: msg.updates,
             evals: evals.into_values().collect(),
-        })?;
+        }];
         if node_failed {
             let t = self.lifecycle.node_caused_failure(node.id, Instant::now());
-            self.apply_transitions(t)?;
+            commands.extend(self.transition_commands(t).0);
         }
-        Ok(outcome.index)
+        Ok(commands)
     }
 
-    /// Writes what the lifecycle decided; returns the evaluations created
-    /// and the last index written.
-    fn apply_transitions(
-        &mut self,
-        transitions: Vec<Transition>,
-    ) -> Result<(Vec<herder::structs::EvalId>, u64), NodeError> {
+    /// The commands that make the lifecycle's decisions true, and the
+    /// evaluations they create.
+    fn transition_commands(&self, transitions: Vec<Transition>) -> (Vec<Command>, Vec<EvalId>) {
+        let snap = self.store.snapshot();
         let mut eval_ids = Vec::new();
-        let mut index = 0;
+        let mut commands = Vec::new();
         for t in transitions {
-            let snap = self.store.snapshot();
-            let command = match t {
+            let (id, status, why, with_system) = match t {
                 Transition::CheckReadiness(_) => continue,
-                Transition::MarkReady(id) => {
-                    let evals = node_evals(&snap, id, true);
-                    eval_ids.extend(evals.iter().map(|e| e.id));
-                    status_command(&snap, id, NodeStatus::Ready, "Node ready", evals)
-                }
-                Transition::MarkInitializing(id, why) => {
-                    let evals = node_evals(&snap, id, false);
-                    eval_ids.extend(evals.iter().map(|e| e.id));
-                    status_command(&snap, id, NodeStatus::Initializing, why, evals)
-                }
+                Transition::MarkReady(id) => (id, NodeStatus::Ready, "Node ready", true),
+                Transition::MarkInitializing(id, why) => (id, NodeStatus::Initializing, why, false),
                 Transition::MarkDown(id) => {
                     tracing::warn!(node_id = %id, "node missed its heartbeat; marking it down");
-                    let evals = node_evals(&snap, id, false);
-                    eval_ids.extend(evals.iter().map(|e| e.id));
-                    status_command(&snap, id, NodeStatus::Down, "Node heartbeat missed", evals)
+                    (id, NodeStatus::Down, "Node heartbeat missed", false)
                 }
                 Transition::Remove(id) => {
                     tracing::info!(node_id = %id, "node lost for too long; removing it");
-                    snap.node(&id).map(|_| Command::NodeDeregister { node_ids: vec![id] })
+                    if snap.node(&id).is_some() {
+                        commands.push(Command::NodeDeregister { node_ids: vec![id] });
+                    }
+                    continue;
                 }
             };
-            if let Some(command) = command {
-                index = self.store.apply(command)?.index;
+            let evals = node_evals(&snap, id, with_system);
+            eval_ids.extend(evals.iter().map(|e| e.id));
+            if let Some(c) = status_command(&snap, id, status, why, evals) {
+                commands.push(c);
             }
         }
-        Ok((eval_ids, index))
+        (commands, eval_ids)
+    }
+
+    /// Queues `commands` in order and resolves to the index of the last
+    /// once all are durable. Queuing does not block the actor; the store's
+    /// group commit covers concurrent registrations with one fsync.
+    fn submit(
+        &self,
+        commands: Vec<Command>,
+    ) -> impl std::future::Future<Output = Result<u64, NodeError>> {
+        let pending: Vec<_> = commands.into_iter().map(|c| self.store.submit(c)).collect();
+        let latest = self.store.latest_index();
+        async move {
+            let mut index = latest;
+            for p in pending {
+                match p.await {
+                    Ok(Ok(outcome)) => index = index.max(outcome.index),
+                    Ok(Err(e)) => return Err(NodeError::Store(e)),
+                    Err(_) => return Err(NodeError::Store(StoreError::Closed)),
+                }
+            }
+            Ok(index)
+        }
     }
 
     /// After a restart every known node is tracked again, with the
@@ -275,16 +299,24 @@ impl NodeTracker {
 
 fn validate_node(node: &Node) -> Result<(), NodeError> {
     if node.id.is_nil() {
-        return Err(NodeError::Invalid("missing node ID for client registration".into()));
+        return Err(NodeError::Invalid(
+            "missing node ID for client registration".into(),
+        ));
     }
     if node.secret_id.is_empty() {
-        return Err(NodeError::Invalid("missing node secret ID for client registration".into()));
+        return Err(NodeError::Invalid(
+            "missing node secret ID for client registration".into(),
+        ));
     }
     if node.datacenter.is_empty() {
-        return Err(NodeError::Invalid("missing datacenter for client registration".into()));
+        return Err(NodeError::Invalid(
+            "missing datacenter for client registration".into(),
+        ));
     }
     if node.name.is_empty() {
-        return Err(NodeError::Invalid("missing node name for client registration".into()));
+        return Err(NodeError::Invalid(
+            "missing node name for client registration".into(),
+        ));
     }
     Ok(())
 }
@@ -321,7 +353,10 @@ fn node_evals(snap: &StateSnapshot, node_id: NodeId, with_system_jobs: bool) -> 
         }
     }
     if with_system_jobs {
-        for job in snap.jobs().filter(|j| j.job_type.is_system_like() && !j.stop) {
+        for job in snap
+            .jobs()
+            .filter(|j| j.job_type.is_system_like() && !j.stop)
+        {
             jobs.insert((job.namespace.clone(), job.id.clone()), job.clone());
         }
     }
@@ -361,33 +396,65 @@ impl Actor for NodeTracker {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.restore();
-        ctx.run_interval(self.tick, |act, _ctx| {
+        ctx.run_interval(self.tick, |act, ctx| {
             let transitions = act.lifecycle.tick(Instant::now());
-            if let Err(e) = act.apply_transitions(transitions) {
-                tracing::error!(error = %e, "node lifecycle update failed");
-            }
             metrics::gauge!("herder.nodes.tracked").set(act.lifecycle.len() as f64);
+            if transitions.is_empty() {
+                return;
+            }
+            let (commands, _) = act.transition_commands(transitions);
+            let done = act.submit(commands);
+            ctx.spawn(fut::wrap_future(async move {
+                if let Err(e) = done.await {
+                    tracing::error!(error = %e, "node lifecycle update failed");
+                }
+            }));
         });
     }
 }
 
+fn reply(
+    tracker: &NodeTracker,
+    decided: Result<(Vec<Command>, Vec<EvalId>, Duration), NodeError>,
+) -> ResponseFuture<Result<NodeReply, NodeError>> {
+    let (commands, eval_ids, ttl) = match decided {
+        Ok(d) => d,
+        Err(e) => return Box::pin(async move { Err(e) }),
+    };
+    let done = tracker.submit(commands);
+    Box::pin(async move {
+        let index = done.await?;
+        Ok(NodeReply {
+            heartbeat_ttl: ttl,
+            node_modify_index: index,
+            eval_ids,
+            index,
+        })
+    })
+}
+
 impl Handler<RegisterNode> for NodeTracker {
-    type Result = Result<NodeReply, NodeError>;
+    type Result = ResponseFuture<Result<NodeReply, NodeError>>;
     fn handle(&mut self, msg: RegisterNode, _ctx: &mut Context<Self>) -> Self::Result {
-        self.register(msg.0)
+        let decided = self.register(msg.0);
+        reply(self, decided)
     }
 }
 
 impl Handler<Heartbeat> for NodeTracker {
-    type Result = Result<NodeReply, NodeError>;
+    type Result = ResponseFuture<Result<NodeReply, NodeError>>;
     fn handle(&mut self, msg: Heartbeat, _ctx: &mut Context<Self>) -> Self::Result {
-        self.heartbeat(msg)
+        let decided = self.heartbeat(&msg);
+        reply(self, decided)
     }
 }
 
 impl Handler<UpdateAllocs> for NodeTracker {
-    type Result = Result<u64, NodeError>;
+    type Result = ResponseFuture<Result<u64, NodeError>>;
     fn handle(&mut self, msg: UpdateAllocs, _ctx: &mut Context<Self>) -> Self::Result {
-        self.update_allocs(msg)
+        match self.update_allocs(msg) {
+            Ok(commands) => Box::pin(self.submit(commands)),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
     }
 }

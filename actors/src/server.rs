@@ -12,6 +12,8 @@ use crate::broker::{self, BrokerConfig, EvalBroker};
 use crate::config::AgentConfig;
 use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
+use crate::node_lifecycle::LifecycleConfig;
+use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::plan_applier::{self, PlanApplier};
 use actix::prelude::*;
 use herder::state::{StateStore, StoreError, StoreOptions};
@@ -38,12 +40,30 @@ pub struct ServerHandle {
     pub broker: Addr<EvalBroker>,
     pub blocked: Addr<BlockedEvals>,
     pub plan_applier: Addr<PlanApplier>,
+    pub nodes: Addr<NodeTracker>,
 }
 
 /// A running server.
 pub struct Server {
     handle: ServerHandle,
     router: Addr<EvalRouter>,
+}
+
+/// The node lifecycle's timings from the agent configuration.
+pub fn tracker_config(config: &AgentConfig) -> TrackerConfig {
+    let s = &config.server;
+    TrackerConfig {
+        lifecycle: LifecycleConfig {
+            min_heartbeat_ttl: s.min_heartbeat_ttl,
+            max_heartbeats_per_second: s.max_heartbeats_per_second,
+            heartbeat_grace: s.heartbeat_grace,
+            failover_heartbeat_ttl: s.failover_heartbeat_ttl,
+            max_lost_duration: s.max_lost_duration,
+            max_flaky_duration: s.max_flaky_duration,
+            readiness_checks: true,
+        },
+        ..TrackerConfig::default()
+    }
 }
 
 /// The broker's timings from the agent configuration.
@@ -75,6 +95,7 @@ impl Server {
         let _ = broker.send(broker::SetEnabled(true)).await;
         let _ = blocked.send(broker::SetEnabled(true)).await;
         let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
+        let nodes = NodeTracker::new(store.clone(), tracker_config(config)).start();
         tracing::info!(index = store.latest_index(), "server started");
         Ok(Server {
             handle: ServerHandle {
@@ -82,6 +103,7 @@ impl Server {
                 broker,
                 blocked,
                 plan_applier,
+                nodes,
             },
             router,
         })
