@@ -226,3 +226,22 @@ impl Drop for HerderProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Sends `body` as JSON with `method`, optionally with `X-Nomad-Token`;
+/// returns (status, body) for any status.
+pub fn send_json(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: &serde_json::Value,
+) -> (u16, String) {
+    let mut req = ureq::request(method, url).timeout(Duration::from_secs(30));
+    if let Some(t) = token {
+        req = req.set("X-Nomad-Token", t);
+    }
+    match req.send_json(body.clone()) {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{method} {url}: {e}"),
+    }
+}

@@ -5,6 +5,7 @@
 //! message that says what to fix; a handler never panics on user input.
 
 mod agent_routes;
+mod client_routes;
 mod errors;
 pub mod filter;
 
@@ -47,6 +48,11 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
             .app_data(web::JsonConfig::default().limit(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
             .configure(agent_routes::configure)
+            .configure(client_routes::configure)
+            .route(
+                "/v1/node/{id}/allocations",
+                client_routes::update_allocs_route(),
+            )
             .default_service(web::to(errors::not_found))
     })
     .workers(2)

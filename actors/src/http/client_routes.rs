@@ -1,0 +1,172 @@
+//! The client side of the API: how client agents (and simulated nodes)
+//! talk to the servers. Nomad does this over its RPC protocol; herder uses
+//! HTTP with the same message shapes:
+//!
+//! - `PUT /v1/node/register` `{"Node": {...}}` ->
+//!   `{NodeModifyIndex, HeartbeatTTL, EvalIDs, EvalCreateIndex, Index}`
+//! - `PUT /v1/node/:id/heartbeat` `{"Status": "ready"}` -> `{HeartbeatTTL, Index}`
+//! - `PUT /v1/node/:id/allocations` `{"Allocs": [{ID, ClientStatus,
+//!   ClientDescription, TaskStates, NodeFailure}]}` -> `{Index}`
+//!
+//! Heartbeats and allocation updates are authenticated by the node's
+//! SecretID in `X-Nomad-Token`.
+
+use super::ApiError;
+use crate::agent::AgentInfo;
+use crate::node_tracker::{Heartbeat, NodeError, NodeReply, RegisterNode, UpdateAllocs};
+use crate::server::ServerHandle;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herder::state::AllocClientUpdate;
+use herder::structs::{Node, NodeId, NodeStatus};
+use serde::Deserialize;
+use serde_json::json;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/node/register", web::put().to(register))
+        .route("/v1/node/register", web::post().to(register))
+        .route("/v1/node/{id}/heartbeat", web::put().to(heartbeat))
+        .route("/v1/node/{id}/heartbeat", web::post().to(heartbeat));
+}
+
+/// `PUT|POST /v1/node/{id}/allocations`, registered together with the
+/// operator's `GET` on the same path.
+pub fn update_allocs_route() -> actix_web::Route {
+    web::put().to(update_allocs)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RegisterRequest {
+    node: Option<Node>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct HeartbeatRequest {
+    #[serde(default)]
+    status: Option<NodeStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct AllocsRequest {
+    #[serde(default)]
+    allocs: Vec<AllocClientUpdate>,
+}
+
+fn server(info: &AgentInfo) -> Result<&ServerHandle, ApiError> {
+    info.server
+        .as_ref()
+        .ok_or_else(|| ApiError::BadRequest("this agent runs no server".into()))
+}
+
+fn token(req: &HttpRequest) -> String {
+    req.headers()
+        .get("X-Nomad-Token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn node_id(raw: &str) -> Result<NodeId, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::BadRequest(format!("node ID {raw:?} is not a UUID")))
+}
+
+fn to_api(e: NodeError) -> ApiError {
+    match e {
+        NodeError::Invalid(m) => ApiError::BadRequest(m),
+        NodeError::NotFound => ApiError::NotFound("node not found".into()),
+        NodeError::SecretMismatch => {
+            ApiError::Forbidden("Permission denied: node secret ID does not match".into())
+        }
+        NodeError::Store(s) => ApiError::Internal(s.to_string()),
+    }
+}
+
+fn node_reply(r: NodeReply) -> HttpResponse {
+    HttpResponse::Ok()
+        .insert_header(("X-Nomad-Index", r.index.to_string()))
+        .json(json!({
+            "NodeModifyIndex": r.node_modify_index,
+            "HeartbeatTTL": r.heartbeat_ttl.as_nanos() as u64,
+            "EvalIDs": r.eval_ids,
+            "EvalCreateIndex": if r.eval_ids.is_empty() { 0 } else { r.index },
+            "Index": r.index,
+            "KnownLeader": true,
+            "LastContact": 0,
+        }))
+}
+
+async fn register(
+    info: web::Data<AgentInfo>,
+    body: web::Json<RegisterRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let server = server(&info)?;
+    let node = body
+        .into_inner()
+        .node
+        .ok_or_else(|| ApiError::BadRequest("missing node for client registration".into()))?;
+    let reply = server
+        .nodes
+        .send(RegisterNode(node))
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?
+        .map_err(to_api)?;
+    Ok(node_reply(reply))
+}
+
+async fn heartbeat(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    body: Option<web::Json<HeartbeatRequest>>,
+) -> Result<HttpResponse, ApiError> {
+    let server = server(&info)?;
+    let ready = body
+        .and_then(|b| b.into_inner().status)
+        .is_none_or(|s| s == NodeStatus::Ready);
+    let reply = server
+        .nodes
+        .send(Heartbeat {
+            node_id: node_id(&path)?,
+            secret_id: token(&req),
+            ready,
+        })
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?
+        .map_err(to_api)?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("X-Nomad-Index", reply.index.to_string()))
+        .json(json!({
+            "HeartbeatTTL": reply.heartbeat_ttl.as_nanos() as u64,
+            "EvalIDs": reply.eval_ids,
+            "Index": reply.index,
+        })))
+}
+
+async fn update_allocs(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    body: web::Json<AllocsRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let server = server(&info)?;
+    let updates = body.into_inner().allocs;
+    if updates.is_empty() {
+        return Err(ApiError::BadRequest("no allocations to update".into()));
+    }
+    let index = server
+        .nodes
+        .send(UpdateAllocs {
+            node_id: node_id(&path)?,
+            secret_id: token(&req),
+            updates,
+        })
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?
+        .map_err(to_api)?;
+    Ok(HttpResponse::Ok()
+        .insert_header(("X-Nomad-Index", index.to_string()))
+        .json(json!({ "Index": index })))
+}
