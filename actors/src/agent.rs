@@ -6,9 +6,12 @@
 //! its requests before the store flushes and closes. The same type is the
 //! embedding API: another Rust program can start herder inside itself.
 
+use crate::client::driver::DriverSet;
+use crate::client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
 use crate::config::AgentConfig;
 use crate::http::{self, HttpServer};
 use crate::server::{Server, ServerError, ServerHandle};
+use actix::{Actor, Addr};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,6 +26,8 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Server(#[from] ServerError),
+    #[error("client: {0}")]
+    Client(String),
     #[error("HTTP API on {addr}: {source}")]
     Bind {
         addr: String,
@@ -47,6 +52,10 @@ pub struct Agent {
     info: Arc<AgentInfo>,
     http: HttpServer,
     server: Option<Server>,
+    client: Option<Addr<ClientAgent>>,
+    /// `-dev`: the client stops its tasks on shutdown instead of leaving
+    /// them for a restarted client to re-attach to.
+    throwaway: bool,
     /// Removed on shutdown: `-dev` state is throwaway, as in Nomad.
     _temp_dir: Option<tempfile::TempDir>,
 }
@@ -78,10 +87,22 @@ impl Agent {
             }
         };
         let _ = info.http_addr.set(http.addr());
+        let client = match start_client(&info, http.addr()) {
+            Ok(c) => c,
+            Err(e) => {
+                http.stop().await;
+                if let Some(server) = server {
+                    server.stop().await;
+                }
+                return Err(e);
+            }
+        };
         Ok(Agent {
             info,
             http,
             server,
+            client,
+            throwaway: temp.is_some(),
             _temp_dir: temp,
         })
     }
@@ -107,12 +128,58 @@ impl Agent {
     /// Stops accepting requests, lets the ones in flight finish, then
     /// closes the parts below the API.
     pub async fn shutdown(self) {
+        if let Some(client) = &self.client {
+            let _ = client
+                .send(StopClient {
+                    stop_tasks: self.throwaway,
+                })
+                .await;
+        }
         self.http.stop().await;
         if let Some(server) = self.server {
             server.stop().await;
         }
         tracing::info!("agent stopped");
     }
+}
+
+/// Fingerprints this machine and starts the client's link to the servers:
+/// the configured ones, or this agent's own API.
+fn start_client(
+    info: &AgentInfo,
+    local: SocketAddr,
+) -> Result<Option<Addr<ClientAgent>>, AgentError> {
+    let c = &info.config.client;
+    if !c.enabled {
+        return Ok(None);
+    }
+    let (drivers, unknown) = DriverSet::from_names(&c.drivers);
+    if !unknown.is_empty() {
+        return Err(AgentError::Client(format!(
+            "unknown drivers in client.drivers: {}",
+            unknown.join(", ")
+        )));
+    }
+    let mut config = info.config.clone();
+    config.data_dir = info.data_dir.clone();
+    let node = crate::client::fingerprint::fingerprint(&config, &drivers)
+        .map_err(|e| AgentError::Client(format!("fingerprinting this machine: {e}")))?;
+    let server = match c.servers.first() {
+        Some(s) if s.starts_with("http://") || s.starts_with("https://") => s.clone(),
+        Some(s) => format!("http://{s}"),
+        None => format!("http://{local}"),
+    };
+    tracing::info!(node_id = %node.id, %server, "client starting");
+    Ok(Some(
+        ClientAgent::new(ClientAgentConfig {
+            server,
+            node,
+            data_dir: info.data_dir.clone(),
+            drivers,
+            readiness_check: c.readiness_check.clone(),
+        })
+        .start(),
+    ))
 }
 
 fn prepare_data_dir(

@@ -7,7 +7,8 @@
 //! [`RestoreAll`] re-attaches to what the previous client left running.
 
 use crate::client::alloc_runner::{
-    persisted_allocs, AllocRunner, AllocRunnerConfig, Destroy, Shutdown, UpdateAlloc,
+    persisted_allocs, AllocRunner, AllocRunnerConfig, Destroy, GetAllocState, Shutdown, Stop,
+    UpdateAlloc,
 };
 use crate::client::driver::DriverSet;
 use crate::client::AllocUpdate;
@@ -34,6 +35,15 @@ pub struct RestoreAll;
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "()")]
 pub struct ShutdownAll;
+
+/// Stops every allocation and waits (up to `timeout`) until their tasks
+/// are dead: a `-dev` agent leaves nothing running behind its throwaway
+/// data dir.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopAll {
+    pub timeout: std::time::Duration,
+}
 
 /// The node's fingerprint changed (a new registration, drivers' health).
 #[derive(Clone, Debug, Message)]
@@ -178,5 +188,31 @@ impl Handler<SetNode> for AllocManager {
         // Runners already started keep the node they were built with (their
         // environment is fixed at start, as in Nomad).
         self.config.node = msg.0;
+    }
+}
+
+impl Handler<StopAll> for AllocManager {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: StopAll, _ctx: &mut Context<Self>) -> Self::Result {
+        let runners: Vec<Addr<AllocRunner>> = self.runners.drain().map(|(_, e)| e.runner).collect();
+        for r in &runners {
+            r.do_send(Stop {
+                reason: "client shutting down".into(),
+            });
+        }
+        let deadline = tokio::time::Instant::now() + msg.timeout;
+        Box::pin(async move {
+            for r in runners {
+                while tokio::time::Instant::now() < deadline {
+                    match r.send(GetAllocState).await {
+                        Ok(state) if !state.client_status.is_terminal() => {
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        })
     }
 }

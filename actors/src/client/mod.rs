@@ -21,6 +21,7 @@ pub mod fingerprint;
 pub mod logs;
 pub mod readiness;
 pub mod restart;
+pub mod server_link;
 pub mod task_dir;
 pub mod task_runner;
 
