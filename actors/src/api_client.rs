@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn unreachable_agent_names_the_address_and_the_env_var() {
-        // Port 9 on loopback (discard) is closed on test machines.
+        // A port that was just free: nothing listens there.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);

@@ -4,21 +4,12 @@
 //! exit status here, and nowhere deeper.
 
 use clap::Parser;
-use herder_actors::cli::{self, nomad_style_args, Cli, Command};
+use herder_actors::cli::{self, nomad_style_args, Cli};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(nomad_style_args(std::env::args_os()));
-    let mut stdout = std::io::stdout().lock();
-    let result = match cli.command {
-        Command::Agent(args) => herder_actors::cli::agent::run(args).map(|()| 0),
-        Command::Job(args) => cli::job::run(args, &mut stdout),
-        Command::Node(args) => cli::node::run(args, &mut stdout),
-        Command::Eval(args) => cli::eval::run(args, &mut stdout),
-        Command::Alloc(args) => cli::alloc::run(args, &mut stdout),
-        Command::Operator(args) => cli::operator::run(args, &mut stdout),
-        Command::Server(args) => cli::server::run(args, &mut stdout),
-    };
+    let result = cli::run(cli.command, &mut std::io::stdout().lock());
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

@@ -21,6 +21,8 @@ pub mod views;
 
 #[cfg(test)]
 mod fake_server;
+#[cfg(test)]
+mod verb_tests;
 
 use crate::api_client::{ApiClient, ApiError, ClientConfig};
 use anyhow::{bail, Context};
@@ -55,6 +57,19 @@ pub enum Command {
     Operator(operator::OperatorArgs),
     /// The server's scheduling workers.
     Server(server::ServerArgs),
+}
+
+/// Runs a parsed command and returns the process exit status.
+pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8> {
+    match command {
+        Command::Agent(args) => agent::run(args).map(|()| 0),
+        Command::Job(args) => job::run(args, out),
+        Command::Node(args) => node::run(args, out),
+        Command::Eval(args) => eval::run(args, out),
+        Command::Alloc(args) => alloc::run(args, out),
+        Command::Operator(args) => operator::run(args, out),
+        Command::Server(args) => server::run(args, out),
+    }
 }
 
 /// How a client verb reaches the agent; accepted after any verb word.

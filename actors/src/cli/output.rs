@@ -760,3 +760,303 @@ pub fn workers(view: &WorkersView, verbose: bool) -> String {
     ));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api_client::decode_lenient;
+    use crate::cli::fake_server::fixture;
+
+    fn load<T: serde::de::DeserializeOwned>(name: &str) -> T {
+        decode_lenient(&serde_json::from_str::<Value>(&fixture(name)).unwrap()).unwrap()
+    }
+
+    /// A fixed "now": one minute after the fixtures' allocations were made.
+    const NOW: i64 = 1_795_310_774_132_000_000;
+
+    #[test]
+    fn jobs_table_lists_every_job_with_type_priority_and_status() {
+        let jobs: Vec<JobStub> = load("jobs-list.json");
+        let text = jobs_table(&jobs);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("ID "), "{text}");
+        assert!(lines[0].contains("Submit Date"));
+        let big = lines.iter().find(|l| l.starts_with("big ")).unwrap();
+        assert!(
+            big.contains("service") && big.contains("50") && big.contains("pending"),
+            "{big}"
+        );
+        assert!(big.contains("2026-"), "{big}");
+    }
+
+    #[test]
+    fn job_status_shows_summary_counts_and_short_alloc_ids() {
+        let job: JobView = load("job.json");
+        let summary: JobSummaryView = load("job-summary.json");
+        let allocs: Vec<AllocView> = load("job-allocations-list.json");
+        let text = job_status(&job, &summary, &allocs, NOW, false);
+        assert!(text.contains("ID            = svc"), "{text}");
+        assert!(text.contains("Status        = running"), "{text}");
+        assert!(text.contains("Periodic      = false"), "{text}");
+        let summary_line = text.lines().find(|l| l.starts_with("g ")).unwrap();
+        let counts: Vec<&str> = summary_line.split_whitespace().collect();
+        assert_eq!(counts, ["g", "0", "0", "2", "0", "0", "0"]);
+        let alloc_line = text.lines().find(|l| l.starts_with("9aa2a59e ")).unwrap();
+        assert!(alloc_line.contains("4380b079"), "{alloc_line}");
+        assert!(
+            alloc_line.contains("run") && alloc_line.contains("running"),
+            "{alloc_line}"
+        );
+        assert!(alloc_line.contains("1m0s ago"), "{alloc_line}");
+        let verbose = job_status(&job, &summary, &allocs, NOW, true);
+        assert!(verbose.contains("9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340"));
+    }
+
+    #[test]
+    fn nodes_table_and_detail_show_drain_eligibility_and_allocs() {
+        let nodes: Vec<NodeView> = load("nodes-list.json");
+        let text = nodes_table(&nodes, false);
+        assert_eq!(
+            text.lines()
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            [
+                "ID",
+                "Name",
+                "DC",
+                "Class",
+                "Drain",
+                "Eligibility",
+                "Status"
+            ]
+        );
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            ["4380b079", "vm", "dc1", "<none>", "false", "eligible", "ready"]
+        );
+
+        let node: NodeView = load("node.json");
+        let allocs: Vec<AllocView> = load("node-allocations.json");
+        let detail = node_detail(&node, &allocs, NOW, false);
+        assert!(detail.contains("Eligibility = eligible"), "{detail}");
+        assert!(
+            detail.contains("Drivers     = exec,java,mock_driver,raw_exec"),
+            "{detail}"
+        );
+        assert!(detail
+            .lines()
+            .any(|l| l.starts_with("514d422c ") && l.contains("sysjob")));
+    }
+
+    #[test]
+    fn drain_strategy_is_spelled_out() {
+        let mut node: NodeView = load("node.json");
+        node.drain = true;
+        node.drain_strategy = Some(DrainStrategyView {
+            deadline: 3_600_000_000_000,
+            ignore_system_jobs: true,
+        });
+        let detail = node_detail(&node, &[], NOW, false);
+        assert!(
+            detail.contains("true; deadline 1h, ignoring system jobs"),
+            "{detail}"
+        );
+        assert!(detail.contains("No allocations placed"));
+    }
+
+    #[test]
+    fn eval_list_flags_placement_failures() {
+        let evals: Vec<EvalView> = load("evaluations-list.json");
+        let text = evals_table(&evals, false);
+        assert!(text.lines().next().unwrap().contains("Placement Failures"));
+        let failing: Vec<&str> = text
+            .lines()
+            .filter(|l| l.trim_end().ends_with("true"))
+            .map(|l| &l[..8])
+            .collect();
+        assert_eq!(failing, ["92d8f48f", "acbd1001"], "{text}");
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("92d8f48f ") && l.contains("queued-allocs")));
+    }
+
+    #[test]
+    fn blocked_eval_detail_explains_the_failed_placement() {
+        let evals: Vec<EvalView> = load("job-evaluations-blocked.json");
+        let text = eval_detail(&evals[1], false);
+        assert!(text.contains("Placement Failures = true"), "{text}");
+        assert!(text.contains("==> Failed Placements"), "{text}");
+        assert!(
+            text.contains("Task Group \"g\" (failed to place 2 allocations):"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  * Resources exhausted on 1 nodes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  * Dimension \"cpu\" exhausted on 1 nodes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Evaluation \"92d8f48f\" waiting for additional capacity"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn metric_reasons_cover_filters_and_empty_datacenters() {
+        let metric = AllocMetricView {
+            nodes_evaluated: 0,
+            nodes_available: [("dc9".to_string(), 0)].into(),
+            constraint_filtered: [("${attr.kernel.name} = windows".to_string(), 3)].into(),
+            class_filtered: [("gpu".to_string(), 1)].into(),
+            coalesced_failures: 0,
+            ..Default::default()
+        };
+        let reasons = metric_reasons(&metric);
+        assert_eq!(
+            reasons,
+            [
+                "No nodes were eligible for evaluation",
+                "No nodes are available in datacenter \"dc9\"",
+                "Class \"gpu\": 1 nodes excluded by filter",
+                "Constraint \"${attr.kernel.name} = windows\": 3 nodes excluded by filter",
+            ]
+        );
+        let block = failed_placements(&[("web".to_string(), metric)].into(), "");
+        assert!(block.starts_with("Task Group \"web\" (failed to place 1 allocation):"));
+    }
+
+    #[test]
+    fn alloc_detail_shows_task_state_and_latest_event_first() {
+        let alloc: AllocView = load("allocation.json");
+        let text = alloc_detail(&alloc, NOW, false);
+        assert!(text.contains("Name                = svc.g[0]"), "{text}");
+        assert!(text.contains("Client Status       = running"), "{text}");
+        assert!(text.contains("Task \"t\" is \"running\""), "{text}");
+        let events: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Recent Events:"))
+            .skip(2)
+            .collect();
+        assert!(events[0].contains("Started"), "{text}");
+        assert!(
+            events.last().unwrap().contains("Task received by client"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn plan_shows_the_diff_annotations_and_check_index() {
+        let response: PlanResponse = load("plan-response.json");
+        let text = plan(&response, "svc.nomad", false);
+        assert!(text.starts_with("+/- Job: \"svc\"\n"), "{text}");
+        assert!(
+            text.contains("+/- Task Group: \"g\" (2 create, 2 in-place update)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  +/- Count: \"2\" => \"4\" (forces create)"),
+            "{text}"
+        );
+        assert!(text.contains("      Task: \"t\""), "{text}");
+        assert!(
+            text.contains("- All tasks successfully allocated."),
+            "{text}"
+        );
+        assert!(
+            text.contains("herder job run -check-index 10 svc.nomad"),
+            "{text}"
+        );
+        assert!(plan_has_changes(&response));
+    }
+
+    #[test]
+    fn in_place_updates_alone_are_not_changes_but_failures_are_shown() {
+        let mut response: PlanResponse = load("plan-response.json");
+        let group = response
+            .annotations
+            .desired_tg_updates
+            .get_mut("g")
+            .unwrap();
+        group.place = 0;
+        assert!(!plan_has_changes(&response));
+        let blocked: Vec<EvalView> = load("job-evaluations-blocked.json");
+        response.failed_tg_allocs = blocked[1].failed_tg_allocs.clone();
+        let text = plan(&response, "f", false);
+        assert!(
+            text.contains("- WARNING: Failed to place all allocations."),
+            "{text}"
+        );
+        assert!(
+            text.contains("  Task Group \"g\" (failed to place 2 allocations):"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn scheduler_config_reads_nomads_answer() {
+        let answer: Value =
+            serde_json::from_str(&fixture("operator-scheduler-configuration.json")).unwrap();
+        let config: SchedulerConfigView = decode_lenient(&answer["SchedulerConfig"]).unwrap();
+        let text = scheduler_config(&config);
+        assert!(
+            text.contains("Scheduler Algorithm           = binpack"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Preemption System Scheduler   = true"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Preemption Service Scheduler  = false"),
+            "{text}"
+        );
+        assert!(text.contains("Modify Index                  = 5"), "{text}");
+    }
+
+    #[test]
+    fn workers_table_reads_the_snake_case_api() {
+        let answer = serde_json::json!({
+            "server_id": "srv1.global",
+            "schedulers": [{
+                "id": "0a1b2c3d-0000-0000-0000-000000000000",
+                "enabled_schedulers": ["service", "batch", "_core"],
+                "started": "2026-11-22T02:00:00Z",
+                "status": "Started",
+                "workload_status": "WaitingToDequeue"
+            }]
+        });
+        let view: WorkersView = decode_lenient(&answer).unwrap();
+        let text = workers(&view, false);
+        assert!(text.starts_with("Server ID = srv1.global\n"), "{text}");
+        let row: Vec<&str> = text.lines().nth(3).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "0a1b2c3d",
+                "Started",
+                "WaitingToDequeue",
+                "service,batch,_core",
+                "2026-11-22T02:00:00Z"
+            ]
+        );
+    }
+
+    #[test]
+    fn tables_align_columns_and_times_read_naturally() {
+        let text = table(&["A", "Long"], &[vec!["wide-cell".into(), "x".into()]]);
+        assert_eq!(text, "A          Long\nwide-cell  x\n");
+        assert_eq!(time_ago(NOW - 3_725_000_000_000, NOW), "1h2m ago");
+        assert_eq!(time_ago(0, NOW), "<none>");
+        assert_eq!(
+            format_time(1_795_310_714_000_000_000),
+            "2026-11-22T01:25:14Z"
+        );
+    }
+}
