@@ -80,7 +80,7 @@ fn stop(client: &ApiClient, args: &AllocStopArgs, out: &mut dyn Write) -> anyhow
             &[],
             &serde_json::json!({}),
         )
-        .context("Error stopping allocation")?;
+        .context("could not stop the allocation")?;
     if args.view.json {
         write!(out, "{}", output::json(&answer.body))?;
         return Ok(0);

@@ -215,7 +215,7 @@ fn register(client: &ApiClient, args: &RunArgs, out: &mut dyn Write) -> anyhow::
     let job = load_job(&args.job)?;
     let answer = client
         .put("/v1/jobs", &[], &register_body(&job, args.check_index)?)
-        .context("Error submitting job")?;
+        .context("could not submit the job")?;
     if args.view.json {
         write!(out, "{}", output::json(&answer.body))?;
         return Ok(0);
@@ -254,7 +254,7 @@ fn plan(client: &ApiClient, args: &PlanArgs, out: &mut dyn Write) -> anyhow::Res
     let path = format!("/v1/job/{}/plan", path_segment(&job.id));
     let answer = client
         .post(&path, &[], &plan_body(&job)?)
-        .context("Error during plan")?;
+        .context("could not plan the job")?;
     let response: PlanResponse = answer.decode().context("reading the plan")?;
     if args.view.json {
         write!(out, "{}", output::json(&answer.body))?;
@@ -288,7 +288,7 @@ fn status(client: &ApiClient, args: &StatusArgs, out: &mut dyn Write) -> anyhow:
     let job: JobView = job.decode().context("reading the job")?;
     let summary: JobSummaryView = summary.decode().context("reading the job summary")?;
     let mut allocs: Vec<AllocView> = allocs.decode().context("reading the allocations")?;
-    allocs.sort_by(|a, b| b.create_index.cmp(&a.create_index));
+    allocs.sort_by_key(|a| std::cmp::Reverse(a.create_index));
     let text = output::job_status(&job, &summary, &allocs, now_nanos(), args.view.verbose);
     write!(out, "{text}")?;
     Ok(0)
@@ -302,7 +302,7 @@ fn stop(client: &ApiClient, args: &StopArgs, out: &mut dyn Write) -> anyhow::Res
     }
     let answer = client
         .delete(&format!("/v1/job/{}", path_segment(&id)), &query)
-        .context("Error deregistering job")?;
+        .context("could not stop the job")?;
     if args.view.json {
         write!(out, "{}", output::json(&answer.body))?;
         return Ok(0);

@@ -118,7 +118,7 @@ fn status(client: &ApiClient, args: &NodeStatusArgs, out: &mut dyn Write) -> any
     let node: NodeView = node.decode().context("reading the node")?;
     let allocs = client.get(&format!("{base}/allocations"), &[])?;
     let mut allocs: Vec<AllocView> = allocs.decode().context("reading the node's allocations")?;
-    allocs.sort_by(|a, b| b.create_index.cmp(&a.create_index));
+    allocs.sort_by_key(|a| std::cmp::Reverse(a.create_index));
     write!(
         out,
         "{}",
@@ -162,7 +162,7 @@ fn drain(client: &ApiClient, args: &DrainArgs, out: &mut dyn Write) -> anyhow::R
     }
     let answer = client
         .post(&format!("/v1/node/{}/drain", path_segment(&id)), &[], &body)
-        .context("Error updating drain specification")?;
+        .context("could not update the drain strategy")?;
     if args.json {
         write!(out, "{}", output::json(&answer.body))?;
     } else if args.enable {
@@ -208,7 +208,7 @@ fn eligibility(
             &[],
             &eligibility_body(&id, args.enable),
         )
-        .context("Error updating scheduling eligibility")?;
+        .context("could not update scheduling eligibility")?;
     if args.json {
         write!(out, "{}", output::json(&answer.body))?;
     } else if args.enable {

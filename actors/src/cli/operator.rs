@@ -142,7 +142,7 @@ fn set_config(client: &ApiClient, args: &SetConfigArgs, out: &mut dyn Write) -> 
         .collect();
     let answer = client
         .put(CONFIG_PATH, &query, &body)
-        .context("Error setting scheduler configuration")?;
+        .context("could not set the scheduler configuration")?;
     // Without ?cas= Nomad answers {Updated: true} too; a false only comes
     // from a lost check-and-set.
     if answer.body.get("Updated").and_then(Value::as_bool) == Some(false) {

@@ -90,7 +90,7 @@ fn set_workers(
     let body = json!({ "num_schedulers": args.count, "enabled_schedulers": enabled });
     let answer = client
         .put(CONFIG_PATH, &[], &body)
-        .context("Error updating the scheduler workers")?;
+        .context("could not update the scheduler workers")?;
     if view.json {
         write!(out, "{}", output::json(&answer.body))?;
         return Ok(0);

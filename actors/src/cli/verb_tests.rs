@@ -720,8 +720,7 @@ fn server_workers_set_sends_snake_case_and_keeps_enabled_schedulers() {
     let last = server
         .requests()
         .into_iter()
-        .filter(|r| r.method == "PUT")
-        .last()
+        .rfind(|r| r.method == "PUT")
         .unwrap();
     assert_eq!(
         last.json(),
