@@ -146,7 +146,7 @@ pub fn job_status(
         ("Priority", job.priority.to_string()),
         ("Datacenters", job.datacenters.join(",")),
         ("Namespace", job.namespace.clone()),
-        ("Status", job.status.clone()),
+        ("Status", job_status_text(job)),
         ("Periodic", job.periodic.is_some().to_string()),
         ("Parameterized", job.parameterized_job.is_some().to_string()),
     ]);
@@ -185,6 +185,15 @@ pub fn job_status(
         out.push_str(&allocs_table(allocs, now_nanos, verbose, true));
     }
     out
+}
+
+/// A stopped job reads "dead (stopped)", as Nomad shows it.
+fn job_status_text(job: &JobView) -> String {
+    if job.stop {
+        format!("{} (stopped)", job.status)
+    } else {
+        job.status.clone()
+    }
 }
 
 /// Allocation rows as `job status` and `node status ID` show them.
@@ -809,6 +818,14 @@ mod tests {
             "{alloc_line}"
         );
         assert!(alloc_line.contains("1m0s ago"), "{alloc_line}");
+        let stopped = JobView {
+            stop: true,
+            status: "dead".into(),
+            ..job.clone()
+        };
+        let text = job_status(&stopped, &summary, &[], NOW, false);
+        assert!(text.contains("Status        = dead (stopped)"), "{text}");
+        assert!(text.contains("No allocations placed"), "{text}");
         let verbose = job_status(&job, &summary, &allocs, NOW, true);
         assert!(verbose.contains("9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340"));
     }

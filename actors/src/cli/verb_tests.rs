@@ -770,3 +770,61 @@ fn monitor_gives_up_at_the_overall_deadline() {
         "{err}"
     );
 }
+
+#[test]
+fn monitor_polls_an_agent_without_blocking_queries_until_complete() {
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = FakeServer::start(move |req| {
+        if req.path.ends_with("/allocations") {
+            return Reply::ok("[]", 0);
+        }
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let body = if n < 2 {
+            pending_eval()
+        } else {
+            fixture("evaluation.json")
+        };
+        // No X-Nomad-Index: the agent does not support blocking queries.
+        Reply::ok(body, 0)
+    });
+    let client = ApiClient::new(ClientConfig {
+        address: server.address.clone(),
+        token: None,
+    })
+    .unwrap();
+    let options = monitor::MonitorOptions {
+        poll: std::time::Duration::from_millis(10),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    assert_eq!(
+        monitor::monitor(&client, EVAL_ID, &options, &mut out).unwrap(),
+        0
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text.matches("Evaluation status changed").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert!(server
+        .requests()
+        .iter()
+        .all(|r| !r.query.contains_key("index")));
+}
+
+#[test]
+fn job_run_json_prints_the_register_answer_without_monitoring() {
+    let server = job_agent(fixture("evaluation.json"));
+    let file = job_file();
+    let (result, out) = run_against(
+        &server,
+        &["job", "run", "-json", file.path().to_str().unwrap()],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["EvalID"], EVAL_ID);
+    assert_eq!(server.requests().len(), 1);
+}
