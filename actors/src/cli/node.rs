@@ -1,12 +1,15 @@
 //! `herder node status|drain|eligibility`: Nomad's node verbs.
 
+use super::monitor::MonitorOptions;
 use super::views::{AllocView, NodeView};
 use super::{now_nanos, output, resolve_uuid_prefix, ApiFlags, ViewFlags};
 use crate::api_client::{path_segment, ApiClient};
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args, Subcommand};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
+use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct NodeArgs {
@@ -64,7 +67,10 @@ pub struct DrainArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
-    /// Print the API's raw JSON answer.
+    /// Return once the drain is set instead of following it to the end.
+    #[arg(long)]
+    pub detach: bool,
+    /// Print the API's raw JSON answer (implies -detach).
     #[arg(long)]
     pub json: bool,
 }
@@ -167,10 +173,81 @@ fn drain(client: &ApiClient, args: &DrainArgs, out: &mut dyn Write) -> anyhow::R
         write!(out, "{}", output::json(&answer.body))?;
     } else if args.enable {
         writeln!(out, "Node {id:?} drain strategy set")?;
+        if !args.detach {
+            follow_drain(client, &id, &MonitorOptions::default(), out)?;
+        }
     } else {
         writeln!(out, "Node {id:?} drain strategy unset")?;
     }
     Ok(0)
+}
+
+/// Follows a drain until the server clears the node's drain strategy,
+/// reporting each allocation the drainer stops, then until the node's
+/// allocations have stopped. Stopping the CLI does not stop the drain.
+pub fn follow_drain(
+    client: &ApiClient,
+    node_id: &str,
+    options: &MonitorOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let node_path = format!("/v1/node/{}", path_segment(node_id));
+    let allocs_path = format!("{node_path}/allocations");
+    let started = Instant::now();
+    writeln!(
+        out,
+        "==> Monitoring node {node_id:?} drain; Ctrl-C stops monitoring, not the drain"
+    )?;
+    let mut reported = HashSet::new();
+    let mut index = 0;
+    let mut draining = true;
+    loop {
+        let answer = if index == 0 {
+            client.get(&node_path, &[])?
+        } else {
+            client.get_blocking(&node_path, index, options.wait)?
+        };
+        let node: NodeView = answer.decode().context("reading the node")?;
+        let allocs: Vec<AllocView> = client
+            .get(&allocs_path, &[])?
+            .decode()
+            .context("reading the node's allocations")?;
+        for alloc in allocs.iter().filter(|a| a.desired_status != "run") {
+            if reported.insert(alloc.id.clone()) {
+                writeln!(
+                    out,
+                    "    Allocation {:?} marked for migration",
+                    output::short_id(&alloc.id, options.verbose)
+                )?;
+            }
+        }
+        if draining && node.drain_strategy.is_none() {
+            draining = false;
+            writeln!(out, "    Node {node_id:?} drain complete")?;
+        }
+        let still_running = allocs
+            .iter()
+            .filter(|a| reported.contains(&a.id))
+            .any(|a| matches!(a.client_status.as_str(), "pending" | "running"));
+        if !draining && !still_running {
+            writeln!(
+                out,
+                "==> All marked allocations on node {node_id:?} have stopped"
+            )?;
+            return Ok(());
+        }
+        if started.elapsed() >= options.overall {
+            bail!(
+                "stopped following the drain of node {node_id:?} after {}; it goes on \
+                 (see `herder node status {node_id}`)",
+                humantime::format_duration(options.overall)
+            );
+        }
+        if answer.index <= index {
+            std::thread::sleep(options.poll);
+        }
+        index = index.max(answer.index);
+    }
 }
 
 fn confirm(id: &str, out: &mut dyn Write) -> anyhow::Result<bool> {

@@ -518,6 +518,7 @@ fn node_drain_sends_deadline_in_nanoseconds_and_disable_marks_eligible() {
             "30m",
             "-ignore-system",
             "-yes",
+            "-detach",
             "4380",
         ],
     );
@@ -543,7 +544,10 @@ fn node_drain_sends_deadline_in_nanoseconds_and_disable_marks_eligible() {
         disable.json(),
         json!({"NodeID": node_id, "DrainSpec": null, "MarkEligible": true})
     );
-    let (result, _) = run_against(&server, &["node", "drain", "-enable", "-force", "4380"]);
+    let (result, _) = run_against(
+        &server,
+        &["node", "drain", "-enable", "-force", "-detach", "4380"],
+    );
     assert_eq!(result.unwrap(), 0);
     let forced = server
         .requests()
@@ -827,4 +831,54 @@ fn job_run_json_prints_the_register_answer_without_monitoring() {
     let printed: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(printed["EvalID"], EVAL_ID);
     assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn node_drain_follows_the_drain_until_the_strategy_clears_and_allocs_stop() {
+    let node_id = "4380b079-b149-b4f3-5a9e-763bfe371b36";
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/nodes") => Reply::ok(fixture("nodes-list.json"), 9),
+        ("POST", _) => Reply::ok(r#"{"NodeModifyIndex":30,"Index":30}"#, 30),
+        ("GET", p) if p.ends_with("/allocations") => {
+            // After the second node read the drainer has stopped one
+            // allocation and the client has reported it complete.
+            let mut allocs: Value =
+                serde_json::from_str(&fixture("node-allocations.json")).unwrap();
+            if counter.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
+                allocs[1]["DesiredStatus"] = json!("stop");
+                allocs[1]["ClientStatus"] = json!("complete");
+            }
+            Reply::ok(allocs.to_string(), 31)
+        }
+        ("GET", _) => {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut node: Value = serde_json::from_str(&fixture("node.json")).unwrap();
+            if n < 1 {
+                node["Drain"] = json!(true);
+                node["DrainStrategy"] =
+                    json!({"Deadline": 60_000_000_000_i64, "IgnoreSystemJobs": false});
+            }
+            Reply::ok(node.to_string(), 30 + n as u64)
+        }
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["node", "drain", "-enable", "-yes", "4380"]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    assert!(
+        out.contains(&format!("    Node \"{node_id}\" drain complete")),
+        "{out}"
+    );
+    assert!(
+        out.contains("    Allocation \"9aa2a59e\" marked for migration"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("have stopped"), "{out}");
+    let blocking = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == format!("/v1/node/{node_id}") && r.query.contains_key("index"))
+        .count();
+    assert!(blocking >= 1);
 }
