@@ -147,6 +147,9 @@ pub fn load_job(args: &JobFileArgs) -> anyhow::Result<Job> {
         std::fs::read_to_string(&args.file).with_context(|| format!("reading job file {name}"))?
     };
     let vars = parse_vars(&args.vars)?;
+    if !vars.is_empty() && is_json_job(&text, &name) {
+        bail!("{name}: -var applies to HCL job files; a JSON job has no variables");
+    }
     parse_job_text(&text, &name, &vars).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
@@ -168,6 +171,11 @@ pub fn parse_job_text(
         source,
     })?;
     Ok(job)
+}
+
+/// The same rule as `jobspec::parse_any`: a `.json` name or a leading `{`.
+fn is_json_job(text: &str, name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".json") || text.trim_start().starts_with('{')
 }
 
 fn parse_vars(raw: &[String]) -> anyhow::Result<BTreeMap<String, String>> {

@@ -359,6 +359,14 @@ fn job_file_errors_name_file_line_and_column_before_any_request() {
     assert!(err.contains(&format!("{name}:3:")), "{err}");
     let (result, _) = run_against(&server, &["job", "validate", &name]);
     assert!(format!("{:#}", result.unwrap_err()).starts_with("Job validation errors:"));
+    let mut json_job = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    std::io::Write::write_all(&mut json_job, br#"{"Job": {"ID": "x"}}"#).unwrap();
+    let json_name = json_job.path().display().to_string();
+    let (result, _) = run_against(&server, &["job", "run", "-var", "a=b", &json_name]);
+    assert!(result
+        .unwrap_err()
+        .to_string()
+        .contains("-var applies to HCL job files"));
     assert!(server.requests().is_empty());
     let good = job_file();
     let (result, out) = run_against(&server, &["job", "validate", good.path().to_str().unwrap()]);
