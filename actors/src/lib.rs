@@ -5,6 +5,7 @@
 //! core crate, which this crate drives.
 
 pub mod agent;
+pub mod api_client;
 pub mod blocked_evals;
 pub mod broker;
 pub mod cli;

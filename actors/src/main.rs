@@ -4,16 +4,14 @@
 //! exit status here, and nowhere deeper.
 
 use clap::Parser;
-use herder_actors::cli::{nomad_style_args, Cli, Command};
+use herder_actors::cli::{self, nomad_style_args, Cli};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse_from(nomad_style_args(std::env::args_os()));
-    let result = match cli.command {
-        Command::Agent(args) => herder_actors::cli::agent::run(args),
-    };
+    let result = cli::run(cli.command, &mut std::io::stdout().lock());
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("Error: {e:#}");
             ExitCode::FAILURE

@@ -3,10 +3,30 @@
 //! Nomad spells long flags with one dash (`-dev`, `-data-dir D`); clap wants
 //! two. `nomad_style_args` rewrites a single-dash word into its double-dash
 //! form before clap sees it, so both spellings work.
+//!
+//! The verbs other than `agent` are clients of a running agent's HTTP API
+//! (see [`crate::api_client`]); each returns the process exit status Nomad
+//! would use for the same outcome.
 
 pub mod agent;
+pub mod alloc;
+pub mod eval;
+pub mod job;
+pub mod monitor;
+pub mod node;
+pub mod operator;
+pub mod output;
+pub mod server;
+pub mod views;
 
-use clap::{Parser, Subcommand};
+#[cfg(test)]
+mod fake_server;
+#[cfg(test)]
+mod verb_tests;
+
+use crate::api_client::{ApiClient, ApiError, ClientConfig};
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 
 #[derive(Debug, Parser)]
@@ -25,6 +45,133 @@ pub struct Cli {
 pub enum Command {
     /// Run a herder agent (server, client, or both with -dev).
     Agent(agent::AgentArgs),
+    /// Submit, plan, inspect and stop jobs.
+    Job(job::JobArgs),
+    /// List nodes, drain them, set their scheduling eligibility.
+    Node(node::NodeArgs),
+    /// List and inspect evaluations.
+    Eval(eval::EvalArgs),
+    /// Inspect and stop allocations.
+    Alloc(alloc::AllocArgs),
+    /// Cluster-wide settings (the scheduler configuration).
+    Operator(operator::OperatorArgs),
+    /// The server's scheduling workers.
+    Server(server::ServerArgs),
+}
+
+/// Runs a parsed command and returns the process exit status.
+pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8> {
+    match command {
+        Command::Agent(args) => agent::run(args).map(|()| 0),
+        Command::Job(args) => job::run(args, out),
+        Command::Node(args) => node::run(args, out),
+        Command::Eval(args) => eval::run(args, out),
+        Command::Alloc(args) => alloc::run(args, out),
+        Command::Operator(args) => operator::run(args, out),
+        Command::Server(args) => server::run(args, out),
+    }
+}
+
+/// How a client verb reaches the agent; accepted after any verb word.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ApiFlags {
+    /// The agent's HTTP address [default: $HERDER_ADDR, $NOMAD_ADDR,
+    /// http://127.0.0.1:4646].
+    #[arg(long = "address", value_name = "ADDR", global = true)]
+    pub address: Option<String>,
+    /// ACL token sent as X-Nomad-Token [default: $HERDER_TOKEN, $NOMAD_TOKEN].
+    #[arg(long = "token", value_name = "TOKEN", global = true)]
+    pub token: Option<String>,
+}
+
+impl ApiFlags {
+    /// A client for the agent these flags and the environment name.
+    pub fn client(&self) -> Result<ApiClient, ApiError> {
+        ApiClient::new(ClientConfig::resolve(
+            self.address.as_deref(),
+            self.token.as_deref(),
+            |key| std::env::var(key).ok(),
+        ))
+    }
+}
+
+/// Output switches most read verbs share.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ViewFlags {
+    /// Print the API's raw JSON answer instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Full IDs and every event instead of short forms.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Resolves a UUID or a unique prefix of one (as Nomad's CLI does) with
+/// `GET <list_path>?prefix=`. `kind` names the object in messages.
+pub fn resolve_uuid_prefix(
+    client: &ApiClient,
+    list_path: &str,
+    kind: &str,
+    given: &str,
+) -> anyhow::Result<String> {
+    if uuid::Uuid::parse_str(given).is_ok() && given.len() == 36 {
+        return Ok(given.to_string());
+    }
+    if given.len() < 2 {
+        bail!("Identifier must contain at least two characters.");
+    }
+    // The server looks prefixes up as bytes of the UUID, so Nomad's CLI
+    // drops an odd trailing hex digit; do the same to work against Nomad.
+    let even = &given[..given.len() - given.len() % 2];
+    let ids = list_ids(client, list_path, even)?;
+    pick_unique(ids, kind, given, |_| false)
+}
+
+/// Resolves a job ID or a unique prefix of one; an exact match wins.
+pub fn resolve_job_id(client: &ApiClient, given: &str) -> anyhow::Result<String> {
+    let ids = list_ids(client, "/v1/jobs", given)?;
+    pick_unique(ids, "job", given, |id| id == given)
+}
+
+fn list_ids(client: &ApiClient, list_path: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let answer = client.get(list_path, &[("prefix", prefix.to_string())])?;
+    let items = answer
+        .body
+        .as_array()
+        .with_context(|| format!("GET {list_path}: expected a JSON array"))?;
+    Ok(items
+        .iter()
+        .filter_map(|item| item.get("ID").and_then(|id| id.as_str()))
+        .filter(|id| id.starts_with(prefix))
+        .map(str::to_string)
+        .collect())
+}
+
+fn pick_unique(
+    mut ids: Vec<String>,
+    kind: &str,
+    given: &str,
+    exact: impl Fn(&str) -> bool,
+) -> anyhow::Result<String> {
+    if let Some(found) = ids.iter().find(|id| exact(id)) {
+        return Ok(found.clone());
+    }
+    match ids.len() {
+        0 => bail!("No {kind} with prefix or id {given:?} found"),
+        1 => Ok(ids.remove(0)),
+        _ => bail!(
+            "Prefix {given:?} matched multiple {kind}s; use more characters:\n{}",
+            ids.join("\n")
+        ),
+    }
+}
+
+/// Unix time in nanoseconds, for "5m ago" columns.
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 /// Rewrites `-word` and `-word=value` into `--word...`; leaves short flags
@@ -116,7 +263,9 @@ mod tests {
             .iter()
             .map(OsString::from),
         ));
-        let Command::Agent(a) = cli.command;
+        let Command::Agent(a) = cli.command else {
+            panic!("not the agent command");
+        };
         assert!(a.dev);
         assert_eq!(a.http_port, Some(0));
         assert_eq!(a.node.as_deref(), Some("n1"));

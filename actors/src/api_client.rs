@@ -1,0 +1,377 @@
+//! A small blocking client for the Nomad-compatible HTTP API, used by the
+//! `herder` command line verbs.
+//!
+//! It speaks only what a Nomad server also answers (paths, PascalCase JSON,
+//! `X-Nomad-Token`, `X-Nomad-Index` and blocking queries), so the CLI works
+//! against herder and against Nomad alike. Answers are kept as raw JSON: the
+//! verbs print them verbatim with `-json` and decode only the fields they
+//! show, so fields one server has and the other lacks never break a verb.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::io::Read;
+use std::time::Duration;
+
+/// Where the CLI looks for an agent when nothing says otherwise.
+pub const DEFAULT_ADDRESS: &str = "http://127.0.0.1:4646";
+
+/// How long to wait for a TCP connection to the agent.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an ordinary (non-blocking) request may take in total.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Slack on top of a blocking query's `wait`: the server may add up to
+/// wait/16 of jitter and then still has to answer.
+const BLOCKING_SLACK: Duration = Duration::from_secs(10);
+
+/// Why a request to the agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No HTTP answer at all: refused, timed out, name not resolved.
+    #[error(
+        "cannot reach the agent at {address} ({method} {path}): {reason}\n\
+         Is a herder agent running there? Set HERDER_ADDR or pass -address."
+    )]
+    Unreachable {
+        address: String,
+        method: String,
+        path: String,
+        reason: String,
+    },
+    /// The agent answered with an error status; `body` is its text.
+    #[error("{method} {path}: Unexpected response code: {status} ({body})")]
+    Status {
+        method: String,
+        path: String,
+        status: u16,
+        body: String,
+    },
+    /// The agent answered 2xx with something that is not the expected JSON.
+    #[error("{method} {path}: cannot read the answer: {reason}")]
+    Decode {
+        method: String,
+        path: String,
+        reason: String,
+    },
+    /// `-address` / `HERDER_ADDR` is not an http:// URL.
+    #[error("invalid agent address {address:?}: {reason}")]
+    BadAddress { address: String, reason: String },
+}
+
+impl ApiError {
+    /// The HTTP status, when the agent answered with an error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Where to connect and as whom.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    pub address: String,
+    pub token: Option<String>,
+}
+
+impl ClientConfig {
+    /// Flags win over `HERDER_ADDR`/`HERDER_TOKEN`, which win over Nomad's
+    /// `NOMAD_ADDR`/`NOMAD_TOKEN`, which win over the default address.
+    /// `env` looks a variable up (std::env::var in the binary).
+    pub fn resolve(
+        address_flag: Option<&str>,
+        token_flag: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Self {
+        let pick = |flag: Option<&str>, ours: &str, nomads: &str| {
+            flag.map(str::to_string)
+                .or_else(|| env(ours).filter(|v| !v.is_empty()))
+                .or_else(|| env(nomads).filter(|v| !v.is_empty()))
+        };
+        ClientConfig {
+            address: pick(address_flag, "HERDER_ADDR", "NOMAD_ADDR")
+                .unwrap_or_else(|| DEFAULT_ADDRESS.to_string()),
+            token: pick(token_flag, "HERDER_TOKEN", "NOMAD_TOKEN"),
+        }
+    }
+}
+
+/// One decoded answer: its JSON body (`Null` when empty) and the
+/// `X-Nomad-Index` header (0 when absent).
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub body: Value,
+    pub index: u64,
+}
+
+impl Answer {
+    /// Decodes the body into a view type. Explicit `null`s are dropped
+    /// first, so Nomad's `"ClassFiltered": null` reads as the default.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        decode_lenient(&self.body)
+    }
+}
+
+/// Decodes `value` after removing every `null` object member.
+pub fn decode_lenient<T: DeserializeOwned>(value: &Value) -> Result<T, serde_json::Error> {
+    let mut cleaned = value.clone();
+    strip_nulls(&mut cleaned);
+    serde_json::from_value(cleaned)
+}
+
+fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+/// The blocking HTTP client.
+#[derive(Clone, Debug)]
+pub struct ApiClient {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+    timeout: Duration,
+}
+
+impl ApiClient {
+    /// Checks the address and builds a client; nothing is sent yet.
+    pub fn new(config: ClientConfig) -> Result<Self, ApiError> {
+        let base = normalize_address(&config.address)?;
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(CONNECT_TIMEOUT)
+            .build();
+        Ok(ApiClient {
+            base,
+            token: config.token,
+            agent,
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// Overrides the per-request timeout of non-blocking requests.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The agent's base URL, e.g. `http://127.0.0.1:4646`.
+    pub fn address(&self) -> &str {
+        &self.base
+    }
+
+    pub fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Answer, ApiError> {
+        self.send("GET", path, query, None, self.timeout)
+    }
+
+    /// A blocking query: the agent answers once its index passes `index`
+    /// or `wait` runs out.
+    pub fn get_blocking(&self, path: &str, index: u64, wait: Duration) -> Result<Answer, ApiError> {
+        let query = [
+            ("index", index.to_string()),
+            ("wait", format!("{}ms", wait.as_millis())),
+        ];
+        self.send("GET", path, &query, None, wait + BLOCKING_SLACK)
+    }
+
+    pub fn put(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        body: &Value,
+    ) -> Result<Answer, ApiError> {
+        self.send("PUT", path, query, Some(body), self.timeout)
+    }
+
+    pub fn post(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        body: &Value,
+    ) -> Result<Answer, ApiError> {
+        self.send("POST", path, query, Some(body), self.timeout)
+    }
+
+    pub fn delete(&self, path: &str, query: &[(&str, String)]) -> Result<Answer, ApiError> {
+        self.send("DELETE", path, query, None, self.timeout)
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Answer, ApiError> {
+        let mut request = self
+            .agent
+            .request(method, &format!("{}{path}", self.base))
+            .timeout(timeout);
+        if let Some(token) = &self.token {
+            request = request.set("X-Nomad-Token", token);
+        }
+        for (key, value) in query {
+            request = request.query(key, value);
+        }
+        let result = match body {
+            Some(json) => request.send_json(json),
+            None => request.call(),
+        };
+        match result {
+            Ok(response) => self.read_answer(method, path, response),
+            Err(ureq::Error::Status(status, response)) => Err(ApiError::Status {
+                method: method.to_string(),
+                path: path.to_string(),
+                status,
+                body: read_text(response).trim().to_string(),
+            }),
+            Err(ureq::Error::Transport(transport)) => Err(ApiError::Unreachable {
+                address: self.base.clone(),
+                method: method.to_string(),
+                path: path.to_string(),
+                reason: transport.to_string(),
+            }),
+        }
+    }
+
+    fn read_answer(
+        &self,
+        method: &str,
+        path: &str,
+        response: ureq::Response,
+    ) -> Result<Answer, ApiError> {
+        let index = response
+            .header("X-Nomad-Index")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let text = read_text(response);
+        let body = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|e| ApiError::Decode {
+                method: method.to_string(),
+                path: path.to_string(),
+                reason: e.to_string(),
+            })?
+        };
+        Ok(Answer { body, index })
+    }
+}
+
+fn read_text(response: ureq::Response) -> String {
+    let mut text = String::new();
+    // A truncated error body still says more than none, so a read error
+    // here keeps what arrived.
+    let _ = response.into_reader().read_to_string(&mut text);
+    text
+}
+
+/// `127.0.0.1:4646` -> `http://127.0.0.1:4646`; trailing slashes dropped.
+fn normalize_address(address: &str) -> Result<String, ApiError> {
+    let trimmed = address.trim().trim_end_matches('/');
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_string()
+    } else {
+        format!("http://{trimmed}")
+    };
+    if with_scheme.starts_with("https://") {
+        return Err(ApiError::BadAddress {
+            address: address.to_string(),
+            reason: "https is not supported by this CLI; use http://".to_string(),
+        });
+    }
+    if !with_scheme.starts_with("http://") || with_scheme.len() <= "http://".len() {
+        return Err(ApiError::BadAddress {
+            address: address.to_string(),
+            reason: "expected http://host:port".to_string(),
+        });
+    }
+    Ok(with_scheme)
+}
+
+/// Percent-encodes one path segment (a job ID may hold `/` or spaces).
+pub fn path_segment(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for byte in raw.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |key| owned.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn flags_beat_herder_env_which_beats_nomad_env() {
+        let env = env_of(&[
+            ("HERDER_ADDR", "http://h:1"),
+            ("NOMAD_ADDR", "http://n:2"),
+            ("NOMAD_TOKEN", "nt"),
+        ]);
+        let from_env = ClientConfig::resolve(None, None, &env);
+        assert_eq!(from_env.address, "http://h:1");
+        assert_eq!(from_env.token.as_deref(), Some("nt"));
+        let from_flags = ClientConfig::resolve(Some("http://f:3"), Some("ft"), &env);
+        assert_eq!(from_flags.address, "http://f:3");
+        assert_eq!(from_flags.token.as_deref(), Some("ft"));
+        let nomad_only = ClientConfig::resolve(None, None, env_of(&[("NOMAD_ADDR", "http://n:2")]));
+        assert_eq!(nomad_only.address, "http://n:2");
+        let nothing = ClientConfig::resolve(None, None, env_of(&[]));
+        assert_eq!(nothing.address, DEFAULT_ADDRESS);
+        assert_eq!(nothing.token, None);
+    }
+
+    #[test]
+    fn addresses_are_normalized_and_https_refused() {
+        assert_eq!(
+            normalize_address("127.0.0.1:4646/").unwrap(),
+            "http://127.0.0.1:4646"
+        );
+        assert!(normalize_address("https://x:1").is_err());
+        assert!(normalize_address("ftp://x").is_err());
+    }
+
+    #[test]
+    fn path_segments_escape_slashes_and_spaces() {
+        assert_eq!(path_segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(path_segment("web-1.x_y"), "web-1.x_y");
+    }
+
+    #[test]
+    fn unreachable_agent_names_the_address_and_the_env_var() {
+        // A port that was just free: nothing listens there.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let client = ApiClient::new(ClientConfig {
+            address: format!("http://127.0.0.1:{port}"),
+            token: None,
+        })
+        .unwrap();
+        let err = client.get("/v1/jobs", &[]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        assert!(text.contains("HERDER_ADDR"), "{text}");
+    }
+}

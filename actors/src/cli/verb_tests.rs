@@ -1,0 +1,892 @@
+//! The client verbs end to end against a fake agent: the exact requests
+//! each verb sends (method, path, query, body, token) and what it prints
+//! and exits with for real Nomad answers; plus argument parsing.
+
+use super::fake_server::{fixture, FakeServer, Reply, Seen};
+use super::*;
+use serde_json::{json, Value};
+
+fn parse(args: &[&str]) -> Cli {
+    let words = std::iter::once("herder").chain(args.iter().copied());
+    Cli::try_parse_from(nomad_style_args(words.map(OsString::from)))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs `herder <args> -address <server>` and returns (result, stdout).
+fn run_against(server: &FakeServer, args: &[&str]) -> (anyhow::Result<u8>, String) {
+    let mut words: Vec<&str> = args.to_vec();
+    words.extend(["-address", &server.address]);
+    let cli = parse(&words);
+    let mut out = Vec::new();
+    let result = run(cli.command, &mut out);
+    (result, String::from_utf8(out).unwrap())
+}
+
+const JOB_HCL: &str = r#"
+variable "count" {
+  type    = number
+  default = 1
+}
+job "svc" {
+  datacenters = ["dc1"]
+  group "g" {
+    count = var.count
+    task "t" {
+      driver = "mock_driver"
+      resources {
+        cpu    = 100
+        memory = 64
+      }
+    }
+  }
+}
+"#;
+
+fn job_file() -> tempfile::NamedTempFile {
+    let mut file = tempfile::Builder::new()
+        .suffix(".nomad.hcl")
+        .tempfile()
+        .unwrap();
+    std::io::Write::write_all(&mut file, JOB_HCL.as_bytes()).unwrap();
+    file
+}
+
+const EVAL_ID: &str = "925359f9-67f7-723e-9032-64ace0d4eaf1";
+
+fn pending_eval() -> String {
+    let mut eval: Value = serde_json::from_str(&fixture("evaluation.json")).unwrap();
+    eval["Status"] = json!("pending");
+    eval.to_string()
+}
+
+/// An agent that registers the job and walks its eval pending -> complete
+/// across one blocking query.
+fn job_agent(final_eval: String) -> FakeServer {
+    FakeServer::start(
+        move |req: &Seen| match (req.method.as_str(), req.path.as_str()) {
+            ("PUT", "/v1/jobs") => Reply::ok(fixture("register-response.json"), 10),
+            ("GET", p) if p == format!("/v1/evaluation/{EVAL_ID}") => {
+                if req.query.contains_key("index") {
+                    Reply::ok(final_eval.clone(), 12)
+                } else {
+                    Reply::ok(pending_eval(), 10)
+                }
+            }
+            ("GET", p) if p == format!("/v1/evaluation/{EVAL_ID}/allocations") => {
+                if req.query.is_empty() {
+                    Reply::ok(fixture("job-allocations-list.json"), 12)
+                } else {
+                    Reply::status(400, "unexpected query")
+                }
+            }
+            _ => Reply::status(404, "no such path"),
+        },
+    )
+}
+
+#[test]
+fn every_verb_parses_in_nomad_spelling() {
+    let cases: &[&[&str]] = &[
+        &[
+            "job",
+            "run",
+            "-detach",
+            "-var",
+            "count=3",
+            "-check-index",
+            "7",
+            "-json",
+            "f.hcl",
+        ],
+        &["job", "plan", "-verbose", "f.hcl"],
+        &["job", "status"],
+        &["job", "status", "-verbose", "-json", "web"],
+        &["job", "stop", "-purge", "-detach", "-yes", "web"],
+        &["job", "inspect", "web"],
+        &["job", "validate", "-var", "a=b", "f.hcl"],
+        &["node", "status", "-verbose", "4380"],
+        &[
+            "node",
+            "drain",
+            "-enable",
+            "-deadline",
+            "30m",
+            "-ignore-system",
+            "-yes",
+            "4380",
+        ],
+        &["node", "drain", "-disable", "-keep-ineligible", "4380"],
+        &["node", "drain", "-enable", "-force", "4380"],
+        &["node", "eligibility", "-disable", "4380"],
+        &["eval", "list", "-job", "web", "-status", "blocked"],
+        &["eval", "status", "-json", "9253"],
+        &["alloc", "status", "-verbose", "9aa2"],
+        &["alloc", "stop", "-detach", "9aa2"],
+        &["operator", "scheduler", "get-config", "-json"],
+        &[
+            "operator",
+            "scheduler",
+            "set-config",
+            "-scheduler-algorithm",
+            "spread",
+            "-preempt-service-scheduler",
+            "true",
+            "-pause-eval-broker",
+            "false",
+            "-reject-job-registration",
+            "true",
+            "-check-index",
+            "5",
+        ],
+        &["server", "workers"],
+        &[
+            "server",
+            "workers",
+            "set",
+            "4",
+            "-schedulers",
+            "service,batch,_core",
+        ],
+        &[
+            "job",
+            "status",
+            "-address",
+            "http://h:1",
+            "-token",
+            "t",
+            "web",
+        ],
+    ];
+    for case in cases {
+        parse(case);
+    }
+    let cli = parse(&[
+        "job",
+        "run",
+        "-detach",
+        "-var",
+        "count=3",
+        "-check-index",
+        "7",
+        "f.hcl",
+    ]);
+    let Command::Job(job::JobArgs {
+        command: job::JobCommand::Run(run),
+        ..
+    }) = cli.command
+    else {
+        panic!("not job run");
+    };
+    assert!(run.detach);
+    assert_eq!(run.check_index, Some(7));
+    assert_eq!(run.job.vars, ["count=3"]);
+    let cli = parse(&[
+        "server",
+        "workers",
+        "set",
+        "4",
+        "-schedulers",
+        "service,batch",
+    ]);
+    let Command::Server(server::ServerArgs {
+        command: server::ServerCommand::Workers(w),
+        ..
+    }) = cli.command
+    else {
+        panic!("not server workers");
+    };
+    let Some(server::WorkersAction::Set(set)) = w.action else {
+        panic!("not set");
+    };
+    assert_eq!(
+        (set.count, set.schedulers),
+        (4, Some(vec!["service".into(), "batch".into()]))
+    );
+}
+
+#[test]
+fn invalid_flag_combinations_are_refused() {
+    let refused: &[&[&str]] = &[
+        &["node", "drain", "4380"],
+        &["node", "drain", "-enable", "-disable", "4380"],
+        &[
+            "node",
+            "drain",
+            "-enable",
+            "-force",
+            "-deadline",
+            "1h",
+            "4380",
+        ],
+        &["node", "eligibility", "4380"],
+        &[
+            "operator",
+            "scheduler",
+            "set-config",
+            "-scheduler-algorithm",
+            "random",
+        ],
+        &[
+            "operator",
+            "scheduler",
+            "set-config",
+            "-pause-eval-broker",
+            "maybe",
+        ],
+        &["server", "workers", "set", "-1"],
+    ];
+    for case in refused {
+        let words = std::iter::once("herder").chain(case.iter().copied());
+        assert!(
+            Cli::try_parse_from(nomad_style_args(words.map(OsString::from))).is_err(),
+            "{case:?} parsed"
+        );
+    }
+}
+
+#[test]
+fn job_run_registers_pascal_case_job_and_follows_the_eval_to_complete() {
+    let server = job_agent(fixture("evaluation.json"));
+    let file = job_file();
+    let path = file.path().to_str().unwrap();
+    let (result, out) = run_against(
+        &server,
+        &["job", "run", "-var", "count=2", "-token", "secret", path],
+    );
+    assert_eq!(result.unwrap(), 0, "{out}");
+    let register = server.request("PUT", "/v1/jobs");
+    assert_eq!(
+        register.headers.get("x-nomad-token").map(String::as_str),
+        Some("secret")
+    );
+    let body = register.json();
+    assert_eq!(body["Job"]["ID"], "svc");
+    assert_eq!(body["Job"]["TaskGroups"][0]["Count"], 2);
+    assert_eq!(
+        body["Job"]["TaskGroups"][0]["Tasks"][0]["Driver"],
+        "mock_driver"
+    );
+    assert!(body.get("EnforceIndex").is_none());
+    let blocking: Vec<Seen> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(EVAL_ID) && r.query.contains_key("index"))
+        .collect();
+    assert_eq!(blocking.len(), 1);
+    assert_eq!(blocking[0].query["index"], "10");
+    assert!(blocking[0].query["wait"].ends_with("ms"));
+    let expected = [
+        "==> Monitoring evaluation \"925359f9\"",
+        "    Evaluation triggered by job \"svc\"",
+        "    Allocation \"9aa2a59e\" created: node \"4380b079\", group \"g\"",
+        "    Allocation \"b3c25de0\" created: node \"4380b079\", group \"g\"",
+        "    Evaluation status changed: \"pending\" -> \"complete\"",
+        "==> Evaluation \"925359f9\" finished with status \"complete\"",
+    ];
+    for line in expected {
+        assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+    }
+    // Each allocation is announced once although it was listed twice.
+    assert_eq!(out.matches("9aa2a59e").count(), 1, "{out}");
+}
+
+#[test]
+fn job_run_with_unplaceable_groups_exits_2_and_explains_why() {
+    let blocked: Value = serde_json::from_str(&fixture("job-evaluations-blocked.json")).unwrap();
+    let mut register_eval = blocked[1].clone();
+    register_eval["ID"] = json!(EVAL_ID);
+    let server = job_agent(register_eval.to_string());
+    let file = job_file();
+    let (result, out) = run_against(&server, &["job", "run", file.path().to_str().unwrap()]);
+    assert_eq!(result.unwrap(), 2, "{out}");
+    assert!(out.contains(
+        "==> Evaluation \"925359f9\" finished with status \"complete\" but failed to place all allocations:"
+    ), "{out}");
+    assert!(
+        out.contains("    Task Group \"g\" (failed to place 2 allocations):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("      * Dimension \"cpu\" exhausted on 1 nodes"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "    Evaluation \"92d8f48f\" waiting for additional capacity to place remainder"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn job_run_detach_with_check_index_sends_enforce_index_and_does_not_monitor() {
+    let server = job_agent(fixture("evaluation.json"));
+    let file = job_file();
+    let (result, out) = run_against(
+        &server,
+        &[
+            "job",
+            "run",
+            "-detach",
+            "-check-index",
+            "0",
+            file.path().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let body = server.request("PUT", "/v1/jobs").json();
+    assert_eq!(body["EnforceIndex"], true);
+    assert_eq!(body["JobModifyIndex"], 0);
+    assert_eq!(
+        out,
+        format!("Job registration successful\nEvaluation ID: {EVAL_ID}\n")
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn job_file_errors_name_file_line_and_column_before_any_request() {
+    let server = FakeServer::start(|_| Reply::status(500, "should not be called"));
+    let mut file = tempfile::Builder::new().suffix(".hcl").tempfile().unwrap();
+    std::io::Write::write_all(
+        &mut file,
+        b"job \"x\" {\n  group \"g\" {\n    nework {}\n  }\n}\n",
+    )
+    .unwrap();
+    let name = file.path().display().to_string();
+    let (result, _) = run_against(&server, &["job", "run", &name]);
+    let err = format!("{:#}", result.unwrap_err());
+    assert!(err.contains(&format!("{name}:3:")), "{err}");
+    let (result, _) = run_against(&server, &["job", "validate", &name]);
+    assert!(format!("{:#}", result.unwrap_err()).starts_with("Job validation errors:"));
+    let mut json_job = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    std::io::Write::write_all(&mut json_job, br#"{"Job": {"ID": "x"}}"#).unwrap();
+    let json_name = json_job.path().display().to_string();
+    let (result, _) = run_against(&server, &["job", "run", "-var", "a=b", &json_name]);
+    assert!(result
+        .unwrap_err()
+        .to_string()
+        .contains("-var applies to HCL job files"));
+    assert!(server.requests().is_empty());
+    let good = job_file();
+    let (result, out) = run_against(&server, &["job", "validate", good.path().to_str().unwrap()]);
+    assert_eq!(
+        (result.unwrap(), out.as_str()),
+        (0, "Job validation successful\n")
+    );
+}
+
+#[test]
+fn job_plan_posts_diff_true_and_exits_1_on_changes_255_on_errors() {
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/job/svc/plan" if req.method == "POST" => Reply::ok(fixture("plan-response.json"), 10),
+        _ => Reply::status(404, "no such path"),
+    });
+    let file = job_file();
+    let path = file.path().to_str().unwrap();
+    let (result, out) = run_against(&server, &["job", "plan", path]);
+    assert_eq!(result.unwrap(), 1, "{out}");
+    let body = server.request("POST", "/v1/job/svc/plan").json();
+    assert_eq!(body["Diff"], true);
+    assert_eq!(body["Job"]["ID"], "svc");
+    assert!(
+        out.contains("+/- Count: \"2\" => \"4\" (forces create)"),
+        "{out}"
+    );
+
+    let failing = FakeServer::start(|_| Reply::status(500, "rpc error: plan failed"));
+    let (result, _) = run_against(&failing, &["job", "plan", path]);
+    assert_eq!(result.unwrap(), job::EXIT_PLAN_ERROR);
+}
+
+#[test]
+fn job_status_resolves_a_prefix_and_shows_summary_and_allocations() {
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/jobs" => Reply::ok(fixture("jobs-list.json"), 20),
+        "/v1/job/svc" => Reply::ok(fixture("job.json"), 20),
+        "/v1/job/svc/summary" => Reply::ok(fixture("job-summary.json"), 20),
+        "/v1/job/svc/allocations" => Reply::ok(fixture("job-allocations-list.json"), 20),
+        _ => Reply::status(404, "job not found"),
+    });
+    let (result, out) = run_against(&server, &["job", "status", "sv"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(server.request("GET", "/v1/jobs").query["prefix"], "sv");
+    assert!(out.contains("ID            = svc"), "{out}");
+    assert!(out.contains("Allocations\n"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("9aa2a59e  4380b079  g")),
+        "{out}"
+    );
+
+    let (result, out) = run_against(&server, &["job", "status"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(out.lines().any(|l| l.starts_with("sysjob ")), "{out}");
+
+    let (result, out) = run_against(&server, &["job", "inspect", "svc"]);
+    assert_eq!(result.unwrap(), 0);
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["Job"]["ID"], "svc");
+}
+
+#[test]
+fn job_stop_purges_and_monitors_the_deregister_eval() {
+    let dereg_eval = "500a15d6-7017-f1d6-c0ca-044865ddd3d8";
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/jobs") => Reply::ok(fixture("jobs-list.json"), 20),
+        ("DELETE", "/v1/job/svc") => Reply::ok(fixture("deregister-response.json"), 21),
+        ("GET", p) if p == format!("/v1/evaluation/{dereg_eval}") => {
+            let mut eval: Value = serde_json::from_str(&fixture("evaluation.json")).unwrap();
+            eval["ID"] = json!(dereg_eval);
+            eval["TriggeredBy"] = json!("job-deregister");
+            Reply::ok(eval.to_string(), 22)
+        }
+        ("GET", p) if p.ends_with("/allocations") => Reply::ok("[]", 22),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["job", "stop", "-purge", "svc"]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    assert_eq!(
+        server.request("DELETE", "/v1/job/svc").query["purge"],
+        "true"
+    );
+    assert!(
+        out.contains("==> Evaluation \"500a15d6\" finished with status \"complete\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn ambiguous_and_unknown_prefixes_are_errors_listing_matches() {
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/evaluations" => Reply::ok(fixture("evaluations-list.json"), 20),
+        _ => Reply::status(404, "eval not found"),
+    });
+    let (result, _) = run_against(&server, &["eval", "status", "92"]);
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("matched multiple evaluations"), "{err}");
+    assert!(
+        err.contains(EVAL_ID) && err.contains("92d8f48f-6967-1e31-92fa-17536fe444d4"),
+        "{err}"
+    );
+    let (result, _) = run_against(&server, &["eval", "status", "ffff"]);
+    assert!(result
+        .unwrap_err()
+        .to_string()
+        .contains("No evaluation with prefix or id \"ffff\""));
+    // An odd trailing digit is dropped, as Nomad's CLI does.
+    let _ = run_against(&server, &["eval", "status", "92d"]);
+    assert!(server
+        .requests()
+        .iter()
+        .any(|r| r.query.get("prefix").map(String::as_str) == Some("92")));
+}
+
+#[test]
+fn eval_status_and_list_render_the_agents_answers() {
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/evaluations" => Reply::ok(fixture("job-evaluations-blocked.json"), 20),
+        "/v1/evaluation/acbd1001-2d5d-1157-e2a0-47b1d8041ac2" => {
+            let list: Value =
+                serde_json::from_str(&fixture("job-evaluations-blocked.json")).unwrap();
+            Reply::ok(list[1].to_string(), 20)
+        }
+        _ => Reply::status(404, "eval not found"),
+    });
+    let (result, out) = run_against(&server, &["eval", "status", "acbd"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(
+        out.contains("Task Group \"g\" (failed to place 2 allocations):"),
+        "{out}"
+    );
+    let (result, out) = run_against(&server, &["eval", "list", "-status", "blocked"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("92d8f48f"), "{out}");
+}
+
+#[test]
+fn node_drain_sends_deadline_in_nanoseconds_and_disable_marks_eligible() {
+    let node_id = "4380b079-b149-b4f3-5a9e-763bfe371b36";
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/nodes" => Reply::ok(fixture("nodes-list.json"), 9),
+        _ if req.method == "POST" => Reply::ok(
+            r#"{"NodeModifyIndex":30,"EvalIDs":[],"EvalCreateIndex":0,"Index":30}"#,
+            30,
+        ),
+        _ => Reply::status(404, "node not found"),
+    });
+    let drain_path = format!("/v1/node/{node_id}/drain");
+    let (result, out) = run_against(
+        &server,
+        &[
+            "node",
+            "drain",
+            "-enable",
+            "-deadline",
+            "30m",
+            "-ignore-system",
+            "-yes",
+            "-detach",
+            "4380",
+        ],
+    );
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, format!("Node \"{node_id}\" drain strategy set\n"));
+    assert_eq!(
+        server.request("POST", &drain_path).json(),
+        json!({
+            "NodeID": node_id,
+            "DrainSpec": {"Deadline": 1_800_000_000_000_i64, "IgnoreSystemJobs": true},
+            "MarkEligible": false
+        })
+    );
+    let (result, _) = run_against(&server, &["node", "drain", "-disable", "4380"]);
+    assert_eq!(result.unwrap(), 0);
+    let disable = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == drain_path)
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        disable.json(),
+        json!({"NodeID": node_id, "DrainSpec": null, "MarkEligible": true})
+    );
+    let (result, _) = run_against(
+        &server,
+        &["node", "drain", "-enable", "-force", "-detach", "4380"],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let forced = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == drain_path)
+        .nth(2)
+        .unwrap();
+    assert_eq!(forced.json()["DrainSpec"]["Deadline"], -1);
+
+    let (result, _) = run_against(&server, &["node", "eligibility", "-disable", "4380"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        server
+            .request("POST", &format!("/v1/node/{node_id}/eligibility"))
+            .json(),
+        json!({"NodeID": node_id, "Eligibility": "ineligible"})
+    );
+}
+
+#[test]
+fn node_status_shows_the_table_and_one_nodes_allocations() {
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/nodes" => Reply::ok(fixture("nodes-list.json"), 9),
+        "/v1/node/4380b079-b149-b4f3-5a9e-763bfe371b36" => Reply::ok(fixture("node.json"), 9),
+        "/v1/node/4380b079-b149-b4f3-5a9e-763bfe371b36/allocations" => {
+            Reply::ok(fixture("node-allocations.json"), 9)
+        }
+        _ => Reply::status(404, "node not found"),
+    });
+    let (result, out) = run_against(&server, &["node", "status"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(
+        out.lines().nth(1).unwrap().starts_with("4380b079  vm"),
+        "{out}"
+    );
+    let (result, out) = run_against(&server, &["node", "status", "4380b079"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(out.contains("Name        = vm"), "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.contains(" run ")).count(),
+        3,
+        "{out}"
+    );
+    let (result, out) = run_against(&server, &["node", "status", "-json"]);
+    assert_eq!(result.unwrap(), 0);
+    let raw: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        raw,
+        serde_json::from_str::<Value>(&fixture("nodes-list.json")).unwrap()
+    );
+}
+
+#[test]
+fn alloc_status_and_stop_use_the_allocation_endpoints() {
+    let alloc_id = "9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340";
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/allocations") => Reply::ok(fixture("job-allocations-list.json"), 12),
+        ("GET", p) if p == format!("/v1/allocation/{alloc_id}") => {
+            Reply::ok(fixture("allocation.json"), 12)
+        }
+        ("POST", p) if p == format!("/v1/allocation/{alloc_id}/stop") => Reply::ok(
+            r#"{"EvalID":"0b7a1c2d-0000-0000-0000-000000000000","Index":40}"#,
+            40,
+        ),
+        _ => Reply::status(404, "alloc not found"),
+    });
+    let (result, out) = run_against(&server, &["alloc", "status", "9aa2"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(out.contains("Task \"t\" is \"running\""), "{out}");
+    let (result, out) = run_against(&server, &["alloc", "stop", "-detach", "9aa2a59e"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(
+        out.contains("Evaluation ID: 0b7a1c2d-0000-0000-0000-000000000000"),
+        "{out}"
+    );
+    assert!(server
+        .request("POST", &format!("/v1/allocation/{alloc_id}/stop"))
+        .json()
+        .is_object());
+}
+
+#[test]
+fn set_config_keeps_unknown_fields_sends_cas_and_reports_a_lost_race() {
+    let updated = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = updated.clone();
+    let server = FakeServer::start(move |req| match req.method.as_str() {
+        "GET" => Reply::ok(fixture("operator-scheduler-configuration.json"), 5),
+        "PUT" => {
+            let ok = flag.load(std::sync::atomic::Ordering::SeqCst);
+            Reply::ok(format!(r#"{{"Updated":{ok},"Index":6}}"#), 6)
+        }
+        _ => Reply::status(405, "method not allowed"),
+    });
+    let args = [
+        "operator",
+        "scheduler",
+        "set-config",
+        "-scheduler-algorithm",
+        "spread",
+        "-preempt-service-scheduler",
+        "true",
+        "-pause-eval-broker",
+        "true",
+        "-check-index",
+        "5",
+    ];
+    let (result, out) = run_against(&server, &args);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "Scheduler configuration updated!\n");
+    let put = server.request("PUT", "/v1/operator/scheduler/configuration");
+    assert_eq!(put.query["cas"], "5");
+    let body = put.json();
+    assert_eq!(body["SchedulerAlgorithm"], "spread");
+    assert_eq!(body["PauseEvalBroker"], true);
+    assert_eq!(body["PreemptionConfig"]["ServiceSchedulerEnabled"], true);
+    assert_eq!(body["PreemptionConfig"]["SystemSchedulerEnabled"], true);
+    assert_eq!(body["MemoryOversubscriptionEnabled"], false);
+
+    updated.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (result, _) = run_against(&server, &args);
+    assert!(result
+        .unwrap_err()
+        .to_string()
+        .contains("could not be atomically updated"));
+
+    let (result, out) = run_against(&server, &["operator", "scheduler", "get-config"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(
+        out.contains("Scheduler Algorithm           = binpack"),
+        "{out}"
+    );
+}
+
+#[test]
+fn server_workers_set_sends_snake_case_and_keeps_enabled_schedulers() {
+    let server = FakeServer::start(|req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/agent/schedulers/config") => Reply::ok(
+            r#"{"server_id":"s1","num_schedulers":2,"enabled_schedulers":["service","_core"]}"#,
+            0,
+        ),
+        ("PUT", "/v1/agent/schedulers/config") => {
+            let mut body = req.json();
+            body["server_id"] = json!("s1");
+            Reply::ok(body.to_string(), 0)
+        }
+        ("GET", "/v1/agent/schedulers") => Reply::ok(
+            r#"{"server_id":"s1","schedulers":[{"id":"w1","enabled_schedulers":["service"],"started":"2026-11-22T02:00:00Z","status":"Paused","workload_status":"Paused"}]}"#,
+            0,
+        ),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["server", "workers", "set", "0"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out,
+        "Scheduler workers updated: 0 worker(s) for service,_core\n"
+    );
+    assert_eq!(
+        server.request("PUT", "/v1/agent/schedulers/config").json(),
+        json!({"num_schedulers": 0, "enabled_schedulers": ["service", "_core"]})
+    );
+    let (result, _) = run_against(
+        &server,
+        &[
+            "server",
+            "workers",
+            "set",
+            "3",
+            "-schedulers",
+            "batch,_core",
+        ],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let last = server
+        .requests()
+        .into_iter()
+        .rfind(|r| r.method == "PUT")
+        .unwrap();
+    assert_eq!(
+        last.json(),
+        json!({"num_schedulers": 3, "enabled_schedulers": ["batch", "_core"]})
+    );
+    let (result, out) = run_against(&server, &["server", "workers"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(out.contains("w1  Paused  Paused"), "{out}");
+}
+
+#[test]
+fn error_answers_show_the_status_and_the_servers_text() {
+    let server = FakeServer::start(|_| Reply::status(403, "Permission denied"));
+    let (result, _) = run_against(&server, &["job", "status"]);
+    let err = result.unwrap_err();
+    let api = err.downcast_ref::<crate::api_client::ApiError>().unwrap();
+    assert_eq!(api.status(), Some(403));
+    assert!(err.to_string().contains("403 (Permission denied)"), "{err}");
+}
+
+#[test]
+fn monitor_gives_up_at_the_overall_deadline() {
+    let server = FakeServer::start(|req| {
+        if req.path.ends_with("/allocations") {
+            Reply::ok("[]", 10)
+        } else {
+            Reply::ok(pending_eval(), 10)
+        }
+    });
+    let client = ApiClient::new(ClientConfig {
+        address: server.address.clone(),
+        token: None,
+    })
+    .unwrap();
+    let options = monitor::MonitorOptions {
+        wait: std::time::Duration::from_millis(20),
+        overall: std::time::Duration::from_millis(200),
+        poll: std::time::Duration::from_millis(20),
+        verbose: false,
+    };
+    let mut out = Vec::new();
+    let err = monitor::monitor(&client, EVAL_ID, &options, &mut out).unwrap_err();
+    assert!(err.to_string().contains("still \"pending\""), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("herder eval status {EVAL_ID}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn monitor_polls_an_agent_without_blocking_queries_until_complete() {
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = FakeServer::start(move |req| {
+        if req.path.ends_with("/allocations") {
+            return Reply::ok("[]", 0);
+        }
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let body = if n < 2 {
+            pending_eval()
+        } else {
+            fixture("evaluation.json")
+        };
+        // No X-Nomad-Index: the agent does not support blocking queries.
+        Reply::ok(body, 0)
+    });
+    let client = ApiClient::new(ClientConfig {
+        address: server.address.clone(),
+        token: None,
+    })
+    .unwrap();
+    let options = monitor::MonitorOptions {
+        poll: std::time::Duration::from_millis(10),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    assert_eq!(
+        monitor::monitor(&client, EVAL_ID, &options, &mut out).unwrap(),
+        0
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text.matches("Evaluation status changed").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert!(server
+        .requests()
+        .iter()
+        .all(|r| !r.query.contains_key("index")));
+}
+
+#[test]
+fn job_run_json_prints_the_register_answer_without_monitoring() {
+    let server = job_agent(fixture("evaluation.json"));
+    let file = job_file();
+    let (result, out) = run_against(
+        &server,
+        &["job", "run", "-json", file.path().to_str().unwrap()],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["EvalID"], EVAL_ID);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn node_drain_follows_the_drain_until_the_strategy_clears_and_allocs_stop() {
+    let node_id = "4380b079-b149-b4f3-5a9e-763bfe371b36";
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reads.clone();
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/nodes") => Reply::ok(fixture("nodes-list.json"), 9),
+        ("POST", _) => Reply::ok(r#"{"NodeModifyIndex":30,"Index":30}"#, 30),
+        ("GET", p) if p.ends_with("/allocations") => {
+            // After the second node read the drainer has stopped one
+            // allocation and the client has reported it complete.
+            let mut allocs: Value =
+                serde_json::from_str(&fixture("node-allocations.json")).unwrap();
+            if counter.load(std::sync::atomic::Ordering::SeqCst) >= 2 {
+                allocs[1]["DesiredStatus"] = json!("stop");
+                allocs[1]["ClientStatus"] = json!("complete");
+            }
+            Reply::ok(allocs.to_string(), 31)
+        }
+        ("GET", _) => {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut node: Value = serde_json::from_str(&fixture("node.json")).unwrap();
+            if n < 1 {
+                node["Drain"] = json!(true);
+                node["DrainStrategy"] =
+                    json!({"Deadline": 60_000_000_000_i64, "IgnoreSystemJobs": false});
+            }
+            Reply::ok(node.to_string(), 30 + n as u64)
+        }
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["node", "drain", "-enable", "-yes", "4380"]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    assert!(
+        out.contains(&format!("    Node \"{node_id}\" drain complete")),
+        "{out}"
+    );
+    assert!(
+        out.contains("    Allocation \"9aa2a59e\" marked for migration"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("have stopped"), "{out}");
+    let blocking = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == format!("/v1/node/{node_id}") && r.query.contains_key("index"))
+        .count();
+    assert!(blocking >= 1);
+}
