@@ -122,11 +122,22 @@ impl EvalContext {
 
     /// What the node would hold with the plan applied (computed on first use).
     pub fn usage(&mut self, node: &Node) -> &NodeUsage {
-        if !self.usage.contains_key(&node.id) {
+        self.usage_of(node.id, node)
+    }
+
+    /// As [`usage`](Self::usage) with the ID at hand, so that a cache hit
+    /// does not have to touch the node itself.
+    pub fn usage_of(&mut self, id: NodeId, node: &Node) -> &NodeUsage {
+        if !self.usage.contains_key(&id) {
             let usage = self.compute_usage(node);
-            self.usage.insert(node.id, usage);
+            self.usage.insert(id, usage);
         }
-        &self.usage[&node.id]
+        &self.usage[&id]
+    }
+
+    /// Makes room in the usage cache for `n` nodes up front.
+    pub fn reserve_usage(&mut self, n: usize) {
+        self.usage.reserve(n);
     }
 
     fn compute_usage(&self, node: &Node) -> NodeUsage {

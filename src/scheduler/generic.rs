@@ -241,6 +241,7 @@ impl<'p> GenericScheduler<'p> {
         place: Vec<PlaceRequest>,
     ) {
         let (nodes, by_dc) = ready_nodes(&*ctx.state, job);
+        ctx.reserve_usage(nodes.len().min(32 * (place.len() + destructive.len())));
         stack.set_nodes(nodes);
         let template = AllocTemplate::new(job, eval);
         let requests = destructive

@@ -103,10 +103,20 @@ pub struct RankedNode {
     pub node: Arc<Node>,
     pub final_score: f64,
     pub scores: Scores,
-    /// Set when ports had to be assigned; otherwise the group's template.
-    resources: Option<AllocatedResources>,
     /// Allocations to evict for this placement.
     pub preempted: Vec<Arc<Allocation>>,
+}
+
+/// A candidate that is feasible and fits, with its scores.
+struct Scored {
+    /// Position of the node in the candidate list.
+    slot: usize,
+    id: NodeId,
+    final_score: f64,
+    scores: Scores,
+    /// Set when ports had to be assigned; otherwise the group's template.
+    resources: Option<AllocatedResources>,
+    preempted: Vec<Arc<Allocation>>,
 }
 
 /// Counts the evaluation job's live allocations per value of a node
@@ -281,6 +291,16 @@ impl GroupInfo {
     }
 }
 
+/// What the hot loop needs of a candidate, kept densely so that scoring a
+/// node already seen does not have to touch the node itself.
+#[derive(Clone, Copy)]
+struct CandidateMeta {
+    id: NodeId,
+    /// Interned computed class (`None` when the node has none).
+    class: Option<u32>,
+    capacity: ComparableResources,
+}
+
 pub struct Stack {
     kind: StackKind,
     job: Arc<Job>,
@@ -288,6 +308,9 @@ pub struct Stack {
     /// Preemption allowed by the scheduler configuration for this job type.
     preemption: bool,
     nodes: Vec<Arc<Node>>,
+    meta: Vec<CandidateMeta>,
+    /// Computed classes seen in this evaluation, numbered.
+    classes: FastMap<String, u32>,
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
@@ -305,6 +328,8 @@ impl Stack {
             preemption: config.preemption_enabled(&job.job_type),
             job,
             nodes: Vec::new(),
+            meta: Vec::new(),
+            classes: FastMap::default(),
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
@@ -320,6 +345,9 @@ impl Stack {
     /// Restricts the candidates to one node (system placements and
     /// in-place checks), reusing the candidate list.
     pub fn set_single_node(&mut self, node: Arc<Node>) {
+        self.meta.clear();
+        let meta = self.candidate_meta(&node);
+        self.meta.push(meta);
         self.nodes.clear();
         self.nodes.push(node);
         self.offset = 0;
@@ -340,8 +368,27 @@ impl Stack {
             StackKind::Service => ((n.max(1) as f64).log2().ceil() as usize).max(2),
             StackKind::System => usize::MAX,
         };
+        self.meta = nodes.iter().map(|n| self.candidate_meta(n)).collect();
         self.nodes = nodes;
         self.offset = 0;
+    }
+
+    fn candidate_meta(&mut self, node: &Node) -> CandidateMeta {
+        let class = (!node.computed_class.is_empty()).then(|| {
+            let next = self.classes.len() as u32;
+            match self.classes.get(&node.computed_class) {
+                Some(c) => *c,
+                None => {
+                    self.classes.insert(node.computed_class.clone(), next);
+                    next
+                }
+            }
+        });
+        CandidateMeta {
+            id: node.id,
+            class,
+            capacity: node.available(),
+        }
     }
 
     /// Finds the best node for one allocation of `tg`, filling the
@@ -374,12 +421,15 @@ impl Stack {
         };
         info.sync(ctx, &self.job);
         let result = self.select_with(ctx, &mut info, opts);
-        let result = result.map(|mut r| {
-            let resources = r
-                .resources
-                .take()
-                .unwrap_or_else(|| info.ask.template.clone());
-            (r, resources)
+        let result = result.map(|r| {
+            let resources = r.resources.unwrap_or_else(|| info.ask.template.clone());
+            let ranked = RankedNode {
+                node: self.nodes[r.slot].clone(),
+                final_score: r.final_score,
+                scores: r.scores,
+                preempted: r.preempted,
+            };
+            (ranked, resources)
         });
         self.groups[slot].1 = Some(info);
         result
@@ -390,7 +440,7 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-    ) -> Option<RankedNode> {
+    ) -> Option<Scored> {
         let limit = if info.has_soft_preferences() && self.kind != StackKind::System {
             (info.count as usize).max(100)
         } else {
@@ -398,9 +448,9 @@ impl Stack {
         };
         let mut seen = 0usize;
         let mut returned = 0usize;
-        let mut skipped: Vec<RankedNode> = Vec::new();
+        let mut skipped: Vec<Scored> = Vec::new();
         let mut skipped_next = 0usize;
-        let mut best: Option<RankedNode> = None;
+        let mut best: Option<Scored> = None;
         let mut top: Vec<(f64, NodeId, Scores)> = Vec::new();
         while returned < limit {
             let mut option = self.next_ranked(ctx, info, opts, &mut seen);
@@ -453,14 +503,14 @@ impl Stack {
         info: &mut GroupInfo,
         opts: &SelectOptions,
         seen: &mut usize,
-    ) -> Option<RankedNode> {
+    ) -> Option<Scored> {
         let n = self.nodes.len();
         while *seen < n {
-            let node = self.nodes[self.offset].clone();
+            let slot = self.offset;
             self.offset = (self.offset + 1) % n;
             *seen += 1;
             ctx.metrics.evaluate_node();
-            if let Some(ranked) = self.rank_node(ctx, info, opts, node) {
+            if let Some(ranked) = self.rank_node(ctx, info, opts, slot) {
                 return Some(ranked);
             }
         }
@@ -472,10 +522,27 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-        node: Arc<Node>,
-    ) -> Option<RankedNode> {
+        slot: usize,
+    ) -> Option<Scored> {
+        let meta = self.meta[slot];
+        // A cheap handle: the node is only dereferenced on the slow paths.
+        let nodes = std::mem::take(&mut self.nodes);
+        let ranked = self.rank_candidate(ctx, info, opts, slot, meta, &nodes[slot]);
+        self.nodes = nodes;
+        ranked
+    }
+
+    fn rank_candidate(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        opts: &SelectOptions,
+        slot: usize,
+        meta: CandidateMeta,
+        node: &Arc<Node>,
+    ) -> Option<Scored> {
         let escaped = info.feasibility.escaped;
-        let (feasible, first_sight) = info.feasibility.check(&node, &mut self.cache);
+        let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
         if first_sight && !escaped {
             ctx.eligibility
                 .record(&node.computed_class, feasible.is_ok());
@@ -484,20 +551,20 @@ impl Stack {
             ctx.metrics.filter_node(&node.node_class, &label);
             return None;
         }
-        if let Some(reason) = self.placement_conflict(ctx, info, &node) {
+        if let Some(reason) = self.placement_conflict(ctx, info, node) {
             ctx.metrics.filter_node(&node.node_class, &reason);
             return None;
         }
-        let capacity = node.available();
+        let capacity = meta.capacity;
         let (mut util, group_collisions) = {
-            let usage = ctx.usage(&node);
+            let usage = ctx.usage_of(meta.id, node);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
         let mut preempted = Vec::new();
         if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
             let evicted = if opts.preempt {
-                select_preemptions(ctx, &node, self.job.priority, &info.ask.resources)
+                select_preemptions(ctx, node, self.job.priority, &info.ask.resources)
             } else {
                 None
             };
@@ -516,8 +583,8 @@ impl Stack {
         }
         let resources = if info.ask.has_networks() {
             let granted = {
-                let usage = ctx.usage(&node);
-                assign_ports(&info.ask, &node, &usage.ports, &mut self.rng)
+                let usage = ctx.usage_of(meta.id, node);
+                assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
             };
             match granted {
                 Ok(r) => Some(r),
@@ -529,11 +596,12 @@ impl Stack {
         } else {
             None
         };
-        let scores = self.score(ctx, info, opts, &node, &capacity, &util, group_collisions);
-        Some(RankedNode {
+        let scores = self.score(ctx, info, opts, node, &capacity, &util, group_collisions);
+        Some(Scored {
             final_score: scores.final_score(),
             scores,
-            node,
+            slot,
+            id: meta.id,
             resources,
             preempted,
         })
@@ -590,7 +658,7 @@ impl Stack {
             scores.job_anti_affinity =
                 Some(-f64::from(group_collisions + 1) / f64::from(info.count));
         }
-        if opts.penalty_nodes.contains(&node.id) {
+        if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&node.id) {
             scores.reschedule_penalty = Some(-1.0);
         }
         if info.affinity_weight_sum > 0.0 {
@@ -614,11 +682,12 @@ impl Stack {
     }
 }
 
-fn take_skipped(skipped: &mut [RankedNode], next: &mut usize) -> RankedNode {
+fn take_skipped(skipped: &mut [Scored], next: &mut usize) -> Scored {
     let i = *next;
     *next += 1;
-    RankedNode {
-        node: skipped[i].node.clone(),
+    Scored {
+        slot: skipped[i].slot,
+        id: skipped[i].id,
         final_score: skipped[i].final_score,
         scores: skipped[i].scores,
         resources: skipped[i].resources.take(),
@@ -626,7 +695,7 @@ fn take_skipped(skipped: &mut [RankedNode], next: &mut usize) -> RankedNode {
     }
 }
 
-fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &RankedNode) {
+fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
     }
@@ -634,7 +703,7 @@ fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &RankedNode) {
         .iter()
         .position(|t| t.0 < c.final_score)
         .unwrap_or(top.len());
-    top.insert(pos, (c.final_score, c.node.id, c.scores));
+    top.insert(pos, (c.final_score, c.id, c.scores));
     top.truncate(TOP_SCORES);
 }
 
