@@ -223,7 +223,12 @@ impl<'p> GenericScheduler<'p> {
             .map(|p| &p.group)
             .chain(destructive.iter().map(|d| &d.group))
         {
-            *self.queued.entry(g.clone()).or_default() += 1;
+            match self.queued.get_mut(g) {
+                Some(q) => *q += 1,
+                None => {
+                    self.queued.insert(g.clone(), 1);
+                }
+            }
         }
         if let Some(stack) = stack {
             self.compute_placements(eval, job, ctx, stack, destructive, place);

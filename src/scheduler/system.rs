@@ -39,8 +39,8 @@ pub struct SystemScheduler<'p> {
 /// One required group on one node, with the allocation it concerns.
 #[derive(Clone)]
 pub struct AllocTuple {
-    pub name: String,
-    pub group: String,
+    pub name: Arc<str>,
+    pub group: Arc<str>,
     pub node: NodeId,
     pub alloc: Option<Arc<Allocation>>,
 }
@@ -253,8 +253,14 @@ impl<'p> SystemScheduler<'p> {
             return Ok(());
         }
         for t in &diff.place {
-            *self.queued.entry(t.group.clone()).or_default() += 1;
+            match self.queued.get_mut(&*t.group) {
+                Some(q) => *q += 1,
+                None => {
+                    self.queued.insert(t.group.to_string(), 1);
+                }
+            }
         }
+        ctx.reserve_usage(diff.place.len());
         let by_id: FastMap<NodeId, Arc<Node>> = nodes.into_iter().map(|n| (n.id, n)).collect();
         ctx.plan.node_allocation.reserve(diff.place.len());
         self.compute_placements(eval, job, ctx, stack, &diff.place, &by_id, by_dc)
@@ -293,7 +299,7 @@ impl<'p> SystemScheduler<'p> {
             let metrics = Arc::new(std::mem::take(&mut ctx.metrics));
             let mut alloc = template.build(
                 &missing.group,
-                missing.name.clone(),
+                missing.name.to_string(),
                 &ranked,
                 resources,
                 metrics,
@@ -308,7 +314,7 @@ impl<'p> SystemScheduler<'p> {
             if let Some(ann) = ctx.plan.annotations.as_mut() {
                 ann.preempted_allocs
                     .extend(ranked.preempted.iter().map(|a| a.id));
-                if let Some(d) = ann.desired_tg_updates.get_mut(&missing.group) {
+                if let Some(d) = ann.desired_tg_updates.get_mut(&*missing.group) {
                     d.preemptions += ranked.preempted.len() as u64;
                 }
             }
@@ -408,11 +414,14 @@ pub fn diff_system_allocs(
     tainted: &HashMap<NodeId, Option<Arc<Node>>>,
     allocs: &[Arc<Allocation>],
 ) -> SystemDiff {
-    let required: Vec<(String, &TaskGroup)> = job
+    let required: Vec<(Arc<str>, Arc<str>, &TaskGroup)> = job
         .map(|j| {
             j.task_groups
                 .iter()
-                .map(|tg| (system_alloc_name(j, tg), tg))
+                .map(|tg| {
+                    let name = Arc::from(system_alloc_name(j, tg));
+                    (name, Arc::from(tg.name.as_str()), tg)
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -445,12 +454,12 @@ pub fn diff_system_allocs(
         for a in live {
             existing.insert(a.name.as_str());
             let tuple = |a: &Arc<Allocation>| AllocTuple {
-                name: a.name.clone(),
-                group: a.task_group.to_string(),
+                name: Arc::from(a.name.as_str()),
+                group: a.task_group.clone(),
                 node: node_id,
                 alloc: Some(a.clone()),
             };
-            if !required.iter().any(|(name, _)| *name == a.name) {
+            if !required.iter().any(|(name, _, _)| **name == *a.name) {
                 diff.stop.push(tuple(a));
                 continue;
             }
@@ -487,16 +496,16 @@ pub fn diff_system_allocs(
             }
             diff.ignore.push(tuple(a));
         }
-        for (name, tg) in &required {
-            if existing.contains(name.as_str()) {
+        for (name, group, _) in &required {
+            if existing.contains(&**name) {
                 continue;
             }
-            let previous = terminal.get(&(node_id, name.as_str())).copied();
+            let previous = terminal.get(&(node_id, &**name)).copied();
             if sysbatch {
                 if let Some(prev) = previous {
                     let t = AllocTuple {
                         name: name.clone(),
-                        group: tg.name.clone(),
+                        group: group.clone(),
                         node: node_id,
                         alloc: Some(prev.clone()),
                     };
@@ -513,7 +522,7 @@ pub fn diff_system_allocs(
             }
             diff.place.push(AllocTuple {
                 name: name.clone(),
-                group: tg.name.clone(),
+                group: group.clone(),
                 node: node_id,
                 alloc: previous.cloned(),
             });
@@ -529,23 +538,26 @@ fn desired_updates(
     destructive: &[AllocTuple],
 ) -> BTreeMap<String, crate::structs::DesiredUpdates> {
     let mut out: BTreeMap<String, crate::structs::DesiredUpdates> = BTreeMap::new();
+    let mut count = |t: &AllocTuple, field: fn(&mut crate::structs::DesiredUpdates) -> &mut u64| {
+        *field(out.entry(t.group.to_string()).or_default()) += 1;
+    };
     for t in &diff.place {
-        out.entry(t.group.clone()).or_default().place += 1;
+        count(t, |d| &mut d.place);
     }
     for t in diff.stop.iter().chain(&diff.lost) {
-        out.entry(t.group.clone()).or_default().stop += 1;
+        count(t, |d| &mut d.stop);
     }
     for t in &diff.migrate {
-        out.entry(t.group.clone()).or_default().migrate += 1;
+        count(t, |d| &mut d.migrate);
     }
     for t in &diff.ignore {
-        out.entry(t.group.clone()).or_default().ignore += 1;
+        count(t, |d| &mut d.ignore);
     }
     for t in inplace {
-        out.entry(t.group.clone()).or_default().in_place_update += 1;
+        count(t, |d| &mut d.in_place_update);
     }
     for t in destructive {
-        out.entry(t.group.clone()).or_default().destructive_update += 1;
+        count(t, |d| &mut d.destructive_update);
     }
     out
 }
