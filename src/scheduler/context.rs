@@ -138,6 +138,7 @@ impl EvalContext {
     /// Makes room in the usage cache for `n` nodes up front.
     pub fn reserve_usage(&mut self, n: usize) {
         self.usage.reserve(n);
+        self.plan_log.reserve(n);
     }
 
     fn compute_usage(&self, node: &Node) -> NodeUsage {

@@ -46,16 +46,20 @@ pub const MAX_PAST_RESCHEDULE_EVENTS: usize = 5;
 pub fn ready_nodes(state: &dyn State, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
     let mut by_dc = BTreeMap::new();
     let pool = job.node_pool.as_str();
-    let nodes: Vec<Arc<Node>> = state
-        .nodes()
-        .into_iter()
-        .filter(|n| {
-            n.is_schedulable()
-                && datacenter_matches(&job.datacenters, &n.datacenter)
-                && (pool.is_empty() || pool == "all" || node_pool_of(n) == pool)
-        })
-        .inspect(|n| *by_dc.entry(n.datacenter.clone()).or_insert(0) += 1)
-        .collect();
+    let mut nodes = state.nodes();
+    nodes.retain(|n| {
+        n.is_schedulable()
+            && datacenter_matches(&job.datacenters, &n.datacenter)
+            && (pool.is_empty() || pool == "all" || node_pool_of(n) == pool)
+    });
+    for n in &nodes {
+        match by_dc.get_mut(&n.datacenter) {
+            Some(c) => *c += 1,
+            None => {
+                by_dc.insert(n.datacenter.clone(), 1);
+            }
+        }
+    }
     (nodes, by_dc)
 }
 
