@@ -121,12 +121,15 @@ struct Scored {
 
 /// Counts the evaluation job's live allocations per value of a node
 /// attribute (for spread scoring and distinct_property), updated from the
-/// context's plan log rather than recomputed.
+/// context's plan log rather than recomputed. Values are interned so the
+/// per-candidate work is a map lookup by node ID and a vector index.
 struct PropertyCounter {
     attribute: String,
     group: Option<Arc<str>>,
-    counts: HashMap<String, u64>,
-    node_values: FastMap<NodeId, Option<String>>,
+    value_ids: FastMap<String, u32>,
+    values: Vec<String>,
+    counts: Vec<u64>,
+    node_values: FastMap<NodeId, Option<u32>>,
     log_offset: usize,
     initialised: bool,
 }
@@ -136,7 +139,9 @@ impl PropertyCounter {
         PropertyCounter {
             attribute: attribute.to_string(),
             group: group.map(Arc::from),
-            counts: HashMap::new(),
+            value_ids: FastMap::default(),
+            values: Vec::new(),
+            counts: Vec::new(),
             node_values: FastMap::default(),
             log_offset: 0,
             initialised: false,
@@ -152,15 +157,12 @@ impl PropertyCounter {
                 }
             }
         }
-        let log = &ctx.plan_log[self.log_offset..];
-        let changes: Vec<(NodeId, i32)> = log
-            .iter()
-            .filter(|c| self.group_matches(&c.group))
-            .map(|c| (c.node, c.delta))
-            .collect();
+        let start = self.log_offset;
         self.log_offset = ctx.plan_log.len();
-        for (node, delta) in changes {
-            self.add(ctx, node, delta);
+        for change in &ctx.plan_log[start..] {
+            if self.group_matches(&change.group) {
+                self.add(ctx, change.node, change.delta);
+            }
         }
     }
 
@@ -168,25 +170,44 @@ impl PropertyCounter {
         self.group.as_deref().is_none_or(|g| g == group)
     }
 
+    fn intern(&mut self, value: &str) -> u32 {
+        if let Some(id) = self.value_ids.get(value) {
+            return *id;
+        }
+        let id = self.values.len() as u32;
+        self.value_ids.insert(value.to_string(), id);
+        self.values.push(value.to_string());
+        self.counts.push(0);
+        id
+    }
+
+    /// The interned value of the attribute on a node (cached per node).
+    fn value_of(&mut self, id: NodeId, node: &Node) -> Option<u32> {
+        if let Some(v) = self.node_values.get(&id) {
+            return *v;
+        }
+        let value = resolve_target(&self.attribute, node).map(|v| v.into_owned());
+        let interned = value.map(|v| self.intern(&v));
+        self.node_values.insert(id, interned);
+        interned
+    }
+
     fn add(&mut self, ctx: &EvalContext, node: NodeId, delta: i32) {
-        let attribute = &self.attribute;
-        let value = self
-            .node_values
-            .entry(node)
-            .or_insert_with(|| {
-                ctx.state
-                    .node_by_id(&node)
-                    .and_then(|n| resolve_target(attribute, &n).map(|v| v.into_owned()))
-            })
-            .clone();
+        let value = match self.node_values.get(&node) {
+            Some(v) => *v,
+            None => match ctx.state.node_by_id(&node) {
+                Some(n) => self.value_of(node, &n),
+                None => None,
+            },
+        };
         if let Some(v) = value {
-            let c = self.counts.entry(v).or_default();
+            let c = &mut self.counts[v as usize];
             *c = c.saturating_add_signed(i64::from(delta));
         }
     }
 
-    fn count(&self, value: &str) -> u64 {
-        self.counts.get(value).copied().unwrap_or(0)
+    fn count(&self, value: u32) -> u64 {
+        self.counts.get(value as usize).copied().unwrap_or(0)
     }
 }
 
@@ -195,6 +216,8 @@ struct SpreadInfo {
     /// Desired allocations per value; empty means "spread evenly".
     desired: HashMap<String, f64>,
     counter: PropertyCounter,
+    /// `desired` resolved per interned value (`None`: no target matches).
+    desired_by_id: Vec<Option<f64>>,
     /// Least and most allocations on any used value (0 when none), fixed
     /// for the length of one placement.
     min_used: u64,
@@ -247,6 +270,7 @@ impl GroupInfo {
                     weight: f64::from(s.weight),
                     desired,
                     counter: PropertyCounter::new(&s.attribute, Some(&tg.name)),
+                    desired_by_id: Vec::new(),
                     min_used: 0,
                     max_used: 0,
                 }
@@ -276,7 +300,7 @@ impl GroupInfo {
     fn sync(&mut self, ctx: &EvalContext, job: &Job) {
         for s in &mut self.spreads {
             s.counter.sync(ctx, job);
-            let used = s.counter.counts.values().copied().filter(|c| *c > 0);
+            let used = s.counter.counts.iter().copied().filter(|c| *c > 0);
             let (min, max) = used.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
             s.min_used = if max == 0 { 0 } else { min };
             s.max_used = max;
@@ -611,7 +635,7 @@ impl Stack {
     fn placement_conflict(
         &mut self,
         ctx: &mut EvalContext,
-        info: &GroupInfo,
+        info: &mut GroupInfo,
         node: &Node,
     ) -> Option<String> {
         let f = &info.feasibility;
@@ -624,11 +648,11 @@ impl Stack {
                 return Some("distinct_hosts".to_string());
             }
         }
-        for (d, counter) in &info.distinct {
-            let Some(value) = resolve_target(&d.attribute, node) else {
+        for (d, counter) in &mut info.distinct {
+            let Some(value) = counter.value_of(node.id, node) else {
                 return Some(format!("missing property {:?}", d.attribute));
             };
-            if counter.count(&value) >= d.limit {
+            if counter.count(value) >= d.limit {
                 return Some(d.label.clone());
             }
         }
@@ -639,7 +663,7 @@ impl Stack {
     fn score(
         &mut self,
         ctx: &EvalContext,
-        info: &GroupInfo,
+        info: &mut GroupInfo,
         opts: &SelectOptions,
         node: &Node,
         capacity: &ComparableResources,
@@ -719,26 +743,32 @@ fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> b
 
 /// Nomad's spread boost: with targets, how far the value is below its
 /// desired count (weighted); without, how far below the least-used value.
-fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
+fn spread_score(info: &mut GroupInfo, node: &Node) -> f64 {
+    let weight_sum = info.spread_weight_sum;
     let mut total = 0.0;
-    for s in &info.spreads {
-        let Some(value) = resolve_target(&s.counter.attribute, node) else {
+    for s in &mut info.spreads {
+        let Some(value) = s.counter.value_of(node.id, node) else {
             total -= 1.0;
             continue;
         };
         if s.desired.is_empty() {
-            total += even_spread_boost(s, &value);
+            total += even_spread_boost(s, value);
             continue;
         }
-        let used = s.counter.count(&value) as f64 + 1.0;
-        let desired = s
-            .desired
-            .get(value.as_ref())
-            .or_else(|| s.desired.get(IMPLICIT_TARGET));
-        match desired {
-            Some(&d) if d > 0.0 => {
-                let weight = if info.spread_weight_sum > 0.0 {
-                    s.weight / info.spread_weight_sum
+        let used = s.counter.count(value) as f64 + 1.0;
+        while s.desired_by_id.len() <= value as usize {
+            let name = &s.counter.values[s.desired_by_id.len()];
+            let d = s
+                .desired
+                .get(name)
+                .or_else(|| s.desired.get(IMPLICIT_TARGET))
+                .copied();
+            s.desired_by_id.push(d);
+        }
+        match s.desired_by_id[value as usize] {
+            Some(d) if d > 0.0 => {
+                let weight = if weight_sum > 0.0 {
+                    s.weight / weight_sum
                 } else {
                     0.0
                 };
@@ -750,7 +780,7 @@ fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
     total
 }
 
-fn even_spread_boost(s: &SpreadInfo, value: &str) -> f64 {
+fn even_spread_boost(s: &SpreadInfo, value: u32) -> f64 {
     let (min, max) = (s.min_used, s.max_used);
     if max == 0 {
         // Nothing placed yet: every value is as good as any other.
