@@ -128,50 +128,21 @@ impl EvalContext {
     /// As [`usage`](Self::usage) with the ID at hand, so that a cache hit
     /// does not have to touch the node itself.
     pub fn usage_of(&mut self, id: NodeId, node: &Node) -> &NodeUsage {
-        if !self.usage.contains_key(&id) {
-            let usage = self.compute_usage(node);
-            self.usage.insert(id, usage);
+        match self.usage.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(compute_usage(
+                &*self.state,
+                &self.plan,
+                self.job_key.as_ref(),
+                node,
+            )),
         }
-        &self.usage[&id]
     }
 
     /// Makes room in the usage cache for `n` nodes up front.
     pub fn reserve_usage(&mut self, n: usize) {
         self.usage.reserve(n);
         self.plan_log.reserve(n);
-    }
-
-    fn compute_usage(&self, node: &Node) -> NodeUsage {
-        let mut usage = NodeUsage::default();
-        if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
-            usage.ports.extend(ports);
-        }
-        let removed: HashSet<AllocId> = self
-            .plan
-            .node_update
-            .get(&node.id)
-            .into_iter()
-            .chain(self.plan.node_preemptions.get(&node.id))
-            .flatten()
-            .map(|s| s.id)
-            .collect();
-        let planned = self.plan.node_allocation.get(&node.id);
-        let replaced: HashSet<AllocId> = planned.into_iter().flatten().map(|a| a.id).collect();
-        for alloc in self.state.allocs_by_node(&node.id) {
-            if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
-                continue;
-            }
-            add_to_usage(self.job_key.as_ref(), &mut usage, &alloc);
-            if !self.is_job_alloc(&alloc) {
-                usage.others.push(alloc);
-            }
-        }
-        for alloc in planned.into_iter().flatten() {
-            if !alloc.is_terminal() {
-                add_to_usage(self.job_key.as_ref(), &mut usage, alloc);
-            }
-        }
-        usage
     }
 
     fn log(&mut self, alloc: &Allocation, delta: i32) {
@@ -296,4 +267,42 @@ fn add_to_usage(job_key: Option<&(String, String)>, usage: &mut NodeUsage, alloc
             None => usage.job_groups.push((alloc.task_group.clone(), 1)),
         }
     }
+}
+
+/// What a node holds with the plan applied, from the snapshot and the plan.
+fn compute_usage(
+    state: &dyn State,
+    plan: &Plan,
+    job_key: Option<&(String, String)>,
+    node: &Node,
+) -> NodeUsage {
+    let mut usage = NodeUsage::default();
+    if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
+        usage.ports.extend(ports);
+    }
+    let removed: HashSet<AllocId> = plan
+        .node_update
+        .get(&node.id)
+        .into_iter()
+        .chain(plan.node_preemptions.get(&node.id))
+        .flatten()
+        .map(|s| s.id)
+        .collect();
+    let planned = plan.node_allocation.get(&node.id);
+    let replaced: HashSet<AllocId> = planned.into_iter().flatten().map(|a| a.id).collect();
+    for alloc in state.allocs_by_node(&node.id) {
+        if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
+            continue;
+        }
+        add_to_usage(job_key, &mut usage, &alloc);
+        if !is_job_alloc(job_key, &alloc) {
+            usage.others.push(alloc);
+        }
+    }
+    for alloc in planned.into_iter().flatten() {
+        if !alloc.is_terminal() {
+            add_to_usage(job_key, &mut usage, alloc);
+        }
+    }
+    usage
 }

@@ -119,11 +119,27 @@ struct Scored {
     preempted: Vec<Arc<Allocation>>,
 }
 
+const SLOT_UNKNOWN: u32 = u32::MAX;
+const SLOT_MISSING: u32 = u32::MAX - 1;
+
+/// Where a candidate sits in the stack's current candidate list; the
+/// generation changes whenever the list does.
+#[derive(Clone, Copy)]
+struct SlotRef {
+    slot: usize,
+    len: usize,
+    generation: u64,
+}
+
 /// Counts the evaluation job's live allocations per value of a node
 /// attribute (for spread scoring and distinct_property), updated from the
 /// context's plan log rather than recomputed. Values are interned so the
 /// per-candidate work is a map lookup by node ID and a vector index.
 struct PropertyCounter {
+    /// Interned values by candidate slot (see [`SlotRef`]), so repeated
+    /// visits of a candidate do not even hash its ID.
+    slot_values: Vec<u32>,
+    slot_generation: u64,
     attribute: String,
     group: Option<Arc<str>>,
     value_ids: FastMap<String, u32>,
@@ -137,6 +153,8 @@ struct PropertyCounter {
 impl PropertyCounter {
     fn new(attribute: &str, group: Option<&str>) -> Self {
         PropertyCounter {
+            slot_values: Vec::new(),
+            slot_generation: 0,
             attribute: attribute.to_string(),
             group: group.map(Arc::from),
             value_ids: FastMap::default(),
@@ -190,6 +208,24 @@ impl PropertyCounter {
         let interned = value.map(|v| self.intern(&v));
         self.node_values.insert(id, interned);
         interned
+    }
+
+    /// The interned value for the candidate at `at`.
+    fn value_at(&mut self, at: SlotRef, node: &Node) -> Option<u32> {
+        if self.slot_generation != at.generation || self.slot_values.len() != at.len {
+            self.slot_generation = at.generation;
+            self.slot_values.clear();
+            self.slot_values.resize(at.len, SLOT_UNKNOWN);
+        }
+        match self.slot_values[at.slot] {
+            SLOT_UNKNOWN => {
+                let v = self.value_of(node.id, node);
+                self.slot_values[at.slot] = v.unwrap_or(SLOT_MISSING);
+                v
+            }
+            SLOT_MISSING => None,
+            v => Some(v),
+        }
     }
 
     fn add(&mut self, ctx: &EvalContext, node: NodeId, delta: i32) {
@@ -333,6 +369,8 @@ pub struct Stack {
     preemption: bool,
     nodes: Vec<Arc<Node>>,
     meta: Vec<CandidateMeta>,
+    /// Bumped whenever the candidate list changes.
+    generation: u64,
     /// Computed classes seen in this evaluation, numbered.
     classes: FastMap<String, u32>,
     offset: usize,
@@ -353,6 +391,7 @@ impl Stack {
             job,
             nodes: Vec::new(),
             meta: Vec::new(),
+            generation: 0,
             classes: FastMap::default(),
             offset: 0,
             base_limit: 2,
@@ -369,6 +408,7 @@ impl Stack {
     /// Restricts the candidates to one node (system placements and
     /// in-place checks), reusing the candidate list.
     pub fn set_single_node(&mut self, node: Arc<Node>) {
+        self.generation += 1;
         self.meta.clear();
         let meta = self.candidate_meta(&node);
         self.meta.push(meta);
@@ -392,6 +432,7 @@ impl Stack {
             StackKind::Service => ((n.max(1) as f64).log2().ceil() as usize).max(2),
             StackKind::System => usize::MAX,
         };
+        self.generation += 1;
         self.meta = nodes.iter().map(|n| self.candidate_meta(n)).collect();
         self.nodes = nodes;
         self.offset = 0;
@@ -565,6 +606,11 @@ impl Stack {
         meta: CandidateMeta,
         node: &Arc<Node>,
     ) -> Option<Scored> {
+        let at = SlotRef {
+            slot,
+            len: self.meta.len(),
+            generation: self.generation,
+        };
         let escaped = info.feasibility.escaped;
         let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
         if first_sight && !escaped {
@@ -575,7 +621,7 @@ impl Stack {
             ctx.metrics.filter_node(&node.node_class, &label);
             return None;
         }
-        if let Some(reason) = self.placement_conflict(ctx, info, node) {
+        if let Some(reason) = self.placement_conflict(ctx, info, node, at) {
             ctx.metrics.filter_node(&node.node_class, &reason);
             return None;
         }
@@ -620,7 +666,7 @@ impl Stack {
         } else {
             None
         };
-        let scores = self.score(ctx, info, opts, node, &capacity, &util, group_collisions);
+        let scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
         Some(Scored {
             final_score: scores.final_score(),
             scores,
@@ -637,6 +683,7 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         node: &Node,
+        at: SlotRef,
     ) -> Option<String> {
         let f = &info.feasibility;
         if f.distinct_hosts_job || f.distinct_hosts_group {
@@ -649,7 +696,7 @@ impl Stack {
             }
         }
         for (d, counter) in &mut info.distinct {
-            let Some(value) = counter.value_of(node.id, node) else {
+            let Some(value) = counter.value_at(at, node) else {
                 return Some(format!("missing property {:?}", d.attribute));
             };
             if counter.count(value) >= d.limit {
@@ -662,15 +709,14 @@ impl Stack {
     #[allow(clippy::too_many_arguments)]
     fn score(
         &mut self,
-        ctx: &EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
         node: &Node,
+        at: SlotRef,
         capacity: &ComparableResources,
         util: &ComparableResources,
         group_collisions: u32,
     ) -> Scores {
-        let _ = ctx;
         let mut scores = Scores {
             binpack: fit_score(self.algorithm, capacity, util),
             ..Default::default()
@@ -697,7 +743,7 @@ impl Stack {
             }
         }
         if !info.spreads.is_empty() {
-            let total = spread_score(info, node);
+            let total = spread_score(info, node, at);
             if total != 0.0 {
                 scores.spread = Some(total);
             }
@@ -743,11 +789,11 @@ fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> b
 
 /// Nomad's spread boost: with targets, how far the value is below its
 /// desired count (weighted); without, how far below the least-used value.
-fn spread_score(info: &mut GroupInfo, node: &Node) -> f64 {
+fn spread_score(info: &mut GroupInfo, node: &Node, at: SlotRef) -> f64 {
     let weight_sum = info.spread_weight_sum;
     let mut total = 0.0;
     for s in &mut info.spreads {
-        let Some(value) = s.counter.value_of(node.id, node) else {
+        let Some(value) = s.counter.value_at(at, node) else {
             total -= 1.0;
             continue;
         };
