@@ -1018,3 +1018,33 @@ fn replacement_for_lost_alloc_keeps_its_name_and_count() {
     assert_eq!(s.names(&j), vec!["web.web[0]", "web.web[1]"]);
     assert!(s.live(&j).iter().all(|a| a.node_id == extra.id));
 }
+
+#[test]
+fn placement_quality_at_scale_anti_affinity() {
+    let mut s = Scenario::new();
+    s.add_nodes(200);
+    let (j, _) = s.register(job(JobType::Service, 200));
+    let per_node = s.per_node(&j);
+    assert_eq!(s.live(&j).len(), 200);
+    let max = per_node.values().copied().max().unwrap_or(0);
+    assert!(max <= 2, "{max} on one node");
+    assert!(per_node.len() >= 150, "only {} nodes used", per_node.len());
+}
+
+#[test]
+fn placement_quality_at_scale_spread() {
+    let mut s = Scenario::new();
+    for i in 0..200 {
+        s.add_node(rack_node(&format!("r{}", i % 10)));
+    }
+    let mut j = job(JobType::Service, 100);
+    j.task_groups[0].spreads.push(Spread {
+        attribute: "${meta.rack}".into(),
+        weight: 100,
+        spread_target: vec![],
+    });
+    let (j, _) = s.register(j);
+    let counts = rack_counts(&s, &j);
+    assert_eq!(counts.len(), 10);
+    assert!(counts.values().all(|c| (9..=11).contains(c)), "{counts:?}");
+}
