@@ -188,6 +188,7 @@ fn bench_eval(
                 if apply {
                     let mut h = Harness::with_state(state);
                     h.now = NOW;
+                    h.record_plans = false;
                     h.process(&eval).expect("process");
                     // Returned so it is dropped after the timer stops.
                     (Some(h), None)
