@@ -217,6 +217,16 @@ impl EvalContext {
         self.plan.push_alloc(alloc);
     }
 
+    /// Plans a brand-new allocation (a fresh ID, so it cannot be an
+    /// in-place update and the snapshot need not be asked).
+    pub fn place_new_alloc(&mut self, alloc: Allocation) {
+        if let Some(usage) = self.usage.get_mut(&alloc.node_id) {
+            add_to_usage(self.job_key.as_ref(), usage, &alloc);
+        }
+        self.log(&alloc, 1);
+        self.plan.push_alloc(alloc);
+    }
+
     /// Plans the eviction of a lower-priority allocation for `by`.
     pub fn preempt_alloc(&mut self, alloc: &Allocation, by: AllocId) {
         self.plan

@@ -305,7 +305,7 @@ impl<'p> GenericScheduler<'p> {
                         }
                     }
                     apply_preemptions(ctx, &ranked, &mut alloc);
-                    ctx.place_alloc(alloc);
+                    ctx.place_new_alloc(alloc);
                 }
                 None => {
                     let mut metrics = metrics;

@@ -318,7 +318,7 @@ impl<'p> SystemScheduler<'p> {
                     d.preemptions += ranked.preempted.len() as u64;
                 }
             }
-            ctx.place_alloc(alloc);
+            ctx.place_new_alloc(alloc);
         }
         Ok(())
     }
