@@ -554,8 +554,8 @@ pub fn set_status(
     Ok(())
 }
 
-/// Whether node status allows the node to keep work (used by the system
-/// scheduler for nodes not ready but not tainted either).
+/// A node that is not ready or not eligible but not tainted either: the
+/// system scheduler leaves its allocations alone rather than stopping them.
 pub fn node_not_ready(node: &Node) -> bool {
     node.status != NodeStatus::Ready
         || node.scheduling_eligibility != crate::structs::SchedulingEligibility::Eligible
