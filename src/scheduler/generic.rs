@@ -207,6 +207,12 @@ impl<'p> GenericScheduler<'p> {
             ctx.place_alloc(a);
         }
         let Some(job) = job.filter(|j| !j.stop) else {
+            // A stopped (not purged) job has nothing queued.
+            if let Some(job) = job {
+                for tg in &job.task_groups {
+                    self.queued.insert(tg.name.clone(), 0);
+                }
+            }
             return Ok(None);
         };
         if place.is_empty() && destructive.is_empty() {

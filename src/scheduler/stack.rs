@@ -64,6 +64,9 @@ pub struct Scores {
     pub reschedule_penalty: Option<f64>,
     pub node_affinity: Option<f64>,
     pub spread: Option<f64>,
+    /// Set when the placement evicts allocations: fewer and lower-priority
+    /// evictions score higher.
+    pub preemption: Option<f64>,
 }
 
 impl Scores {
@@ -74,6 +77,7 @@ impl Scores {
             self.reschedule_penalty,
             self.node_affinity,
             self.spread,
+            self.preemption,
         ];
         let present: Vec<f64> = parts.into_iter().flatten().collect();
         present.iter().sum::<f64>() / present.len() as f64
@@ -87,6 +91,7 @@ impl Scores {
             ("node-reschedule-penalty", self.reschedule_penalty),
             ("node-affinity", self.node_affinity),
             ("allocation-spread", self.spread),
+            ("preemption", self.preemption),
         ];
         for (name, v) in named {
             if let Some(v) = v {
@@ -666,7 +671,11 @@ impl Stack {
         } else {
             None
         };
-        let scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
+        let mut scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
+        if !preempted.is_empty() {
+            let priorities: Vec<i32> = preempted.iter().map(|a| ctx.job_priority(a)).collect();
+            scores.preemption = Some(preemption_score(&priorities));
+        }
         Some(Scored {
             final_score: scores.final_score(),
             scores,
@@ -842,4 +851,14 @@ fn even_spread_boost(s: &SpreadInfo, value: u32) -> f64 {
         return -1.0;
     }
     (max - min) as f64 / min as f64
+}
+
+/// Nomad's preemption score: a logistic curve over the "net priority" of
+/// the evicted allocations (the highest priority plus the sum relative to
+/// it), 0.5 at a net priority of 2,048 and falling as it grows.
+fn preemption_score(priorities: &[i32]) -> f64 {
+    let max = priorities.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let sum: f64 = priorities.iter().map(|p| f64::from(*p)).sum();
+    let net = max + sum / max;
+    1.0 / (1.0 + (0.0048 * (net - 2048.0)).exp())
 }

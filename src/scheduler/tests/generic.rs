@@ -1048,3 +1048,32 @@ fn placement_quality_at_scale_spread() {
     assert_eq!(counts.len(), 10);
     assert!(counts.values().all(|c| (9..=11).contains(c)), "{counts:?}");
 }
+
+#[test]
+fn preemption_prefers_evicting_lower_priority_work() {
+    let mut s = Scenario::new();
+    s.h.state.set_scheduler_config(SchedulerConfiguration {
+        preemption_config: PreemptionConfig {
+            service_scheduler_enabled: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let a = s.add_node(node());
+    let b = s.add_node(node());
+    for (id, prio, n) in [("low", 10, &a), ("mid", 60, &b)] {
+        let mut f = filler_job(id, prio, 3500);
+        f.constraints
+            .push(Constraint::new("${node.unique.id}", "=", &n.id.to_string()));
+        s.register(f);
+    }
+    let (high, _) = s.register(filler_job("high", 90, 1000));
+    let placed = s.live(&high);
+    assert_eq!(placed.len(), 1);
+    assert_eq!(
+        placed[0].node_id, a.id,
+        "the priority-10 allocation is evicted"
+    );
+    let scores = &placed[0].metrics.as_ref().unwrap().score_meta_data[0].scores;
+    assert!(scores.contains_key("preemption"));
+}
