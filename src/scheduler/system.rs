@@ -42,6 +42,8 @@ pub struct AllocTuple {
     pub name: Arc<str>,
     pub group: Arc<str>,
     pub node: NodeId,
+    /// The node itself when it is eligible (where placements may go).
+    pub target: Option<Arc<Node>>,
     pub alloc: Option<Arc<Allocation>>,
 }
 
@@ -261,9 +263,9 @@ impl<'p> SystemScheduler<'p> {
             }
         }
         ctx.reserve_usage(diff.place.len());
-        let by_id: FastMap<NodeId, Arc<Node>> = nodes.into_iter().map(|n| (n.id, n)).collect();
+        drop(nodes);
         ctx.plan.node_allocation.reserve(diff.place.len());
-        self.compute_placements(eval, job, ctx, stack, &diff.place, &by_id, by_dc)
+        self.compute_placements(eval, job, ctx, stack, &diff.place, by_dc)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -274,7 +276,6 @@ impl<'p> SystemScheduler<'p> {
         ctx: &mut EvalContext,
         stack: &mut Stack,
         place: &[AllocTuple],
-        nodes: &FastMap<NodeId, Arc<Node>>,
         by_dc: &BTreeMap<String, u64>,
     ) -> Result<(), SchedulerError> {
         let template = AllocTemplate::new(job, eval);
@@ -283,7 +284,7 @@ impl<'p> SystemScheduler<'p> {
             preempt: stack.preemption_enabled(),
         };
         for missing in place {
-            let Some(node) = nodes.get(&missing.node) else {
+            let Some(node) = &missing.target else {
                 continue;
             };
             let Some(tg) = job.lookup_task_group(&missing.group) else {
@@ -425,7 +426,6 @@ pub fn diff_system_allocs(
                 .collect()
         })
         .unwrap_or_default();
-    let eligible_ids: FastMap<NodeId, ()> = eligible.iter().map(|n| (n.id, ())).collect();
     let mut live_by_node: FastMap<NodeId, Vec<&Arc<Allocation>>> = FastMap::default();
     let mut terminal: HashMap<(NodeId, &str), &Arc<Allocation>> = HashMap::new();
     for a in allocs {
@@ -439,93 +439,100 @@ pub fn diff_system_allocs(
         }
     }
     let mut diff = SystemDiff::default();
-    let mut node_ids: Vec<NodeId> = eligible.iter().map(|n| n.id).collect();
-    let mut extra: Vec<NodeId> = live_by_node
-        .keys()
-        .filter(|id| !eligible_ids.contains_key(id))
-        .copied()
-        .collect();
-    extra.sort_unstable();
-    node_ids.extend(extra);
     let job_version = job.map_or(0, |j| j.version);
-    for node_id in node_ids {
-        let live = live_by_node.remove(&node_id).unwrap_or_default();
-        let mut existing: HashSet<&str> = HashSet::new();
-        for a in live {
-            existing.insert(a.name.as_str());
-            let tuple = |a: &Arc<Allocation>| AllocTuple {
-                name: Arc::from(a.name.as_str()),
-                group: a.task_group.clone(),
-                node: node_id,
-                alloc: Some(a.clone()),
-            };
-            if !required.iter().any(|(name, _, _)| **name == *a.name) {
-                diff.stop.push(tuple(a));
-                continue;
-            }
-            if a.desired_transition.should_migrate() {
-                diff.migrate.push(tuple(a));
-                continue;
-            }
-            if let Some(node) = tainted.get(&node_id) {
-                if sysbatch && a.ran_successfully() {
-                    diff.ignore.push(tuple(a));
-                } else if node_is_lost(node) {
-                    diff.lost.push(tuple(a));
-                } else {
-                    diff.ignore.push(tuple(a));
-                }
-                continue;
-            }
-            if !eligible_ids.contains_key(&node_id) {
-                // Kept on nodes that are merely not ready or ineligible;
-                // stopped on nodes the job no longer targets.
-                let not_ready = state
-                    .node_by_id(&node_id)
-                    .is_some_and(|n| node_not_ready(&n));
-                if not_ready {
-                    diff.ignore.push(tuple(a));
-                } else {
+    // Eligible nodes first; then the nodes that still hold live allocations
+    // but are not eligible (what is left in `live_by_node` by then).
+    for phase in 0..2 {
+        let visits: Vec<(NodeId, Option<&Arc<Node>>)> = if phase == 0 {
+            eligible.iter().map(|n| (n.id, Some(n))).collect()
+        } else {
+            let mut extra: Vec<NodeId> = live_by_node.keys().copied().collect();
+            extra.sort_unstable();
+            extra.into_iter().map(|id| (id, None)).collect()
+        };
+        for (node_id, target) in visits {
+            let is_eligible = target.is_some();
+            let live = live_by_node.remove(&node_id).unwrap_or_default();
+            let mut existing: HashSet<&str> = HashSet::new();
+            for a in live {
+                existing.insert(a.name.as_str());
+                let tuple = |a: &Arc<Allocation>| AllocTuple {
+                    name: Arc::from(a.name.as_str()),
+                    group: a.task_group.clone(),
+                    node: node_id,
+                    target: target.cloned(),
+                    alloc: Some(a.clone()),
+                };
+                if !required.iter().any(|(name, _, _)| **name == *a.name) {
                     diff.stop.push(tuple(a));
+                    continue;
                 }
-                continue;
-            }
-            if a.job_version != job_version {
-                diff.update.push(tuple(a));
-                continue;
-            }
-            diff.ignore.push(tuple(a));
-        }
-        for (name, group, _) in &required {
-            if existing.contains(&**name) {
-                continue;
-            }
-            let previous = terminal.get(&(node_id, &**name)).copied();
-            if sysbatch {
-                if let Some(prev) = previous {
-                    let t = AllocTuple {
-                        name: name.clone(),
-                        group: group.clone(),
-                        node: node_id,
-                        alloc: Some(prev.clone()),
-                    };
-                    if prev.job_version != job_version {
-                        diff.update.push(t);
+                if a.desired_transition.should_migrate() {
+                    diff.migrate.push(tuple(a));
+                    continue;
+                }
+                if let Some(node) = tainted.get(&node_id) {
+                    if sysbatch && a.ran_successfully() {
+                        diff.ignore.push(tuple(a));
+                    } else if node_is_lost(node) {
+                        diff.lost.push(tuple(a));
                     } else {
-                        diff.ignore.push(t);
+                        diff.ignore.push(tuple(a));
                     }
                     continue;
                 }
+                if !is_eligible {
+                    // Kept on nodes that are merely not ready or ineligible;
+                    // stopped on nodes the job no longer targets.
+                    let not_ready = state
+                        .node_by_id(&node_id)
+                        .is_some_and(|n| node_not_ready(&n));
+                    if not_ready {
+                        diff.ignore.push(tuple(a));
+                    } else {
+                        diff.stop.push(tuple(a));
+                    }
+                    continue;
+                }
+                if a.job_version != job_version {
+                    diff.update.push(tuple(a));
+                    continue;
+                }
+                diff.ignore.push(tuple(a));
             }
-            if tainted.contains_key(&node_id) || !eligible_ids.contains_key(&node_id) {
-                continue;
+            for (name, group, _) in &required {
+                if existing.contains(&**name) {
+                    continue;
+                }
+                let previous = terminal.get(&(node_id, &**name)).copied();
+                if sysbatch {
+                    if let Some(prev) = previous {
+                        let t = AllocTuple {
+                            name: name.clone(),
+                            group: group.clone(),
+                            node: node_id,
+                            target: target.cloned(),
+                            alloc: Some(prev.clone()),
+                        };
+                        if prev.job_version != job_version {
+                            diff.update.push(t);
+                        } else {
+                            diff.ignore.push(t);
+                        }
+                        continue;
+                    }
+                }
+                if tainted.contains_key(&node_id) || !is_eligible {
+                    continue;
+                }
+                diff.place.push(AllocTuple {
+                    name: name.clone(),
+                    group: group.clone(),
+                    node: node_id,
+                    target: target.cloned(),
+                    alloc: previous.cloned(),
+                });
             }
-            diff.place.push(AllocTuple {
-                name: name.clone(),
-                group: group.clone(),
-                node: node_id,
-                alloc: previous.cloned(),
-            });
         }
     }
     diff
