@@ -311,6 +311,13 @@ impl<'p> GenericScheduler<'p> {
                         }
                     }
                     apply_preemptions(ctx, &ranked, &mut alloc);
+                    if let Some(ann) = ctx.plan.annotations.as_mut() {
+                        ann.preempted_allocs
+                            .extend(ranked.preempted.iter().map(|a| a.id));
+                        if let Some(d) = ann.desired_tg_updates.get_mut(&group) {
+                            d.preemptions += ranked.preempted.len() as u64;
+                        }
+                    }
                     ctx.place_new_alloc(alloc);
                 }
                 None => {

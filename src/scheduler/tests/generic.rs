@@ -1077,3 +1077,24 @@ fn preemption_prefers_evicting_lower_priority_work() {
     let scores = &placed[0].metrics.as_ref().unwrap().score_meta_data[0].scores;
     assert!(scores.contains_key("preemption"));
 }
+
+#[test]
+fn annotated_plan_counts_preemptions() {
+    let mut s = Scenario::new();
+    s.h.state.set_scheduler_config(SchedulerConfiguration {
+        preemption_config: PreemptionConfig {
+            service_scheduler_enabled: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    s.add_node(node());
+    let (low, _) = s.register(filler_job("low", 20, 3500));
+    let high = s.upsert_job(filler_job("high", 80, 1000));
+    let mut eval = Evaluation::for_job(&high, TriggeredBy::JobRegister, NOW);
+    eval.annotate_plan = true;
+    s.process(&eval);
+    let ann = s.h.plans.last().unwrap().annotations.clone().unwrap();
+    assert_eq!(ann.desired_tg_updates["web"].preemptions, 1);
+    assert_eq!(ann.preempted_allocs, vec![s.all(&low)[0].id]);
+}
