@@ -122,44 +122,27 @@ impl EvalContext {
 
     /// What the node would hold with the plan applied (computed on first use).
     pub fn usage(&mut self, node: &Node) -> &NodeUsage {
-        if !self.usage.contains_key(&node.id) {
-            let usage = self.compute_usage(node);
-            self.usage.insert(node.id, usage);
-        }
-        &self.usage[&node.id]
+        self.usage_of(node.id, node)
     }
 
-    fn compute_usage(&self, node: &Node) -> NodeUsage {
-        let mut usage = NodeUsage::default();
-        if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
-            usage.ports.extend(ports);
+    /// As [`usage`](Self::usage) with the ID at hand, so that a cache hit
+    /// does not have to touch the node itself.
+    pub fn usage_of(&mut self, id: NodeId, node: &Node) -> &NodeUsage {
+        match self.usage.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(compute_usage(
+                &*self.state,
+                &self.plan,
+                self.job_key.as_ref(),
+                node,
+            )),
         }
-        let removed: HashSet<AllocId> = self
-            .plan
-            .node_update
-            .get(&node.id)
-            .into_iter()
-            .chain(self.plan.node_preemptions.get(&node.id))
-            .flatten()
-            .map(|s| s.id)
-            .collect();
-        let planned = self.plan.node_allocation.get(&node.id);
-        let replaced: HashSet<AllocId> = planned.into_iter().flatten().map(|a| a.id).collect();
-        for alloc in self.state.allocs_by_node(&node.id) {
-            if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
-                continue;
-            }
-            add_to_usage(self.job_key.as_ref(), &mut usage, &alloc);
-            if !self.is_job_alloc(&alloc) {
-                usage.others.push(alloc);
-            }
-        }
-        for alloc in planned.into_iter().flatten() {
-            if !alloc.is_terminal() {
-                add_to_usage(self.job_key.as_ref(), &mut usage, alloc);
-            }
-        }
-        usage
+    }
+
+    /// Makes room in the usage cache for `n` nodes up front.
+    pub fn reserve_usage(&mut self, n: usize) {
+        self.usage.reserve(n);
+        self.plan_log.reserve(n);
     }
 
     fn log(&mut self, alloc: &Allocation, delta: i32) {
@@ -234,6 +217,16 @@ impl EvalContext {
         self.plan.push_alloc(alloc);
     }
 
+    /// Plans a brand-new allocation (a fresh ID, so it cannot be an
+    /// in-place update and the snapshot need not be asked).
+    pub fn place_new_alloc(&mut self, alloc: Allocation) {
+        if let Some(usage) = self.usage.get_mut(&alloc.node_id) {
+            add_to_usage(self.job_key.as_ref(), usage, &alloc);
+        }
+        self.log(&alloc, 1);
+        self.plan.push_alloc(alloc);
+    }
+
     /// Plans the eviction of a lower-priority allocation for `by`.
     pub fn preempt_alloc(&mut self, alloc: &Allocation, by: AllocId) {
         self.plan
@@ -284,4 +277,42 @@ fn add_to_usage(job_key: Option<&(String, String)>, usage: &mut NodeUsage, alloc
             None => usage.job_groups.push((alloc.task_group.clone(), 1)),
         }
     }
+}
+
+/// What a node holds with the plan applied, from the snapshot and the plan.
+fn compute_usage(
+    state: &dyn State,
+    plan: &Plan,
+    job_key: Option<&(String, String)>,
+    node: &Node,
+) -> NodeUsage {
+    let mut usage = NodeUsage::default();
+    if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
+        usage.ports.extend(ports);
+    }
+    let removed: HashSet<AllocId> = plan
+        .node_update
+        .get(&node.id)
+        .into_iter()
+        .chain(plan.node_preemptions.get(&node.id))
+        .flatten()
+        .map(|s| s.id)
+        .collect();
+    let planned = plan.node_allocation.get(&node.id);
+    let replaced: HashSet<AllocId> = planned.into_iter().flatten().map(|a| a.id).collect();
+    for alloc in state.allocs_by_node(&node.id) {
+        if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
+            continue;
+        }
+        add_to_usage(job_key, &mut usage, &alloc);
+        if !is_job_alloc(job_key, &alloc) {
+            usage.others.push(alloc);
+        }
+    }
+    for alloc in planned.into_iter().flatten() {
+        if !alloc.is_terminal() {
+            add_to_usage(job_key, &mut usage, alloc);
+        }
+    }
+    usage
 }

@@ -9,7 +9,6 @@
 //! `distinct_property` depend on where the job already runs, so they are
 //! checked by the stack against the plan, not here.
 
-use super::util::FastMap;
 use crate::structs::job::operand;
 use crate::structs::version::VersionConstraint;
 use crate::structs::{Constraint, Job, Node, TaskGroup};
@@ -173,7 +172,8 @@ pub struct GroupFeasibility {
     /// `distinct_hosts` on the group: one allocation of the group per node.
     pub distinct_hosts_group: bool,
     pub distinct_properties: Vec<DistinctProperty>,
-    class_cache: FastMap<String, Result<(), Arc<str>>>,
+    /// Results per interned class number (see the stack's class table).
+    class_cache: Vec<Option<Result<(), Arc<str>>>>,
 }
 
 const MISSING_DRIVERS: &str = "missing drivers";
@@ -189,7 +189,7 @@ impl GroupFeasibility {
             distinct_hosts_job: false,
             distinct_hosts_group: false,
             distinct_properties: Vec::new(),
-            class_cache: FastMap::default(),
+            class_cache: Vec::new(),
         };
         let scoped = job
             .constraints
@@ -236,21 +236,29 @@ impl GroupFeasibility {
     /// the group does not escape it. `Err` names the failed constraint; the
     /// flag says the node's class was checked for the first time (so its
     /// eligibility is news).
+    /// `class` is the node's interned computed class (`None` when it has
+    /// none).
     pub fn check(
         &mut self,
         node: &Node,
+        class: Option<u32>,
         cache: &mut ConstraintCache,
     ) -> (Result<(), Arc<str>>, bool) {
-        if !self.escaped && !node.computed_class.is_empty() {
-            if let Some(r) = self.class_cache.get(&node.computed_class) {
-                return (r.clone(), false);
+        match class {
+            Some(class) if !self.escaped => {
+                let slot = class as usize;
+                if let Some(Some(r)) = self.class_cache.get(slot) {
+                    return (r.clone(), false);
+                }
+                let r = self.check_uncached(node, cache);
+                if self.class_cache.len() <= slot {
+                    self.class_cache.resize(slot + 1, None);
+                }
+                self.class_cache[slot] = Some(r.clone());
+                (r, true)
             }
-            let r = self.check_uncached(node, cache);
-            self.class_cache
-                .insert(node.computed_class.clone(), r.clone());
-            return (r, true);
+            _ => (self.check_uncached(node, cache), false),
         }
-        (self.check_uncached(node, cache), false)
     }
 
     fn check_uncached(&self, node: &Node, cache: &mut ConstraintCache) -> Result<(), Arc<str>> {

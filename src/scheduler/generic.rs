@@ -207,6 +207,12 @@ impl<'p> GenericScheduler<'p> {
             ctx.place_alloc(a);
         }
         let Some(job) = job.filter(|j| !j.stop) else {
+            // A stopped (not purged) job has nothing queued.
+            if let Some(job) = job {
+                for tg in &job.task_groups {
+                    self.queued.insert(tg.name.clone(), 0);
+                }
+            }
             return Ok(None);
         };
         if place.is_empty() && destructive.is_empty() {
@@ -223,7 +229,12 @@ impl<'p> GenericScheduler<'p> {
             .map(|p| &p.group)
             .chain(destructive.iter().map(|d| &d.group))
         {
-            *self.queued.entry(g.clone()).or_default() += 1;
+            match self.queued.get_mut(g) {
+                Some(q) => *q += 1,
+                None => {
+                    self.queued.insert(g.clone(), 1);
+                }
+            }
         }
         if let Some(stack) = stack {
             self.compute_placements(eval, job, ctx, stack, destructive, place);
@@ -241,6 +252,7 @@ impl<'p> GenericScheduler<'p> {
         place: Vec<PlaceRequest>,
     ) {
         let (nodes, by_dc) = ready_nodes(&*ctx.state, job);
+        ctx.reserve_usage(nodes.len().min(32 * (place.len() + destructive.len())));
         stack.set_nodes(nodes);
         let template = AllocTemplate::new(job, eval);
         let requests = destructive
@@ -299,7 +311,14 @@ impl<'p> GenericScheduler<'p> {
                         }
                     }
                     apply_preemptions(ctx, &ranked, &mut alloc);
-                    ctx.place_alloc(alloc);
+                    if let Some(ann) = ctx.plan.annotations.as_mut() {
+                        ann.preempted_allocs
+                            .extend(ranked.preempted.iter().map(|a| a.id));
+                        if let Some(d) = ann.desired_tg_updates.get_mut(&group) {
+                            d.preemptions += ranked.preempted.len() as u64;
+                        }
+                    }
+                    ctx.place_new_alloc(alloc);
                 }
                 None => {
                     let mut metrics = metrics;

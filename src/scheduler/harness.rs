@@ -10,7 +10,6 @@ use super::{new_scheduler, Planner, PlannerError, SchedulerError};
 use crate::structs::{AllocStop, Evaluation, Plan, PlanResult};
 use std::sync::Arc;
 
-#[derive(Default)]
 pub struct Harness {
     pub state: HarnessState,
     /// Every plan submitted, in order.
@@ -26,6 +25,24 @@ pub struct Harness {
     pub reject_plans: bool,
     /// The time given to schedulers (Unix nanoseconds).
     pub now: i64,
+    /// Keep a copy of every submitted plan in `plans` (on by default; the
+    /// benches turn it off so only the state write is measured).
+    pub record_plans: bool,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Harness {
+            state: HarnessState::default(),
+            plans: Vec::new(),
+            evals: Vec::new(),
+            create_evals: Vec::new(),
+            reblock_evals: Vec::new(),
+            reject_plans: false,
+            now: 0,
+            record_plans: true,
+        }
+    }
 }
 
 impl Harness {
@@ -60,7 +77,7 @@ impl Harness {
 
     /// Applies a plan to the state as the plan applier would after
     /// verification, returning what was committed.
-    pub fn apply_plan(&mut self, plan: &Plan) -> PlanResult {
+    pub fn apply_plan(&mut self, plan: Plan) -> PlanResult {
         let index = self.state.latest_index() + 1;
         let mut changed = Vec::new();
         for stop in plan
@@ -85,9 +102,9 @@ impl Harness {
         }
         self.state.upsert_allocs(changed);
         PlanResult {
-            node_update: plan.node_update.clone(),
-            node_allocation: plan.node_allocation.clone(),
-            node_preemptions: plan.node_preemptions.clone(),
+            node_update: plan.node_update,
+            node_allocation: plan.node_allocation,
+            node_preemptions: plan.node_preemptions,
             refresh_index: 0,
             alloc_index: index,
             rejected_nodes: Vec::new(),
@@ -121,11 +138,15 @@ impl Planner for Harness {
                 rejected_nodes: plan.nodes().collect(),
                 ..Default::default()
             };
-            self.plans.push(plan);
+            if self.record_plans {
+                self.plans.push(plan);
+            }
             return Ok((result, Some(self.snapshot())));
         }
-        let result = self.apply_plan(&plan);
-        self.plans.push(plan);
+        if self.record_plans {
+            self.plans.push(plan.clone());
+        }
+        let result = self.apply_plan(plan);
         Ok((result, None))
     }
 

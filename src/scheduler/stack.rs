@@ -64,6 +64,9 @@ pub struct Scores {
     pub reschedule_penalty: Option<f64>,
     pub node_affinity: Option<f64>,
     pub spread: Option<f64>,
+    /// Set when the placement evicts allocations: fewer and lower-priority
+    /// evictions score higher.
+    pub preemption: Option<f64>,
 }
 
 impl Scores {
@@ -74,6 +77,7 @@ impl Scores {
             self.reschedule_penalty,
             self.node_affinity,
             self.spread,
+            self.preemption,
         ];
         let present: Vec<f64> = parts.into_iter().flatten().collect();
         present.iter().sum::<f64>() / present.len() as f64
@@ -87,6 +91,7 @@ impl Scores {
             ("node-reschedule-penalty", self.reschedule_penalty),
             ("node-affinity", self.node_affinity),
             ("allocation-spread", self.spread),
+            ("preemption", self.preemption),
         ];
         for (name, v) in named {
             if let Some(v) = v {
@@ -103,20 +108,49 @@ pub struct RankedNode {
     pub node: Arc<Node>,
     pub final_score: f64,
     pub scores: Scores,
-    /// Set when ports had to be assigned; otherwise the group's template.
-    resources: Option<AllocatedResources>,
     /// Allocations to evict for this placement.
     pub preempted: Vec<Arc<Allocation>>,
 }
 
+/// A candidate that is feasible and fits, with its scores.
+struct Scored {
+    /// Position of the node in the candidate list.
+    slot: usize,
+    id: NodeId,
+    final_score: f64,
+    scores: Scores,
+    /// Set when ports had to be assigned; otherwise the group's template.
+    resources: Option<AllocatedResources>,
+    preempted: Vec<Arc<Allocation>>,
+}
+
+const SLOT_UNKNOWN: u32 = u32::MAX;
+const SLOT_MISSING: u32 = u32::MAX - 1;
+
+/// Where a candidate sits in the stack's current candidate list; the
+/// generation changes whenever the list does.
+#[derive(Clone, Copy)]
+struct SlotRef {
+    slot: usize,
+    len: usize,
+    generation: u64,
+}
+
 /// Counts the evaluation job's live allocations per value of a node
 /// attribute (for spread scoring and distinct_property), updated from the
-/// context's plan log rather than recomputed.
+/// context's plan log rather than recomputed. Values are interned so the
+/// per-candidate work is a map lookup by node ID and a vector index.
 struct PropertyCounter {
+    /// Interned values by candidate slot (see [`SlotRef`]), so repeated
+    /// visits of a candidate do not even hash its ID.
+    slot_values: Vec<u32>,
+    slot_generation: u64,
     attribute: String,
     group: Option<Arc<str>>,
-    counts: HashMap<String, u64>,
-    node_values: FastMap<NodeId, Option<String>>,
+    value_ids: FastMap<String, u32>,
+    values: Vec<String>,
+    counts: Vec<u64>,
+    node_values: FastMap<NodeId, Option<u32>>,
     log_offset: usize,
     initialised: bool,
 }
@@ -124,9 +158,13 @@ struct PropertyCounter {
 impl PropertyCounter {
     fn new(attribute: &str, group: Option<&str>) -> Self {
         PropertyCounter {
+            slot_values: Vec::new(),
+            slot_generation: 0,
             attribute: attribute.to_string(),
             group: group.map(Arc::from),
-            counts: HashMap::new(),
+            value_ids: FastMap::default(),
+            values: Vec::new(),
+            counts: Vec::new(),
             node_values: FastMap::default(),
             log_offset: 0,
             initialised: false,
@@ -142,15 +180,12 @@ impl PropertyCounter {
                 }
             }
         }
-        let log = &ctx.plan_log[self.log_offset..];
-        let changes: Vec<(NodeId, i32)> = log
-            .iter()
-            .filter(|c| self.group_matches(&c.group))
-            .map(|c| (c.node, c.delta))
-            .collect();
+        let start = self.log_offset;
         self.log_offset = ctx.plan_log.len();
-        for (node, delta) in changes {
-            self.add(ctx, node, delta);
+        for change in &ctx.plan_log[start..] {
+            if self.group_matches(&change.group) {
+                self.add(ctx, change.node, change.delta);
+            }
         }
     }
 
@@ -158,25 +193,62 @@ impl PropertyCounter {
         self.group.as_deref().is_none_or(|g| g == group)
     }
 
+    fn intern(&mut self, value: &str) -> u32 {
+        if let Some(id) = self.value_ids.get(value) {
+            return *id;
+        }
+        let id = self.values.len() as u32;
+        self.value_ids.insert(value.to_string(), id);
+        self.values.push(value.to_string());
+        self.counts.push(0);
+        id
+    }
+
+    /// The interned value of the attribute on a node (cached per node).
+    fn value_of(&mut self, id: NodeId, node: &Node) -> Option<u32> {
+        if let Some(v) = self.node_values.get(&id) {
+            return *v;
+        }
+        let value = resolve_target(&self.attribute, node).map(|v| v.into_owned());
+        let interned = value.map(|v| self.intern(&v));
+        self.node_values.insert(id, interned);
+        interned
+    }
+
+    /// The interned value for the candidate at `at`.
+    fn value_at(&mut self, at: SlotRef, node: &Node) -> Option<u32> {
+        if self.slot_generation != at.generation || self.slot_values.len() != at.len {
+            self.slot_generation = at.generation;
+            self.slot_values.clear();
+            self.slot_values.resize(at.len, SLOT_UNKNOWN);
+        }
+        match self.slot_values[at.slot] {
+            SLOT_UNKNOWN => {
+                let v = self.value_of(node.id, node);
+                self.slot_values[at.slot] = v.unwrap_or(SLOT_MISSING);
+                v
+            }
+            SLOT_MISSING => None,
+            v => Some(v),
+        }
+    }
+
     fn add(&mut self, ctx: &EvalContext, node: NodeId, delta: i32) {
-        let attribute = &self.attribute;
-        let value = self
-            .node_values
-            .entry(node)
-            .or_insert_with(|| {
-                ctx.state
-                    .node_by_id(&node)
-                    .and_then(|n| resolve_target(attribute, &n).map(|v| v.into_owned()))
-            })
-            .clone();
+        let value = match self.node_values.get(&node) {
+            Some(v) => *v,
+            None => match ctx.state.node_by_id(&node) {
+                Some(n) => self.value_of(node, &n),
+                None => None,
+            },
+        };
         if let Some(v) = value {
-            let c = self.counts.entry(v).or_default();
+            let c = &mut self.counts[v as usize];
             *c = c.saturating_add_signed(i64::from(delta));
         }
     }
 
-    fn count(&self, value: &str) -> u64 {
-        self.counts.get(value).copied().unwrap_or(0)
+    fn count(&self, value: u32) -> u64 {
+        self.counts.get(value as usize).copied().unwrap_or(0)
     }
 }
 
@@ -185,6 +257,8 @@ struct SpreadInfo {
     /// Desired allocations per value; empty means "spread evenly".
     desired: HashMap<String, f64>,
     counter: PropertyCounter,
+    /// `desired` resolved per interned value (`None`: no target matches).
+    desired_by_id: Vec<Option<f64>>,
     /// Least and most allocations on any used value (0 when none), fixed
     /// for the length of one placement.
     min_used: u64,
@@ -237,6 +311,7 @@ impl GroupInfo {
                     weight: f64::from(s.weight),
                     desired,
                     counter: PropertyCounter::new(&s.attribute, Some(&tg.name)),
+                    desired_by_id: Vec::new(),
                     min_used: 0,
                     max_used: 0,
                 }
@@ -266,7 +341,7 @@ impl GroupInfo {
     fn sync(&mut self, ctx: &EvalContext, job: &Job) {
         for s in &mut self.spreads {
             s.counter.sync(ctx, job);
-            let used = s.counter.counts.values().copied().filter(|c| *c > 0);
+            let used = s.counter.counts.iter().copied().filter(|c| *c > 0);
             let (min, max) = used.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
             s.min_used = if max == 0 { 0 } else { min };
             s.max_used = max;
@@ -281,6 +356,16 @@ impl GroupInfo {
     }
 }
 
+/// What the hot loop needs of a candidate, kept densely so that scoring a
+/// node already seen does not have to touch the node itself.
+#[derive(Clone, Copy)]
+struct CandidateMeta {
+    id: NodeId,
+    /// Interned computed class (`None` when the node has none).
+    class: Option<u32>,
+    capacity: ComparableResources,
+}
+
 pub struct Stack {
     kind: StackKind,
     job: Arc<Job>,
@@ -288,6 +373,11 @@ pub struct Stack {
     /// Preemption allowed by the scheduler configuration for this job type.
     preemption: bool,
     nodes: Vec<Arc<Node>>,
+    meta: Vec<CandidateMeta>,
+    /// Bumped whenever the candidate list changes.
+    generation: u64,
+    /// Computed classes seen in this evaluation, numbered.
+    classes: FastMap<String, u32>,
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
@@ -305,6 +395,9 @@ impl Stack {
             preemption: config.preemption_enabled(&job.job_type),
             job,
             nodes: Vec::new(),
+            meta: Vec::new(),
+            generation: 0,
+            classes: FastMap::default(),
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
@@ -320,6 +413,10 @@ impl Stack {
     /// Restricts the candidates to one node (system placements and
     /// in-place checks), reusing the candidate list.
     pub fn set_single_node(&mut self, node: Arc<Node>) {
+        self.generation += 1;
+        self.meta.clear();
+        let meta = self.candidate_meta(&node);
+        self.meta.push(meta);
         self.nodes.clear();
         self.nodes.push(node);
         self.offset = 0;
@@ -340,8 +437,28 @@ impl Stack {
             StackKind::Service => ((n.max(1) as f64).log2().ceil() as usize).max(2),
             StackKind::System => usize::MAX,
         };
+        self.generation += 1;
+        self.meta = nodes.iter().map(|n| self.candidate_meta(n)).collect();
         self.nodes = nodes;
         self.offset = 0;
+    }
+
+    fn candidate_meta(&mut self, node: &Node) -> CandidateMeta {
+        let class = (!node.computed_class.is_empty()).then(|| {
+            let next = self.classes.len() as u32;
+            match self.classes.get(&node.computed_class) {
+                Some(c) => *c,
+                None => {
+                    self.classes.insert(node.computed_class.clone(), next);
+                    next
+                }
+            }
+        });
+        CandidateMeta {
+            id: node.id,
+            class,
+            capacity: node.available(),
+        }
     }
 
     /// Finds the best node for one allocation of `tg`, filling the
@@ -374,12 +491,15 @@ impl Stack {
         };
         info.sync(ctx, &self.job);
         let result = self.select_with(ctx, &mut info, opts);
-        let result = result.map(|mut r| {
-            let resources = r
-                .resources
-                .take()
-                .unwrap_or_else(|| info.ask.template.clone());
-            (r, resources)
+        let result = result.map(|r| {
+            let resources = r.resources.unwrap_or_else(|| info.ask.template.clone());
+            let ranked = RankedNode {
+                node: self.nodes[r.slot].clone(),
+                final_score: r.final_score,
+                scores: r.scores,
+                preempted: r.preempted,
+            };
+            (ranked, resources)
         });
         self.groups[slot].1 = Some(info);
         result
@@ -390,7 +510,7 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-    ) -> Option<RankedNode> {
+    ) -> Option<Scored> {
         let limit = if info.has_soft_preferences() && self.kind != StackKind::System {
             (info.count as usize).max(100)
         } else {
@@ -398,9 +518,9 @@ impl Stack {
         };
         let mut seen = 0usize;
         let mut returned = 0usize;
-        let mut skipped: Vec<RankedNode> = Vec::new();
+        let mut skipped: Vec<Scored> = Vec::new();
         let mut skipped_next = 0usize;
-        let mut best: Option<RankedNode> = None;
+        let mut best: Option<Scored> = None;
         let mut top: Vec<(f64, NodeId, Scores)> = Vec::new();
         while returned < limit {
             let mut option = self.next_ranked(ctx, info, opts, &mut seen);
@@ -453,14 +573,14 @@ impl Stack {
         info: &mut GroupInfo,
         opts: &SelectOptions,
         seen: &mut usize,
-    ) -> Option<RankedNode> {
+    ) -> Option<Scored> {
         let n = self.nodes.len();
         while *seen < n {
-            let node = self.nodes[self.offset].clone();
+            let slot = self.offset;
             self.offset = (self.offset + 1) % n;
             *seen += 1;
             ctx.metrics.evaluate_node();
-            if let Some(ranked) = self.rank_node(ctx, info, opts, node) {
+            if let Some(ranked) = self.rank_node(ctx, info, opts, slot) {
                 return Some(ranked);
             }
         }
@@ -472,10 +592,32 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-        node: Arc<Node>,
-    ) -> Option<RankedNode> {
+        slot: usize,
+    ) -> Option<Scored> {
+        let meta = self.meta[slot];
+        // A cheap handle: the node is only dereferenced on the slow paths.
+        let nodes = std::mem::take(&mut self.nodes);
+        let ranked = self.rank_candidate(ctx, info, opts, slot, meta, &nodes[slot]);
+        self.nodes = nodes;
+        ranked
+    }
+
+    fn rank_candidate(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        opts: &SelectOptions,
+        slot: usize,
+        meta: CandidateMeta,
+        node: &Arc<Node>,
+    ) -> Option<Scored> {
+        let at = SlotRef {
+            slot,
+            len: self.meta.len(),
+            generation: self.generation,
+        };
         let escaped = info.feasibility.escaped;
-        let (feasible, first_sight) = info.feasibility.check(&node, &mut self.cache);
+        let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
         if first_sight && !escaped {
             ctx.eligibility
                 .record(&node.computed_class, feasible.is_ok());
@@ -484,20 +626,20 @@ impl Stack {
             ctx.metrics.filter_node(&node.node_class, &label);
             return None;
         }
-        if let Some(reason) = self.placement_conflict(ctx, info, &node) {
+        if let Some(reason) = self.placement_conflict(ctx, info, node, at) {
             ctx.metrics.filter_node(&node.node_class, &reason);
             return None;
         }
-        let capacity = node.available();
+        let capacity = meta.capacity;
         let (mut util, group_collisions) = {
-            let usage = ctx.usage(&node);
+            let usage = ctx.usage_of(meta.id, node);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
         let mut preempted = Vec::new();
         if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
             let evicted = if opts.preempt {
-                select_preemptions(ctx, &node, self.job.priority, &info.ask.resources)
+                select_preemptions(ctx, node, self.job.priority, &info.ask.resources)
             } else {
                 None
             };
@@ -516,8 +658,8 @@ impl Stack {
         }
         let resources = if info.ask.has_networks() {
             let granted = {
-                let usage = ctx.usage(&node);
-                assign_ports(&info.ask, &node, &usage.ports, &mut self.rng)
+                let usage = ctx.usage_of(meta.id, node);
+                assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
             };
             match granted {
                 Ok(r) => Some(r),
@@ -529,11 +671,16 @@ impl Stack {
         } else {
             None
         };
-        let scores = self.score(ctx, info, opts, &node, &capacity, &util, group_collisions);
-        Some(RankedNode {
+        let mut scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
+        if !preempted.is_empty() {
+            let priorities: Vec<i32> = preempted.iter().map(|a| ctx.job_priority(a)).collect();
+            scores.preemption = Some(preemption_score(&priorities));
+        }
+        Some(Scored {
             final_score: scores.final_score(),
             scores,
-            node,
+            slot,
+            id: meta.id,
             resources,
             preempted,
         })
@@ -543,8 +690,9 @@ impl Stack {
     fn placement_conflict(
         &mut self,
         ctx: &mut EvalContext,
-        info: &GroupInfo,
+        info: &mut GroupInfo,
         node: &Node,
+        at: SlotRef,
     ) -> Option<String> {
         let f = &info.feasibility;
         if f.distinct_hosts_job || f.distinct_hosts_group {
@@ -556,11 +704,11 @@ impl Stack {
                 return Some("distinct_hosts".to_string());
             }
         }
-        for (d, counter) in &info.distinct {
-            let Some(value) = resolve_target(&d.attribute, node) else {
+        for (d, counter) in &mut info.distinct {
+            let Some(value) = counter.value_at(at, node) else {
                 return Some(format!("missing property {:?}", d.attribute));
             };
-            if counter.count(&value) >= d.limit {
+            if counter.count(value) >= d.limit {
                 return Some(d.label.clone());
             }
         }
@@ -570,15 +718,14 @@ impl Stack {
     #[allow(clippy::too_many_arguments)]
     fn score(
         &mut self,
-        ctx: &EvalContext,
-        info: &GroupInfo,
+        info: &mut GroupInfo,
         opts: &SelectOptions,
         node: &Node,
+        at: SlotRef,
         capacity: &ComparableResources,
         util: &ComparableResources,
         group_collisions: u32,
     ) -> Scores {
-        let _ = ctx;
         let mut scores = Scores {
             binpack: fit_score(self.algorithm, capacity, util),
             ..Default::default()
@@ -590,7 +737,7 @@ impl Stack {
             scores.job_anti_affinity =
                 Some(-f64::from(group_collisions + 1) / f64::from(info.count));
         }
-        if opts.penalty_nodes.contains(&node.id) {
+        if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&node.id) {
             scores.reschedule_penalty = Some(-1.0);
         }
         if info.affinity_weight_sum > 0.0 {
@@ -605,7 +752,7 @@ impl Stack {
             }
         }
         if !info.spreads.is_empty() {
-            let total = spread_score(info, node);
+            let total = spread_score(info, node, at);
             if total != 0.0 {
                 scores.spread = Some(total);
             }
@@ -614,11 +761,12 @@ impl Stack {
     }
 }
 
-fn take_skipped(skipped: &mut [RankedNode], next: &mut usize) -> RankedNode {
+fn take_skipped(skipped: &mut [Scored], next: &mut usize) -> Scored {
     let i = *next;
     *next += 1;
-    RankedNode {
-        node: skipped[i].node.clone(),
+    Scored {
+        slot: skipped[i].slot,
+        id: skipped[i].id,
         final_score: skipped[i].final_score,
         scores: skipped[i].scores,
         resources: skipped[i].resources.take(),
@@ -626,7 +774,7 @@ fn take_skipped(skipped: &mut [RankedNode], next: &mut usize) -> RankedNode {
     }
 }
 
-fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &RankedNode) {
+fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
     }
@@ -634,7 +782,7 @@ fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &RankedNode) {
         .iter()
         .position(|t| t.0 < c.final_score)
         .unwrap_or(top.len());
-    top.insert(pos, (c.final_score, c.node.id, c.scores));
+    top.insert(pos, (c.final_score, c.id, c.scores));
     top.truncate(TOP_SCORES);
 }
 
@@ -650,26 +798,32 @@ fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> b
 
 /// Nomad's spread boost: with targets, how far the value is below its
 /// desired count (weighted); without, how far below the least-used value.
-fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
+fn spread_score(info: &mut GroupInfo, node: &Node, at: SlotRef) -> f64 {
+    let weight_sum = info.spread_weight_sum;
     let mut total = 0.0;
-    for s in &info.spreads {
-        let Some(value) = resolve_target(&s.counter.attribute, node) else {
+    for s in &mut info.spreads {
+        let Some(value) = s.counter.value_at(at, node) else {
             total -= 1.0;
             continue;
         };
         if s.desired.is_empty() {
-            total += even_spread_boost(s, &value);
+            total += even_spread_boost(s, value);
             continue;
         }
-        let used = s.counter.count(&value) as f64 + 1.0;
-        let desired = s
-            .desired
-            .get(value.as_ref())
-            .or_else(|| s.desired.get(IMPLICIT_TARGET));
-        match desired {
-            Some(&d) if d > 0.0 => {
-                let weight = if info.spread_weight_sum > 0.0 {
-                    s.weight / info.spread_weight_sum
+        let used = s.counter.count(value) as f64 + 1.0;
+        while s.desired_by_id.len() <= value as usize {
+            let name = &s.counter.values[s.desired_by_id.len()];
+            let d = s
+                .desired
+                .get(name)
+                .or_else(|| s.desired.get(IMPLICIT_TARGET))
+                .copied();
+            s.desired_by_id.push(d);
+        }
+        match s.desired_by_id[value as usize] {
+            Some(d) if d > 0.0 => {
+                let weight = if weight_sum > 0.0 {
+                    s.weight / weight_sum
                 } else {
                     0.0
                 };
@@ -681,7 +835,7 @@ fn spread_score(info: &GroupInfo, node: &Node) -> f64 {
     total
 }
 
-fn even_spread_boost(s: &SpreadInfo, value: &str) -> f64 {
+fn even_spread_boost(s: &SpreadInfo, value: u32) -> f64 {
     let (min, max) = (s.min_used, s.max_used);
     if max == 0 {
         // Nothing placed yet: every value is as good as any other.
@@ -697,4 +851,14 @@ fn even_spread_boost(s: &SpreadInfo, value: &str) -> f64 {
         return -1.0;
     }
     (max - min) as f64 / min as f64
+}
+
+/// Nomad's preemption score: a logistic curve over the "net priority" of
+/// the evicted allocations (the highest priority plus the sum relative to
+/// it), 0.5 at a net priority of 2,048 and falling as it grows.
+fn preemption_score(priorities: &[i32]) -> f64 {
+    let max = priorities.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let sum: f64 = priorities.iter().map(|p| f64::from(*p)).sum();
+    let net = max + sum / max;
+    1.0 / (1.0 + (0.0048 * (net - 2048.0)).exp())
 }

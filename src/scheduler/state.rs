@@ -103,6 +103,7 @@ impl HarnessState {
     /// linking a replacement to the allocation it replaces.
     pub fn upsert_allocs(&mut self, allocs: impl IntoIterator<Item = Allocation>) {
         let index = self.next_index();
+        let mut job_key: Option<JobKey> = None;
         for mut alloc in allocs {
             if alloc.create_index == 0 {
                 alloc.create_index = index;
@@ -125,10 +126,22 @@ impl HarnessState {
                     .entry(alloc.node_id)
                     .or_default()
                     .push_back(alloc.id);
-                self.allocs_by_job
-                    .entry((alloc.namespace.to_string(), alloc.job_id.to_string()))
-                    .or_default()
-                    .push_back(alloc.id);
+                // Plans hold one job: build its key once, not per allocation.
+                let same_job = job_key.as_ref().is_some_and(|(ns, id): &JobKey| {
+                    **ns == *alloc.namespace && **id == *alloc.job_id
+                });
+                if !same_job {
+                    job_key = Some((alloc.namespace.to_string(), alloc.job_id.to_string()));
+                }
+                if let Some(key) = &job_key {
+                    match self.allocs_by_job.get_mut(key) {
+                        Some(ids) => ids.push_back(alloc.id),
+                        None => {
+                            self.allocs_by_job
+                                .insert(key.clone(), Vector::unit(alloc.id));
+                        }
+                    }
+                }
             }
             self.allocs.insert(alloc.id, Arc::new(alloc));
         }

@@ -39,9 +39,11 @@ pub struct SystemScheduler<'p> {
 /// One required group on one node, with the allocation it concerns.
 #[derive(Clone)]
 pub struct AllocTuple {
-    pub name: String,
-    pub group: String,
+    pub name: Arc<str>,
+    pub group: Arc<str>,
     pub node: NodeId,
+    /// The node itself when it is eligible (where placements may go).
+    pub target: Option<Arc<Node>>,
     pub alloc: Option<Arc<Allocation>>,
 }
 
@@ -253,11 +255,17 @@ impl<'p> SystemScheduler<'p> {
             return Ok(());
         }
         for t in &diff.place {
-            *self.queued.entry(t.group.clone()).or_default() += 1;
+            match self.queued.get_mut(&*t.group) {
+                Some(q) => *q += 1,
+                None => {
+                    self.queued.insert(t.group.to_string(), 1);
+                }
+            }
         }
-        let by_id: FastMap<NodeId, Arc<Node>> = nodes.into_iter().map(|n| (n.id, n)).collect();
+        ctx.reserve_usage(diff.place.len());
+        drop(nodes);
         ctx.plan.node_allocation.reserve(diff.place.len());
-        self.compute_placements(eval, job, ctx, stack, &diff.place, &by_id, by_dc)
+        self.compute_placements(eval, job, ctx, stack, &diff.place, by_dc)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -268,7 +276,6 @@ impl<'p> SystemScheduler<'p> {
         ctx: &mut EvalContext,
         stack: &mut Stack,
         place: &[AllocTuple],
-        nodes: &FastMap<NodeId, Arc<Node>>,
         by_dc: &BTreeMap<String, u64>,
     ) -> Result<(), SchedulerError> {
         let template = AllocTemplate::new(job, eval);
@@ -277,7 +284,7 @@ impl<'p> SystemScheduler<'p> {
             preempt: stack.preemption_enabled(),
         };
         for missing in place {
-            let Some(node) = nodes.get(&missing.node) else {
+            let Some(node) = &missing.target else {
                 continue;
             };
             let Some(tg) = job.lookup_task_group(&missing.group) else {
@@ -293,7 +300,7 @@ impl<'p> SystemScheduler<'p> {
             let metrics = Arc::new(std::mem::take(&mut ctx.metrics));
             let mut alloc = template.build(
                 &missing.group,
-                missing.name.clone(),
+                missing.name.to_string(),
                 &ranked,
                 resources,
                 metrics,
@@ -308,11 +315,11 @@ impl<'p> SystemScheduler<'p> {
             if let Some(ann) = ctx.plan.annotations.as_mut() {
                 ann.preempted_allocs
                     .extend(ranked.preempted.iter().map(|a| a.id));
-                if let Some(d) = ann.desired_tg_updates.get_mut(&missing.group) {
+                if let Some(d) = ann.desired_tg_updates.get_mut(&*missing.group) {
                     d.preemptions += ranked.preempted.len() as u64;
                 }
             }
-            ctx.place_alloc(alloc);
+            ctx.place_new_alloc(alloc);
         }
         Ok(())
     }
@@ -408,15 +415,17 @@ pub fn diff_system_allocs(
     tainted: &HashMap<NodeId, Option<Arc<Node>>>,
     allocs: &[Arc<Allocation>],
 ) -> SystemDiff {
-    let required: Vec<(String, &TaskGroup)> = job
+    let required: Vec<(Arc<str>, Arc<str>, &TaskGroup)> = job
         .map(|j| {
             j.task_groups
                 .iter()
-                .map(|tg| (system_alloc_name(j, tg), tg))
+                .map(|tg| {
+                    let name = Arc::from(system_alloc_name(j, tg));
+                    (name, Arc::from(tg.name.as_str()), tg)
+                })
                 .collect()
         })
         .unwrap_or_default();
-    let eligible_ids: FastMap<NodeId, ()> = eligible.iter().map(|n| (n.id, ())).collect();
     let mut live_by_node: FastMap<NodeId, Vec<&Arc<Allocation>>> = FastMap::default();
     let mut terminal: HashMap<(NodeId, &str), &Arc<Allocation>> = HashMap::new();
     for a in allocs {
@@ -430,93 +439,100 @@ pub fn diff_system_allocs(
         }
     }
     let mut diff = SystemDiff::default();
-    let mut node_ids: Vec<NodeId> = eligible.iter().map(|n| n.id).collect();
-    let mut extra: Vec<NodeId> = live_by_node
-        .keys()
-        .filter(|id| !eligible_ids.contains_key(id))
-        .copied()
-        .collect();
-    extra.sort_unstable();
-    node_ids.extend(extra);
     let job_version = job.map_or(0, |j| j.version);
-    for node_id in node_ids {
-        let live = live_by_node.remove(&node_id).unwrap_or_default();
-        let mut existing: HashSet<&str> = HashSet::new();
-        for a in live {
-            existing.insert(a.name.as_str());
-            let tuple = |a: &Arc<Allocation>| AllocTuple {
-                name: a.name.clone(),
-                group: a.task_group.to_string(),
-                node: node_id,
-                alloc: Some(a.clone()),
-            };
-            if !required.iter().any(|(name, _)| *name == a.name) {
-                diff.stop.push(tuple(a));
-                continue;
-            }
-            if a.desired_transition.should_migrate() {
-                diff.migrate.push(tuple(a));
-                continue;
-            }
-            if let Some(node) = tainted.get(&node_id) {
-                if sysbatch && a.ran_successfully() {
-                    diff.ignore.push(tuple(a));
-                } else if node_is_lost(node) {
-                    diff.lost.push(tuple(a));
-                } else {
-                    diff.ignore.push(tuple(a));
-                }
-                continue;
-            }
-            if !eligible_ids.contains_key(&node_id) {
-                // Kept on nodes that are merely not ready or ineligible;
-                // stopped on nodes the job no longer targets.
-                let not_ready = state
-                    .node_by_id(&node_id)
-                    .is_some_and(|n| node_not_ready(&n));
-                if not_ready {
-                    diff.ignore.push(tuple(a));
-                } else {
+    // Eligible nodes first; then the nodes that still hold live allocations
+    // but are not eligible (what is left in `live_by_node` by then).
+    for phase in 0..2 {
+        let visits: Vec<(NodeId, Option<&Arc<Node>>)> = if phase == 0 {
+            eligible.iter().map(|n| (n.id, Some(n))).collect()
+        } else {
+            let mut extra: Vec<NodeId> = live_by_node.keys().copied().collect();
+            extra.sort_unstable();
+            extra.into_iter().map(|id| (id, None)).collect()
+        };
+        for (node_id, target) in visits {
+            let is_eligible = target.is_some();
+            let live = live_by_node.remove(&node_id).unwrap_or_default();
+            let mut existing: HashSet<&str> = HashSet::new();
+            for a in live {
+                existing.insert(a.name.as_str());
+                let tuple = |a: &Arc<Allocation>| AllocTuple {
+                    name: Arc::from(a.name.as_str()),
+                    group: a.task_group.clone(),
+                    node: node_id,
+                    target: target.cloned(),
+                    alloc: Some(a.clone()),
+                };
+                if !required.iter().any(|(name, _, _)| **name == *a.name) {
                     diff.stop.push(tuple(a));
+                    continue;
                 }
-                continue;
-            }
-            if a.job_version != job_version {
-                diff.update.push(tuple(a));
-                continue;
-            }
-            diff.ignore.push(tuple(a));
-        }
-        for (name, tg) in &required {
-            if existing.contains(name.as_str()) {
-                continue;
-            }
-            let previous = terminal.get(&(node_id, name.as_str())).copied();
-            if sysbatch {
-                if let Some(prev) = previous {
-                    let t = AllocTuple {
-                        name: name.clone(),
-                        group: tg.name.clone(),
-                        node: node_id,
-                        alloc: Some(prev.clone()),
-                    };
-                    if prev.job_version != job_version {
-                        diff.update.push(t);
+                if a.desired_transition.should_migrate() {
+                    diff.migrate.push(tuple(a));
+                    continue;
+                }
+                if let Some(node) = tainted.get(&node_id) {
+                    if sysbatch && a.ran_successfully() {
+                        diff.ignore.push(tuple(a));
+                    } else if node_is_lost(node) {
+                        diff.lost.push(tuple(a));
                     } else {
-                        diff.ignore.push(t);
+                        diff.ignore.push(tuple(a));
                     }
                     continue;
                 }
+                if !is_eligible {
+                    // Kept on nodes that are merely not ready or ineligible;
+                    // stopped on nodes the job no longer targets.
+                    let not_ready = state
+                        .node_by_id(&node_id)
+                        .is_some_and(|n| node_not_ready(&n));
+                    if not_ready {
+                        diff.ignore.push(tuple(a));
+                    } else {
+                        diff.stop.push(tuple(a));
+                    }
+                    continue;
+                }
+                if a.job_version != job_version {
+                    diff.update.push(tuple(a));
+                    continue;
+                }
+                diff.ignore.push(tuple(a));
             }
-            if tainted.contains_key(&node_id) || !eligible_ids.contains_key(&node_id) {
-                continue;
+            for (name, group, _) in &required {
+                if existing.contains(&**name) {
+                    continue;
+                }
+                let previous = terminal.get(&(node_id, &**name)).copied();
+                if sysbatch {
+                    if let Some(prev) = previous {
+                        let t = AllocTuple {
+                            name: name.clone(),
+                            group: group.clone(),
+                            node: node_id,
+                            target: target.cloned(),
+                            alloc: Some(prev.clone()),
+                        };
+                        if prev.job_version != job_version {
+                            diff.update.push(t);
+                        } else {
+                            diff.ignore.push(t);
+                        }
+                        continue;
+                    }
+                }
+                if tainted.contains_key(&node_id) || !is_eligible {
+                    continue;
+                }
+                diff.place.push(AllocTuple {
+                    name: name.clone(),
+                    group: group.clone(),
+                    node: node_id,
+                    target: target.cloned(),
+                    alloc: previous.cloned(),
+                });
             }
-            diff.place.push(AllocTuple {
-                name: name.clone(),
-                group: tg.name.clone(),
-                node: node_id,
-                alloc: previous.cloned(),
-            });
         }
     }
     diff
@@ -529,23 +545,26 @@ fn desired_updates(
     destructive: &[AllocTuple],
 ) -> BTreeMap<String, crate::structs::DesiredUpdates> {
     let mut out: BTreeMap<String, crate::structs::DesiredUpdates> = BTreeMap::new();
+    let mut count = |t: &AllocTuple, field: fn(&mut crate::structs::DesiredUpdates) -> &mut u64| {
+        *field(out.entry(t.group.to_string()).or_default()) += 1;
+    };
     for t in &diff.place {
-        out.entry(t.group.clone()).or_default().place += 1;
+        count(t, |d| &mut d.place);
     }
     for t in diff.stop.iter().chain(&diff.lost) {
-        out.entry(t.group.clone()).or_default().stop += 1;
+        count(t, |d| &mut d.stop);
     }
     for t in &diff.migrate {
-        out.entry(t.group.clone()).or_default().migrate += 1;
+        count(t, |d| &mut d.migrate);
     }
     for t in &diff.ignore {
-        out.entry(t.group.clone()).or_default().ignore += 1;
+        count(t, |d| &mut d.ignore);
     }
     for t in inplace {
-        out.entry(t.group.clone()).or_default().in_place_update += 1;
+        count(t, |d| &mut d.in_place_update);
     }
     for t in destructive {
-        out.entry(t.group.clone()).or_default().destructive_update += 1;
+        count(t, |d| &mut d.destructive_update);
     }
     out
 }

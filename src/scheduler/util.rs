@@ -46,16 +46,20 @@ pub const MAX_PAST_RESCHEDULE_EVENTS: usize = 5;
 pub fn ready_nodes(state: &dyn State, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
     let mut by_dc = BTreeMap::new();
     let pool = job.node_pool.as_str();
-    let nodes: Vec<Arc<Node>> = state
-        .nodes()
-        .into_iter()
-        .filter(|n| {
-            n.is_schedulable()
-                && datacenter_matches(&job.datacenters, &n.datacenter)
-                && (pool.is_empty() || pool == "all" || node_pool_of(n) == pool)
-        })
-        .inspect(|n| *by_dc.entry(n.datacenter.clone()).or_insert(0) += 1)
-        .collect();
+    let mut nodes = state.nodes();
+    nodes.retain(|n| {
+        n.is_schedulable()
+            && datacenter_matches(&job.datacenters, &n.datacenter)
+            && (pool.is_empty() || pool == "all" || node_pool_of(n) == pool)
+    });
+    for n in &nodes {
+        match by_dc.get_mut(&n.datacenter) {
+            Some(c) => *c += 1,
+            None => {
+                by_dc.insert(n.datacenter.clone(), 1);
+            }
+        }
+    }
     (nodes, by_dc)
 }
 
@@ -550,8 +554,8 @@ pub fn set_status(
     Ok(())
 }
 
-/// Whether node status allows the node to keep work (used by the system
-/// scheduler for nodes not ready but not tainted either).
+/// A node that is not ready or not eligible but not tainted either: the
+/// system scheduler leaves its allocations alone rather than stopping them.
 pub fn node_not_ready(node: &Node) -> bool {
     node.status != NodeStatus::Ready
         || node.scheduling_eligibility != crate::structs::SchedulingEligibility::Eligible

@@ -1018,3 +1018,83 @@ fn replacement_for_lost_alloc_keeps_its_name_and_count() {
     assert_eq!(s.names(&j), vec!["web.web[0]", "web.web[1]"]);
     assert!(s.live(&j).iter().all(|a| a.node_id == extra.id));
 }
+
+#[test]
+fn placement_quality_at_scale_anti_affinity() {
+    let mut s = Scenario::new();
+    s.add_nodes(200);
+    let (j, _) = s.register(job(JobType::Service, 200));
+    let per_node = s.per_node(&j);
+    assert_eq!(s.live(&j).len(), 200);
+    let max = per_node.values().copied().max().unwrap_or(0);
+    assert!(max <= 2, "{max} on one node");
+    assert!(per_node.len() >= 150, "only {} nodes used", per_node.len());
+}
+
+#[test]
+fn placement_quality_at_scale_spread() {
+    let mut s = Scenario::new();
+    for i in 0..200 {
+        s.add_node(rack_node(&format!("r{}", i % 10)));
+    }
+    let mut j = job(JobType::Service, 100);
+    j.task_groups[0].spreads.push(Spread {
+        attribute: "${meta.rack}".into(),
+        weight: 100,
+        spread_target: vec![],
+    });
+    let (j, _) = s.register(j);
+    let counts = rack_counts(&s, &j);
+    assert_eq!(counts.len(), 10);
+    assert!(counts.values().all(|c| (9..=11).contains(c)), "{counts:?}");
+}
+
+#[test]
+fn preemption_prefers_evicting_lower_priority_work() {
+    let mut s = Scenario::new();
+    s.h.state.set_scheduler_config(SchedulerConfiguration {
+        preemption_config: PreemptionConfig {
+            service_scheduler_enabled: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let a = s.add_node(node());
+    let b = s.add_node(node());
+    for (id, prio, n) in [("low", 10, &a), ("mid", 60, &b)] {
+        let mut f = filler_job(id, prio, 3500);
+        f.constraints
+            .push(Constraint::new("${node.unique.id}", "=", &n.id.to_string()));
+        s.register(f);
+    }
+    let (high, _) = s.register(filler_job("high", 90, 1000));
+    let placed = s.live(&high);
+    assert_eq!(placed.len(), 1);
+    assert_eq!(
+        placed[0].node_id, a.id,
+        "the priority-10 allocation is evicted"
+    );
+    let scores = &placed[0].metrics.as_ref().unwrap().score_meta_data[0].scores;
+    assert!(scores.contains_key("preemption"));
+}
+
+#[test]
+fn annotated_plan_counts_preemptions() {
+    let mut s = Scenario::new();
+    s.h.state.set_scheduler_config(SchedulerConfiguration {
+        preemption_config: PreemptionConfig {
+            service_scheduler_enabled: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    s.add_node(node());
+    let (low, _) = s.register(filler_job("low", 20, 3500));
+    let high = s.upsert_job(filler_job("high", 80, 1000));
+    let mut eval = Evaluation::for_job(&high, TriggeredBy::JobRegister, NOW);
+    eval.annotate_plan = true;
+    s.process(&eval);
+    let ann = s.h.plans.last().unwrap().annotations.clone().unwrap();
+    assert_eq!(ann.desired_tg_updates["web"].preemptions, 1);
+    assert_eq!(ann.preempted_allocs, vec![s.all(&low)[0].id]);
+}
