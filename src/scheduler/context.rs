@@ -91,6 +91,8 @@ pub struct EvalContext {
     /// Every change the plan made to the job's live allocations, in order.
     pub plan_log: Vec<PlanChange>,
     pub now: i64,
+    /// Measures placements when the planner handed one in.
+    pub clock: Option<super::MonotonicClock>,
     job_key: Option<(String, String)>,
     usage: FastMap<NodeId, NodeUsage>,
     priorities: FastMap<(Arc<str>, Arc<str>), i32>,
@@ -105,6 +107,7 @@ impl EvalContext {
             eligibility: Eligibility::default(),
             plan_log: Vec::new(),
             now,
+            clock: None,
             job_key: job.map(|j| (j.namespace.clone(), j.id.clone())),
             usage: FastMap::default(),
             priorities: FastMap::default(),

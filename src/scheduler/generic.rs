@@ -106,6 +106,7 @@ impl<'p> GenericScheduler<'p> {
         let index = self.state.latest_index();
         let plan = make_plan(eval, job.as_ref(), index);
         let mut ctx = EvalContext::new(self.state.clone(), plan, job.as_deref(), self.now);
+        ctx.clock = self.planner.monotonic_clock();
         let live_job = job.as_ref().filter(|j| !j.stop).cloned();
         let kind = if self.batch {
             StackKind::Batch

@@ -25,6 +25,9 @@ pub struct Harness {
     pub reject_plans: bool,
     /// The time given to schedulers (Unix nanoseconds).
     pub now: i64,
+    /// The monotonic clock handed to schedulers; `None` (the default)
+    /// leaves `AllocationTime` at 0 so results are reproducible.
+    pub clock: Option<super::MonotonicClock>,
     /// Keep a copy of every submitted plan in `plans` (on by default; the
     /// benches turn it off so only the state write is measured).
     pub record_plans: bool,
@@ -40,6 +43,7 @@ impl Default for Harness {
             reblock_evals: Vec::new(),
             reject_plans: false,
             now: 0,
+            clock: None,
             record_plans: true,
         }
     }
@@ -163,5 +167,9 @@ impl Planner for Harness {
     fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError> {
         self.reblock_evals.push(eval);
         Ok(())
+    }
+
+    fn monotonic_clock(&self) -> Option<super::MonotonicClock> {
+        self.clock.clone()
     }
 }

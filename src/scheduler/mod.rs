@@ -70,7 +70,17 @@ pub trait Planner {
     /// Puts a blocked evaluation that still cannot place everything back in
     /// the blocked set, with its refreshed class eligibility.
     fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError>;
+    /// A monotonic clock (nanoseconds) for measuring how long each placement
+    /// took (`AllocMetric.AllocationTime`). The scheduler reads no clock of
+    /// its own; planners that hand none in (tests) get 0, which keeps their
+    /// results exactly reproducible.
+    fn monotonic_clock(&self) -> Option<MonotonicClock> {
+        None
+    }
 }
+
+/// A monotonic clock in nanoseconds, handed to the scheduler by its planner.
+pub type MonotonicClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Builds the scheduler for a job type. `now` (Unix nanoseconds) is the
 /// scheduler's only notion of time: reschedule delays and follow-up

@@ -470,6 +470,7 @@ impl Stack {
         opts: &SelectOptions,
     ) -> Option<(RankedNode, AllocatedResources)> {
         ctx.reset_metrics();
+        let started = ctx.clock.as_ref().map(|c| c());
         // Taken out of its slot for the call (and put back) so the stack
         // can be borrowed mutably alongside it.
         let slot = match self.groups.iter().position(|(name, _)| *name == tg.name) {
@@ -502,6 +503,10 @@ impl Stack {
             (ranked, resources)
         });
         self.groups[slot].1 = Some(info);
+        if let (Some(start), Some(clock)) = (started, ctx.clock.as_ref()) {
+            ctx.metrics.allocation_time =
+                i64::try_from(clock().saturating_sub(start)).unwrap_or(i64::MAX);
+        }
         result
     }
 

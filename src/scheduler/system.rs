@@ -126,6 +126,7 @@ impl<'p> SystemScheduler<'p> {
         let index = self.state.latest_index();
         let plan = make_plan(eval, job.as_ref(), index);
         let mut ctx = EvalContext::new(self.state.clone(), plan, job.as_deref(), self.now);
+        ctx.clock = self.planner.monotonic_clock();
         let mut stack = live_job
             .as_ref()
             .map(|j| Stack::new(StackKind::System, j.clone(), &ctx, eval_seed(eval, index)));

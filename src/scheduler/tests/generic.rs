@@ -1098,3 +1098,24 @@ fn annotated_plan_counts_preemptions() {
     assert_eq!(ann.desired_tg_updates["web"].preemptions, 1);
     assert_eq!(ann.preempted_allocs, vec![s.all(&low)[0].id]);
 }
+
+#[test]
+fn each_placement_records_its_allocation_time_from_the_handed_in_clock() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut s = Scenario::new();
+    s.add_nodes(3);
+    // A clock that advances 1,000 ns on every reading.
+    let ticks = std::sync::Arc::new(AtomicU64::new(0));
+    let t = ticks.clone();
+    s.h.clock = Some(std::sync::Arc::new(move || {
+        t.fetch_add(1_000, Ordering::SeqCst)
+    }));
+    let (job, _) = s.register(job(JobType::Service, 3));
+    for a in s.live(&job) {
+        assert_eq!(a.metrics.as_ref().unwrap().allocation_time, 1_000);
+    }
+    assert!(
+        ticks.load(Ordering::SeqCst) >= 6_000,
+        "read twice per placement"
+    );
+}
