@@ -13,3 +13,5 @@ pub mod http;
 pub mod logging;
 pub mod node_lifecycle;
 pub mod plan_applier;
+pub mod worker;
+pub mod worker_supervisor;
