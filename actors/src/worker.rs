@@ -176,7 +176,19 @@ fn rfc3339<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error
 /// no executor to await on), and no guard is ever held across an `.await`,
 /// so it can neither block the executor for long nor deadlock the loop.
 #[derive(Clone, Debug)]
-pub struct SharedInfo(Arc<Mutex<WorkerInfo>>);
+pub struct SharedInfo(Arc<InfoCell>);
+
+#[derive(Debug)]
+struct InfoCell(Mutex<WorkerInfo>);
+
+impl Drop for InfoCell {
+    /// A worker that is gone no longer counts in the per-state gauges.
+    fn drop(&mut self) {
+        let info = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        metrics::gauge!("herder.worker.workload", "status" => info.workload_status.as_str())
+            .decrement(1.0);
+    }
+}
 
 impl SharedInfo {
     fn new(enabled_schedulers: Vec<JobType>) -> Self {
@@ -189,13 +201,13 @@ impl SharedInfo {
         };
         metrics::gauge!("herder.worker.workload", "status" => info.workload_status.as_str())
             .increment(1.0);
-        SharedInfo(Arc::new(Mutex::new(info)))
+        SharedInfo(Arc::new(InfoCell(Mutex::new(info))))
     }
 
     fn lock(&self) -> MutexGuard<'_, WorkerInfo> {
         // The info is plain data replaced field by field: a panic elsewhere
         // cannot leave it half-written, so a poisoned lock is still usable.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0 .0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A copy of the worker's current info.

@@ -602,3 +602,83 @@ async fn the_leader_pauses_three_quarters_of_its_workers() {
         actix_rt::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[actix::test]
+async fn a_worker_far_behind_nacks_backs_off_and_wakes_when_the_state_catches_up() {
+    let cluster = Cluster::start(Arc::new(CoreSchedulers)).await;
+    cluster.register_nodes(1);
+    let mut deps = cluster.deps.clone();
+    deps.timing.raft_sync_limit = Duration::from_millis(200);
+    let worker = Worker::new(deps, all_schedulers());
+    let info = worker.info();
+    let _worker = worker.start();
+    let base = cluster.store.latest_index();
+    let job = fixtures::job("default", "behind", &[("web", 1)]);
+    let mut eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    eval.create_index = base + 1;
+    eval.modify_index = base + 1;
+    cluster.enqueue(eval.clone()).await;
+
+    wait_until("the worker backs off", || {
+        info.workload_status() == WorkloadStatus::Backoff
+    })
+    .await;
+    let stats = cluster.stats().await;
+    assert_eq!(
+        stats.total_unacked, 0,
+        "the evaluation was given back: {stats:?}"
+    );
+
+    cluster
+        .store
+        .apply(Command::JobRegister {
+            job: Arc::new(job),
+            eval: Some(eval.clone()),
+            enforce_index: None,
+        })
+        .unwrap();
+    wait_until("the evaluation is complete", || {
+        cluster.status(eval.id) == EvalStatus::Complete
+    })
+    .await;
+    assert_eq!(cluster.allocs_of("behind"), 1);
+    wait_for_broker_idle(&cluster).await;
+}
+
+#[actix::test]
+async fn a_plan_refused_while_the_plan_queue_is_disabled_is_retried_not_nacked() {
+    let counting = Arc::new(Counting::default());
+    let cluster = Cluster::start(counting.clone()).await;
+    cluster.register_nodes(2);
+    let eval = cluster.register_job("patient", 2);
+    let applier = cluster.deps.plan_applier.clone();
+    applier
+        .send(herder_actors::plan_applier::SetEnabled(false))
+        .await
+        .unwrap();
+    let (_worker, info) = cluster.worker();
+    cluster.enqueue(eval.clone()).await;
+
+    wait_until("the worker backs off from the disabled plan queue", || {
+        info.workload_status() == WorkloadStatus::Backoff
+    })
+    .await;
+    assert_eq!(
+        cluster.stats().await.total_unacked,
+        1,
+        "the worker keeps the eval"
+    );
+    assert_eq!(cluster.status(eval.id), EvalStatus::Pending);
+
+    applier
+        .send(herder_actors::plan_applier::SetEnabled(true))
+        .await
+        .unwrap();
+    wait_until("the evaluation is complete", || {
+        cluster.status(eval.id) == EvalStatus::Complete
+    })
+    .await;
+    assert_eq!(cluster.allocs_of("patient"), 2);
+    assert_eq!(counting.calls().get(&eval.id), Some(&1), "never nacked");
+    wait_for_broker_idle(&cluster).await;
+}
