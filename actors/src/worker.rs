@@ -36,6 +36,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::Instrument;
 
 /// Timings of the worker loop. The defaults are Nomad's.
+///
+/// Nomad also has a fast backoff limited to 1 s for polling the state's
+/// index; here the store wakes index waiters itself, so nothing polls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerTiming {
     /// How long one dequeue request may wait for work.
@@ -414,6 +417,7 @@ impl Worker {
         self.info.set_status(WorkerStatus::Starting);
         let worker_loop = WorkerLoop {
             deps: self.deps.clone(),
+            schedulers: self.info.get().enabled_schedulers,
             info: self.info.clone(),
             control: control.clone(),
             backoff: Backoff::default(),
@@ -539,6 +543,8 @@ enum EvalError {
 
 struct WorkerLoop {
     deps: WorkerDeps,
+    /// The scheduler types this worker dequeues for.
+    schedulers: Vec<JobType>,
     info: SharedInfo,
     control: Arc<Control>,
     backoff: Backoff,
@@ -589,7 +595,7 @@ impl WorkerLoop {
     async fn dequeue(&mut self) -> Option<Delivery> {
         self.info.set_workload(WorkloadStatus::WaitingToDequeue);
         let request = Dequeue {
-            schedulers: self.info.get().enabled_schedulers,
+            schedulers: self.schedulers.clone(),
             timeout: self.deps.timing.dequeue_timeout,
         };
         let start = Instant::now();
@@ -760,7 +766,7 @@ async fn wait_for_index(
 
 /// The worker as the scheduler's `Planner`. It runs on the scheduler's
 /// blocking thread, so it may block on the actors' answers.
-pub struct PlannerBridge {
+struct PlannerBridge {
     deps: WorkerDeps,
     info: SharedInfo,
     control: Arc<Control>,
