@@ -682,3 +682,39 @@ async fn a_plan_refused_while_the_plan_queue_is_disabled_is_retried_not_nacked()
     assert_eq!(counting.calls().get(&eval.id), Some(&1), "never nacked");
     wait_for_broker_idle(&cluster).await;
 }
+
+#[actix::test]
+async fn a_stopped_worker_finishes_and_acks_the_evaluation_in_hand() {
+    let counting = Arc::new(Counting {
+        work: Duration::from_millis(300),
+        ..Counting::default()
+    });
+    let cluster = Cluster::start(counting.clone()).await;
+    cluster.register_nodes(1);
+    let eval = cluster.register_job("in-hand", 1);
+    let (worker, info) = cluster.worker();
+    cluster.enqueue(eval.clone()).await;
+    wait_until("the worker is scheduling", || {
+        info.workload_status() == WorkloadStatus::Scheduling
+    })
+    .await;
+
+    let stop = worker.send(Stop);
+    wait_until("the worker is stopping", || {
+        info.status() == WorkerStatus::Stopping
+    })
+    .await;
+    stop.await.unwrap();
+    assert_eq!(info.status(), WorkerStatus::Stopped);
+    assert_eq!(cluster.status(eval.id), EvalStatus::Complete);
+    assert_eq!(cluster.allocs_of("in-hand"), 1);
+    let stats = wait_for_broker_idle(&cluster).await;
+    assert_eq!(stats.total_unacked, 0, "acked before stopping");
+
+    // A stopped worker dequeues nothing more.
+    let next = cluster.register_job("after-stop", 1);
+    cluster.enqueue(next.clone()).await;
+    actix_rt::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(cluster.stats().await.total_ready, 1);
+    assert_eq!(cluster.status(next.id), EvalStatus::Pending);
+}
