@@ -44,18 +44,35 @@ impl Handler<EvalWrites> for StoreSink {
 }
 
 /// Wraps the real schedulers: counts how often each evaluation is
-/// scheduled, can fail each evaluation's first attempt, and can take a
-/// while per evaluation (as a big job would) so a test can act mid-flight.
+/// scheduled, can fail each evaluation's first attempt, can take a while
+/// per evaluation (as a big job would) so a test can act mid-flight, and
+/// can hold schedulers until `rendezvous` of them have their snapshots.
 #[derive(Default)]
 struct Counting {
     calls: Mutex<HashMap<EvalId, usize>>,
     fail_first_attempt: bool,
     work: Duration,
+    rendezvous: usize,
+    arrived: Mutex<usize>,
+    all_arrived: std::sync::Condvar,
 }
 
 impl Counting {
     fn calls(&self) -> HashMap<EvalId, usize> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded, so a bug fails the test instead of hanging it) for
+    /// `rendezvous` schedulers to get here.
+    fn meet(&self) {
+        let mut arrived = self.arrived.lock().unwrap();
+        *arrived += 1;
+        self.all_arrived.notify_all();
+        let (arrived, _) = self
+            .all_arrived
+            .wait_timeout_while(arrived, Duration::from_secs(20), |n| *n < self.rendezvous)
+            .unwrap();
+        assert!(*arrived >= self.rendezvous, "schedulers never met");
     }
 }
 
@@ -77,6 +94,9 @@ impl SchedulerFactory for Counting {
             return Err(SchedulerError::Planner(PlannerError(
                 "injected failure".into(),
             )));
+        }
+        if self.rendezvous > 0 {
+            self.meet();
         }
         std::thread::sleep(self.work);
         CoreSchedulers.build(eval, state, planner, now)
@@ -717,4 +737,62 @@ async fn a_stopped_worker_finishes_and_acks_the_evaluation_in_hand() {
     actix_rt::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(cluster.stats().await.total_ready, 1);
     assert_eq!(cluster.status(next.id), EvalStatus::Pending);
+}
+
+#[actix::test]
+async fn two_workers_racing_for_one_node_never_over_commit_it_and_the_loser_refreshes() {
+    // Both workers snapshot before either plan lands, so both plan onto
+    // the node's two slots.
+    let counting = Arc::new(Counting {
+        rendezvous: 2,
+        ..Counting::default()
+    });
+    let cluster = Cluster::start(counting.clone()).await;
+    let mut node = fixtures::node("small");
+    node.node_resources.cpu.cpu_shares = 200;
+    cluster
+        .store
+        .apply(Command::NodeRegister {
+            node: Arc::new(node.clone()),
+        })
+        .unwrap();
+    let first = cluster.register_job("first", 2);
+    let second = cluster.register_job("second", 2);
+    let supervisor = cluster.supervisor(2);
+    cluster
+        .broker
+        .send(EnqueueAll {
+            evals: vec![first.clone(), second.clone()],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+
+    wait_until("both evaluations are complete", || {
+        cluster.complete(&[first.clone(), second.clone()]) == 2
+    })
+    .await;
+    let snapshot = cluster.store.snapshot();
+    assert_eq!(
+        snapshot.allocs_by_node(&node.id).count(),
+        2,
+        "never over-committed"
+    );
+    let stats = cluster
+        .deps
+        .plan_applier
+        .send(herder_actors::plan_applier::GetStats)
+        .await
+        .unwrap();
+    assert!(stats.partial >= 1, "one plan lost the race: {stats:?}");
+    let blocked = snapshot
+        .evals()
+        .filter(|e| e.status == EvalStatus::Blocked)
+        .count();
+    assert_eq!(blocked, 1, "the loser, refreshed, blocks for the rest");
+    let calls = counting.calls();
+    assert_eq!(calls.get(&first.id), Some(&1), "no nack on a lost race");
+    assert_eq!(calls.get(&second.id), Some(&1), "no nack on a lost race");
+    wait_for_broker_idle(&cluster).await;
+    supervisor.send(StopAll).await.unwrap();
 }
