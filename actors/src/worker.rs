@@ -297,15 +297,17 @@ impl Control {
         }
     }
 
-    /// Sleeps for `wait` unless told to stop first; true when stopped.
-    async fn sleep_unless_stopped(&self, wait: Duration) -> bool {
+    /// Sleeps for `wait`, cut short by an order to pause or stop (the loop
+    /// then obeys it instead of finishing a backoff that may last seconds).
+    async fn sleep_while_running(&self, wait: Duration) {
         tokio::select! {
-            _ = tokio::time::sleep(wait) => self.get() == Desired::Stop,
-            _ = self.until(|d| d == Desired::Stop) => true,
+            _ = tokio::time::sleep(wait) => {}
+            _ = self.until(|d| d != Desired::Run) => {}
         }
     }
 
-    /// The blocking counterpart of `sleep_unless_stopped`.
+    /// Sleeps for `wait` on a blocking thread unless told to stop first;
+    /// true when stopped. (A pause waits: the evaluation in hand finishes.)
     fn sleep_unless_stopped_blocking(&self, wait: Duration) -> bool {
         let guard = self.lock();
         let (guard, _) = self
@@ -620,7 +622,7 @@ impl WorkerLoop {
             .backoff
             .next(timing.backoff_baseline_fast, timing.backoff_limit_slow);
         self.info.set_workload(WorkloadStatus::Backoff);
-        self.control.sleep_unless_stopped(wait).await;
+        self.control.sleep_while_running(wait).await;
         None
     }
 
@@ -679,7 +681,7 @@ impl WorkerLoop {
 
     /// After giving back an evaluation the store was too far behind for,
     /// wait (with the slow, growing backoff) before dequeuing again, unless
-    /// the store catches up or the worker is stopped first.
+    /// the store catches up or the worker is paused or stopped first.
     async fn back_off_until_index(&mut self, index: u64) {
         let timing = &self.deps.timing;
         let wait = self
@@ -689,7 +691,7 @@ impl WorkerLoop {
         let caught_up = wait_for_index(self.deps.store.clone(), index, wait);
         tokio::select! {
             _ = caught_up => {}
-            _ = self.control.until(|d| d == Desired::Stop) => {}
+            _ = self.control.until(|d| d != Desired::Run) => {}
         }
     }
 

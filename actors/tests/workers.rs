@@ -417,7 +417,7 @@ async fn a_paused_worker_leaves_evaluations_queued_and_resume_drains_them() {
 #[actix::test]
 async fn resizing_from_four_workers_to_one_and_back_loses_no_evaluation() {
     let counting = Arc::new(Counting {
-        work: Duration::from_millis(20),
+        work: Duration::from_millis(30),
         ..Counting::default()
     });
     let cluster = Cluster::start(counting.clone()).await;
