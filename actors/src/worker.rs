@@ -72,8 +72,9 @@ impl Default for WorkerTiming {
 }
 
 /// Builds the scheduler for an evaluation. The server uses
-/// [`CoreSchedulers`]; the garbage collector plugs its `_core` scheduler in
-/// here, and tests can wrap the real schedulers.
+/// [`CoreSchedulers`]; the garbage collector's `_core` scheduler plugs in
+/// here (until it does, `_core` evaluations fail to build and are nacked),
+/// and tests can wrap the real schedulers.
 pub trait SchedulerFactory: Send + Sync {
     fn build<'p>(
         &self,
@@ -714,6 +715,7 @@ impl WorkerLoop {
             snapshot_index: snapshot.latest_index(),
         };
         let factory = self.deps.schedulers.clone();
+        let scheduler_type = eval.eval_type.as_str().to_string();
         let span = tracing::Span::current();
         let start = Instant::now();
         let joined = tokio::task::spawn_blocking(move || {
@@ -725,7 +727,7 @@ impl WorkerLoop {
             (result, bridge.backoff)
         })
         .await;
-        metrics::histogram!("herder.worker.invoke_scheduler_seconds")
+        metrics::histogram!("herder.worker.invoke_scheduler_seconds", "scheduler" => scheduler_type)
             .record(start.elapsed().as_secs_f64());
         let (result, backoff) = joined.map_err(|e| EvalError::Panicked(e.to_string()))?;
         self.backoff = backoff;
