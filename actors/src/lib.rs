@@ -19,3 +19,5 @@ pub mod node_lifecycle;
 pub mod node_tracker;
 pub mod plan_applier;
 pub mod server;
+pub mod worker;
+pub mod worker_supervisor;
