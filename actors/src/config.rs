@@ -217,6 +217,18 @@ impl AgentConfig {
         (host, self.ports.http)
     }
 
+    /// This agent's name: `name`, or the machine's hostname when empty.
+    pub fn name_or_hostname(&self) -> String {
+        if !self.name.is_empty() {
+            return self.name.clone();
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "herder".to_string())
+    }
+
     /// Worker count in effect: `num_schedulers`, or one per CPU when 0.
     pub fn effective_num_schedulers(&self) -> usize {
         if self.server.num_schedulers == 0 {

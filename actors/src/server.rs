@@ -15,9 +15,12 @@ use crate::eval_writer::EvalWriter;
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::plan_applier::{self, PlanApplier};
+use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
+use crate::worker_supervisor::{self, WorkerConfigError, WorkerPoolConfig, WorkerSupervisor};
 use actix::prelude::*;
 use herder::state::{StateStore, StoreError, StoreOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -25,6 +28,8 @@ pub enum ServerError {
     Store { path: PathBuf, source: StoreError },
     #[error("state store at {path}: opening was interrupted")]
     OpenInterrupted { path: PathBuf },
+    #[error("server.num_schedulers / enabled_schedulers: {0}")]
+    Workers(#[from] WorkerConfigError),
     #[error("data dir {path}: {source}")]
     DataDir {
         path: PathBuf,
@@ -41,6 +46,7 @@ pub struct ServerHandle {
     pub blocked: Addr<BlockedEvals>,
     pub plan_applier: Addr<PlanApplier>,
     pub nodes: Addr<NodeTracker>,
+    pub workers: Addr<WorkerSupervisor>,
 }
 
 /// A running server.
@@ -96,6 +102,25 @@ impl Server {
         let _ = blocked.send(broker::SetEnabled(true)).await;
         let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
         let nodes = NodeTracker::new(store.clone(), tracker_config(config)).start();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = WorkerPoolConfig::validate(
+            config.effective_num_schedulers() as i64,
+            &config.server.enabled_schedulers,
+            cpus,
+        )?;
+        let deps = WorkerDeps {
+            store: store.clone(),
+            broker: broker.clone(),
+            blocked_evals: blocked.clone(),
+            plan_applier: plan_applier.clone(),
+            schedulers: Arc::new(CoreSchedulers),
+            timing: WorkerTiming::default(),
+        };
+        let server_id = format!("{}.{}", config.name_or_hostname(), config.region);
+        let workers = WorkerSupervisor::new(server_id, cpus, deps, pool)?.start();
+        // As Nomad's leader: keep a quarter of the workers so the plan
+        // applier has CPU left.
+        let _ = workers.send(worker_supervisor::SetLeader(true)).await;
         tracing::info!(index = store.latest_index(), "server started");
         Ok(Server {
             handle: ServerHandle {
@@ -104,6 +129,7 @@ impl Server {
                 blocked,
                 plan_applier,
                 nodes,
+                workers,
             },
             router,
         })
@@ -117,6 +143,8 @@ impl Server {
     pub async fn stop(self) {
         let h = self.handle;
         let _ = self.router.send(StopRouting).await;
+        // Workers finish (and ack) the evaluations in hand first.
+        let _ = h.workers.send(worker_supervisor::StopAll).await;
         let _ = h.plan_applier.send(plan_applier::SetEnabled(false)).await;
         let _ = h.broker.send(broker::SetEnabled(false)).await;
         let _ = h.blocked.send(broker::SetEnabled(false)).await;

@@ -863,7 +863,19 @@ impl PlannerBridge {
     }
 }
 
+/// The process's monotonic clock, as nanoseconds since first use: what the
+/// scheduler measures each placement's `AllocationTime` with.
+fn monotonic_clock() -> herder::scheduler::MonotonicClock {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    Arc::new(move || u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
 impl Planner for PlannerBridge {
+    fn monotonic_clock(&self) -> Option<herder::scheduler::MonotonicClock> {
+        Some(monotonic_clock())
+    }
+
     fn submit_plan(
         &mut self,
         mut plan: Plan,

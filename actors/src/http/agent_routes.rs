@@ -1,14 +1,91 @@
 //! `/v1/agent/*` and `/v1/status/*`: about the agent itself.
 
+use super::ApiError;
 use crate::agent::AgentInfo;
+use crate::worker_supervisor::{GetConfig, GetWorkers, SetConfig, WorkerSupervisor};
+use actix::Addr;
 use actix_web::{web, HttpResponse};
+use serde::Deserialize;
 use serde_json::json;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/agent/health", web::get().to(health))
         .route("/v1/agent/self", web::get().to(agent_self))
         .route("/v1/status/leader", web::get().to(leader))
-        .route("/v1/status/peers", web::get().to(peers));
+        .route("/v1/status/peers", web::get().to(peers))
+        .route("/v1/agent/schedulers", web::get().to(workers))
+        .route("/v1/agent/schedulers/config", web::get().to(worker_config))
+        .route(
+            "/v1/agent/schedulers/config",
+            web::put().to(set_worker_config),
+        )
+        .route(
+            "/v1/agent/schedulers/config",
+            web::post().to(set_worker_config),
+        );
+}
+
+fn supervisor(info: &AgentInfo) -> Result<Addr<WorkerSupervisor>, ApiError> {
+    info.server
+        .as_ref()
+        .map(|s| s.workers.clone())
+        .ok_or_else(|| {
+            ApiError::BadRequest("this agent runs no server, so no scheduling workers".into())
+        })
+}
+
+fn unavailable(e: actix::MailboxError) -> ApiError {
+    ApiError::Unavailable(format!("worker supervisor: {e}"))
+}
+
+/// `GET /v1/agent/schedulers`: every worker with its status (snake_case,
+/// as Nomad's agent API).
+async fn workers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
+    let reply = supervisor(&info)?
+        .send(GetWorkers)
+        .await
+        .map_err(unavailable)?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+async fn worker_config(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
+    let reply = supervisor(&info)?
+        .send(GetConfig)
+        .await
+        .map_err(unavailable)?;
+    Ok(HttpResponse::Ok().json(reply))
+}
+
+/// The body of `PUT /v1/agent/schedulers/config`; a field left out keeps
+/// its current value.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkerConfigRequest {
+    num_schedulers: Option<i64>,
+    enabled_schedulers: Option<Vec<String>>,
+}
+
+async fn set_worker_config(
+    info: web::Data<AgentInfo>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let request: WorkerConfigRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid worker configuration: {e}")))?;
+    let workers = supervisor(&info)?;
+    let current = workers.send(GetConfig).await.map_err(unavailable)?;
+    let reply = workers
+        .send(SetConfig {
+            num_schedulers: request
+                .num_schedulers
+                .unwrap_or(current.num_schedulers as i64),
+            enabled_schedulers: request
+                .enabled_schedulers
+                .unwrap_or(current.enabled_schedulers),
+        })
+        .await
+        .map_err(unavailable)?
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(HttpResponse::Ok().json(reply))
 }
 
 fn advertise(info: &AgentInfo) -> String {

@@ -1,0 +1,200 @@
+//! The whole server in one process, driven as a cluster would drive it:
+//! a thousand nodes, a hundred jobs of mixed types registered at once,
+//! every evaluation processed by the workers, every placement checked, and
+//! the result intact after a restart. Then the worker configuration API
+//! pausing and resuming scheduling.
+
+use herder::state::fixtures;
+use herder::state::{Command, StateSnapshot};
+use herder::structs::fit::allocs_fit;
+use herder::structs::{EvalStatus, JobType, NodeStatus, TriggeredBy};
+use herder_tests::{get, send_json, server_config, temp_dir, wait_for, TestAgent};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn register_nodes(agent: &TestAgent, n: usize) {
+    let store = &agent.server.as_ref().unwrap().store;
+    let pending: Vec<_> = (0..n)
+        .map(|i| {
+            let mut node = fixtures::node(&format!("n{i}"));
+            node.status = NodeStatus::Ready;
+            store.submit(Command::NodeRegister {
+                node: Arc::new(node),
+            })
+        })
+        .collect();
+    for p in pending {
+        futures::executor::block_on(p).unwrap().unwrap();
+    }
+}
+
+fn job_of(kind: JobType, i: usize, count: i32) -> herder::structs::Job {
+    let mut job = fixtures::job("default", &format!("{kind}-{i}"), &[("g", count)]);
+    job.job_type = kind;
+    job.task_groups[0].reschedule_policy = None;
+    job.canonicalize();
+    job
+}
+
+fn all_evals_done(snap: &StateSnapshot) -> bool {
+    snap.evals()
+        .all(|e| e.status.is_terminal() || e.status == EvalStatus::Blocked)
+}
+
+#[test]
+fn a_thousand_nodes_a_hundred_mixed_jobs_all_placed_none_overcommitted_all_durable() {
+    let dir = temp_dir();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    register_nodes(&agent, 1000);
+    let mut jobs = Vec::new();
+    for i in 0..70 {
+        jobs.push(job_of(JobType::Service, i, 5));
+    }
+    for i in 0..25 {
+        jobs.push(job_of(JobType::Batch, i, 4));
+    }
+    for i in 0..5 {
+        jobs.push(job_of(JobType::System, i, 1));
+    }
+    // Submitted concurrently, as many API clients would.
+    let store = agent.server.as_ref().unwrap().store.clone();
+    let threads: Vec<_> = jobs
+        .chunks(10)
+        .map(|chunk| {
+            let (store, chunk) = (store.clone(), chunk.to_vec());
+            std::thread::spawn(move || {
+                for job in chunk {
+                    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+                    store
+                        .apply(Command::JobRegister {
+                            job: Arc::new(job),
+                            eval: Some(eval),
+                            enforce_index: None,
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let done = wait_for(Duration::from_secs(240), || {
+        let snap = store.snapshot();
+        (snap.evals().count() >= 100 && all_evals_done(&snap)).then_some(snap)
+    });
+    let snap = done.expect("every evaluation processed within 4 minutes");
+    for e in snap.evals() {
+        assert_eq!(
+            e.status,
+            EvalStatus::Complete,
+            "eval of {} ended {}: {}",
+            e.job_id,
+            e.status,
+            e.status_description
+        );
+    }
+    assert_eq!(
+        snap.alloc_count(),
+        70 * 5 + 25 * 4 + 5 * 1000,
+        "every allocation placed"
+    );
+    for node in snap.nodes() {
+        let allocs: Vec<_> = snap.allocs_by_node(&node.id).map(|a| a.as_ref()).collect();
+        allocs_fit(node, allocs)
+            .unwrap_or_else(|e| panic!("node {} over-committed: {e}", node.name));
+    }
+    let before: BTreeSet<_> = snap.allocs().map(|a| (a.id, a.node_id)).collect();
+    agent.stop();
+
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    let snap = agent.server.as_ref().unwrap().store.snapshot();
+    let after: BTreeSet<_> = snap.allocs().map(|a| (a.id, a.node_id)).collect();
+    assert_eq!(after, before, "every allocation durable across a restart");
+}
+
+#[test]
+fn worker_config_api_pauses_and_resumes_scheduling() {
+    let dir = temp_dir();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    register_nodes(&agent, 3);
+    let (code, body) = get(&agent.url("/v1/agent/schedulers"));
+    assert_eq!(code, 200, "{body}");
+    let info: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        info["server_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{info}"
+    );
+    let first = &info["schedulers"][0];
+    for field in [
+        "id",
+        "enabled_schedulers",
+        "started",
+        "status",
+        "workload_status",
+    ] {
+        assert!(!first[field].is_null(), "{field} missing in {first}");
+    }
+
+    let url = agent.url("/v1/agent/schedulers/config");
+    let (code, body) = send_json("PUT", &url, None, &json!({"num_schedulers": 0}));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["num_schedulers"],
+        0
+    );
+    // As in Nomad, the list shows only active workers at once; the retired
+    // ones still finish the dequeue they have parked in the broker, which
+    // lasts at most the 500 ms dequeue timeout. Give them four times that.
+    let (_, body) = get(&agent.url("/v1/agent/schedulers"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["schedulers"],
+        json!([])
+    );
+    std::thread::sleep(Duration::from_secs(2));
+
+    let store = agent.server.as_ref().unwrap().store.clone();
+    let job = job_of(JobType::Service, 0, 2);
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    let eval_id = eval.id;
+    store
+        .apply(Command::JobRegister {
+            job: Arc::new(job),
+            eval: Some(eval),
+            enforce_index: None,
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        store.snapshot().eval(&eval_id).unwrap().status,
+        EvalStatus::Pending,
+        "no workers: the evaluation waits"
+    );
+
+    let (code, body) = send_json("PUT", &url, None, &json!({"num_schedulers": 2}));
+    assert_eq!(code, 200, "{body}");
+    let done = wait_for(Duration::from_secs(30), || {
+        let s = store.snapshot().eval(&eval_id).unwrap().status;
+        (s == EvalStatus::Complete).then_some(())
+    });
+    assert!(done.is_some(), "workers back: the evaluation is processed");
+
+    for bad in [
+        json!({"num_schedulers": -1}),
+        json!({"num_schedulers": 4096}),
+        json!({"enabled_schedulers": ["service"]}),
+        json!({"enabled_schedulers": ["gpu", "_core"]}),
+        json!({"num_schedulers": "two"}),
+    ] {
+        let (code, body) = send_json("PUT", &url, None, &bad);
+        assert_eq!(code, 400, "{bad} -> {body}");
+    }
+    let (_, body) = get(&url);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["num_schedulers"],
+        2,
+        "refusals change nothing"
+    );
+}
