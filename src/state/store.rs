@@ -164,7 +164,12 @@ impl StateStore {
 
     /// A store without persistence (tests, simulations).
     pub fn in_memory() -> StateStore {
-        Self::start(StateSnapshot::new(), None, StoreOptions::default())
+        Self::in_memory_with(StoreOptions::default())
+    }
+
+    /// A store without persistence, with the given options.
+    pub fn in_memory_with(options: StoreOptions) -> StateStore {
+        Self::start(StateSnapshot::new(), None, options)
     }
 
     fn start(state: StateSnapshot, db: Option<sled::Db>, options: StoreOptions) -> StateStore {
