@@ -432,8 +432,11 @@ impl Writer {
     }
 
     fn publish(&self, state: StateSnapshot, applied: &[Arc<AppliedChanges>]) {
-        *self.shared.current() = state.clone();
+        let previous = std::mem::replace(&mut *self.shared.current(), state.clone());
         self.shared.changed.notify_all();
+        // Freeing the nodes only the previous state used takes a while with
+        // large tables: do it after the lock is released, not under it.
+        drop(previous);
         let mut notifiers = self.shared.notifiers();
         notifiers.watchers.retain_mut(|w| {
             if w.reply.is_canceled() {
