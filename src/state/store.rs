@@ -40,7 +40,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            cache_capacity_bytes: 64 * 1024 * 1024,
+            cache_capacity_bytes: 16 * 1024 * 1024,
             event_buffer: 4096,
             subscriber_capacity: 1024,
             max_batch: 4096,
