@@ -96,18 +96,29 @@ fn durable_throughput(c: &mut Criterion) {
                         .collect()
                 })
                 .collect();
-            let start = Instant::now();
+            // Threads are started before the clock too; a barrier releases
+            // them together.
+            let barrier = std::sync::Barrier::new(CONCURRENT_WRITERS + 1);
             std::thread::scope(|scope| {
-                for commands in plans {
-                    let store = &store;
-                    scope.spawn(move || {
-                        for cmd in commands {
-                            store.apply(cmd).expect("durable apply");
-                        }
-                    });
+                let workers: Vec<_> = plans
+                    .into_iter()
+                    .map(|commands| {
+                        let (store, barrier) = (&store, &barrier);
+                        scope.spawn(move || {
+                            barrier.wait();
+                            for cmd in commands {
+                                store.apply(cmd).expect("durable apply");
+                            }
+                        })
+                    })
+                    .collect();
+                barrier.wait();
+                let start = Instant::now();
+                for worker in workers {
+                    worker.join().expect("writer thread");
                 }
-            });
-            start.elapsed()
+                start.elapsed()
+            })
         })
     });
     group.finish();
