@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 /// Allocations per ApplyPlanResults command in the throughput benches.
 const ALLOCS_PER_PLAN: usize = 100;
 const CONCURRENT_WRITERS: usize = 64;
+/// Commands each of the 64 writers submits per measured iteration (one
+/// after the other), so the measurement covers a steady state rather than
+/// 64 threads being woken on two cores.
+const COMMANDS_PER_WRITER: usize = 8;
 
 /// A store with one registered job and `nodes` nodes.
 fn prepared_store(store: &StateStore, job_id: &str, nodes: usize) -> (Arc<Job>, Vec<NodeId>) {
@@ -83,7 +87,7 @@ fn durable_throughput(c: &mut Criterion) {
         )
     });
     group.throughput(Throughput::Elements(
-        (ALLOCS_PER_PLAN * CONCURRENT_WRITERS) as u64,
+        (ALLOCS_PER_PLAN * CONCURRENT_WRITERS * COMMANDS_PER_WRITER) as u64,
     ));
     group.bench_function("64_writers_100_allocs_per_command", |b| {
         b.iter_custom(|iters| {
@@ -91,7 +95,7 @@ fn durable_throughput(c: &mut Criterion) {
             // the store, not 64 threads building allocations on 2 cores.
             let plans: Vec<Vec<Command>> = (0..CONCURRENT_WRITERS)
                 .map(|_| {
-                    (0..iters)
+                    (0..iters as usize * COMMANDS_PER_WRITER)
                         .map(|_| plan(&job, &builder, &nodes, ALLOCS_PER_PLAN))
                         .collect()
                 })
