@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 /// Allocations per ApplyPlanResults command in the throughput benches.
 const ALLOCS_PER_PLAN: usize = 100;
 const CONCURRENT_WRITERS: usize = 64;
+/// Commands each of the 64 writers submits per measured iteration (one
+/// after the other), so the measurement covers a steady state rather than
+/// 64 threads being woken on two cores.
+const COMMANDS_PER_WRITER: usize = 8;
 
 /// A store with one registered job and `nodes` nodes.
 fn prepared_store(store: &StateStore, job_id: &str, nodes: usize) -> (Arc<Job>, Vec<NodeId>) {
@@ -83,22 +87,42 @@ fn durable_throughput(c: &mut Criterion) {
         )
     });
     group.throughput(Throughput::Elements(
-        (ALLOCS_PER_PLAN * CONCURRENT_WRITERS) as u64,
+        (ALLOCS_PER_PLAN * CONCURRENT_WRITERS * COMMANDS_PER_WRITER) as u64,
     ));
     group.bench_function("64_writers_100_allocs_per_command", |b| {
         b.iter_custom(|iters| {
-            let start = Instant::now();
+            // Plans are built before the clock starts: the bench measures
+            // the store, not 64 threads building allocations on 2 cores.
+            let plans: Vec<Vec<Command>> = (0..CONCURRENT_WRITERS)
+                .map(|_| {
+                    (0..iters as usize * COMMANDS_PER_WRITER)
+                        .map(|_| plan(&job, &builder, &nodes, ALLOCS_PER_PLAN))
+                        .collect()
+                })
+                .collect();
+            // Threads are started before the clock too; a barrier releases
+            // them together.
+            let barrier = std::sync::Barrier::new(CONCURRENT_WRITERS + 1);
             std::thread::scope(|scope| {
-                for _ in 0..CONCURRENT_WRITERS {
-                    scope.spawn(|| {
-                        for _ in 0..iters {
-                            let cmd = plan(&job, &builder, &nodes, ALLOCS_PER_PLAN);
-                            store.apply(cmd).expect("durable apply");
-                        }
-                    });
+                let workers: Vec<_> = plans
+                    .into_iter()
+                    .map(|commands| {
+                        let (store, barrier) = (&store, &barrier);
+                        scope.spawn(move || {
+                            barrier.wait();
+                            for cmd in commands {
+                                store.apply(cmd).expect("durable apply");
+                            }
+                        })
+                    })
+                    .collect();
+                barrier.wait();
+                let start = Instant::now();
+                for worker in workers {
+                    worker.join().expect("writer thread");
                 }
-            });
-            start.elapsed()
+                start.elapsed()
+            })
         })
     });
     group.finish();
@@ -176,9 +200,78 @@ fn snapshot_with_a_million_allocs(c: &mut Criterion) {
     drop(store);
 }
 
+/// With `HERDER_BENCH_DURABLE_1M=<dir>`: when `<dir>` holds no store
+/// yet, writes 1,000,000 allocations through a store there (4 concurrent
+/// writers, 1,000 allocations per command) and prints the rate and the
+/// resident memory per allocation; when it already holds one, measures a
+/// restart instead: how long opening takes and the resident memory per
+/// allocation of the reopened store, in this fresh process. Off by
+/// default: it writes about a gigabyte and takes minutes.
+fn durable_million_and_restart(_: &mut Criterion) {
+    let Ok(dir) = std::env::var("HERDER_BENCH_DURABLE_1M") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let before = resident_bytes();
+    if dir.join("db").exists() {
+        let started = Instant::now();
+        let store = StateStore::open(&dir, StoreOptions::default()).expect("store reopens");
+        let reopened_in = started.elapsed();
+        let allocs = store.snapshot().alloc_count();
+        if let (Some(before), Some(after)) = (before, resident_bytes()) {
+            println!(
+                "restart with {allocs} allocations: opened in {reopened_in:.1?}, \
+                 {:.0} bytes resident per allocation (state + sled)",
+                after.saturating_sub(before) as f64 / allocs.max(1) as f64
+            );
+        }
+        return;
+    }
+    const JOBS: usize = 1_000;
+    const ALLOCS_PER_JOB: usize = 1_000;
+    let store = StateStore::open(&dir, StoreOptions::default()).expect("store opens");
+    let (_, nodes) = prepared_store(&store, "seed", 10_000);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for writer in 0..4 {
+            let store = &store;
+            let nodes = &nodes;
+            scope.spawn(move || {
+                for j in (writer..JOBS).step_by(4) {
+                    let job = fixtures::job("default", &format!("job-{j}"), &[("g", 1000)]);
+                    store
+                        .apply(Command::JobRegister {
+                            job: Arc::new(job.clone()),
+                            eval: Some(fixtures::eval(&job, TriggeredBy::JobRegister, 1)),
+                            enforce_index: None,
+                        })
+                        .expect("job registers");
+                    let builder = AllocBuilder::new(&job, "g");
+                    store
+                        .apply(plan(&Arc::new(job), &builder, nodes, ALLOCS_PER_JOB))
+                        .expect("plan applies");
+                }
+            });
+        }
+    });
+    let written_in = started.elapsed();
+    let allocs = store.snapshot().alloc_count();
+    if let (Some(before), Some(after)) = (before, resident_bytes()) {
+        println!(
+            "durable store with {allocs} allocations: written in {written_in:.1?} \
+             ({:.0} allocs/s), {:.0} bytes resident per allocation after writing \
+             (state + sled + allocator garbage of the writes)",
+            allocs as f64 / written_in.as_secs_f64(),
+            after.saturating_sub(before) as f64 / allocs as f64
+        );
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10).warm_up_time(Duration::from_secs(1));
-    targets = durable_throughput, snapshot_with_a_million_allocs
+    // The memory measurements come first, while the heap is fresh (memory
+    // freed by an earlier bench would be reused and hide real growth).
+    targets = durable_million_and_restart, snapshot_with_a_million_allocs, durable_throughput
 }
 criterion_main!(benches);

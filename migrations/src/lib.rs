@@ -56,11 +56,26 @@ pub fn describe_key(key: &[u8]) -> String {
     let Some((prefix, rest)) = key.split_first() else {
         return "<empty key>".to_string();
     };
+    if matches!(prefix, b'a' | b'e' | b'n') && rest.len() == 16 {
+        return format!("{}:{}", *prefix as char, uuid_text(rest));
+    }
     let rest_text = match std::str::from_utf8(rest) {
         Ok(s) if !s.chars().any(|c| c.is_control() && c != '\0') => s.replace('\0', "/"),
         _ => rest.iter().map(|b| format!("{b:02x}")).collect(),
     };
     format!("{}:{}", *prefix as char, rest_text)
+}
+
+/// The 8-4-4-4-12 hex form of 16 UUID bytes.
+fn uuid_text(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 /// Reads the meta row as JSON.
@@ -86,4 +101,59 @@ pub(crate) fn meta_with_version(mut meta: Value, version: u32) -> Result<Vec<u8>
         .ok_or_else(|| bad("the meta row is not a JSON object"))?;
     object.insert(FORMAT_VERSION_FIELD.to_string(), Value::from(version));
     serde_json::to_vec(&meta).map_err(|e| bad(&e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temporary_db() -> sled::Db {
+        sled::Config::new().temporary(true).open().unwrap()
+    }
+
+    #[test]
+    fn v1_allocations_lose_their_embedded_job_and_gain_its_version() {
+        let db = temporary_db();
+        db.insert(META_KEY, br#"{"FormatVersion":1,"LastIndex":3}"#.to_vec())
+            .unwrap();
+        let alloc = serde_json::json!({
+            "ID": "a1", "Namespace": "default", "JobID": "web",
+            "Job": {"ID": "web", "Namespace": "default", "Version": 4}
+        });
+        db.insert(b"aX", serde_json::to_vec(&alloc).unwrap())
+            .unwrap();
+        migrate(&db, 1).unwrap();
+
+        let row: Value = serde_json::from_slice(&db.get(b"aX").unwrap().unwrap()).unwrap();
+        assert!(row.get("Job").is_none());
+        assert_eq!(row["JobVersion"], 4);
+        let mut version_key = b"vdefault\0web\0".to_vec();
+        version_key.extend_from_slice(&4u64.to_be_bytes());
+        let job: Value = serde_json::from_slice(&db.get(version_key).unwrap().unwrap()).unwrap();
+        assert_eq!(job["Version"], 4);
+        let meta = read_meta(&db).unwrap();
+        assert_eq!(meta[FORMAT_VERSION_FIELD], CURRENT);
+        assert_eq!(meta["LastIndex"], 3, "other meta fields are kept");
+    }
+
+    #[test]
+    fn an_unknown_old_format_has_no_path() {
+        let db = temporary_db();
+        assert!(matches!(
+            migrate(&db, 0),
+            Err(MigrationError::NoPath { from: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn keys_are_described_readably() {
+        assert_eq!(describe_key(b"jdefault\0web"), "j:default/web");
+        assert_eq!(describe_key(&[b'c', 0xff, 0x01]), "c:ff01");
+        let mut alloc = vec![b'a'];
+        alloc.extend_from_slice(&[0xab; 16]);
+        assert_eq!(
+            describe_key(&alloc),
+            "a:abababab-abab-abab-abab-abababababab"
+        );
+    }
 }

@@ -837,14 +837,21 @@ impl Txn {
         if old.is_some_and(|o| o.client_status == alloc.client_status) {
             return;
         }
-        let Some(summary) = self.t.job_summaries.get(key) else {
+        let index = self.index;
+        let Some(summary) = self.t.job_summaries.get_mut(key) else {
             return; // deregistered job: nothing to count in
         };
-        let mut summary = (**summary).clone();
-        let tg = summary
-            .summary
-            .entry(alloc.task_group.to_string())
-            .or_default();
+        // Copied once per command, then changed in place: a plan placing a
+        // thousand allocations of one job does not copy its summary 1000x.
+        let summary = Arc::make_mut(summary);
+        if !summary.summary.contains_key(&*alloc.task_group) {
+            summary
+                .summary
+                .insert(alloc.task_group.to_string(), TaskGroupSummary::default());
+        }
+        let Some(tg) = summary.summary.get_mut(&*alloc.task_group) else {
+            return;
+        };
         match old {
             None => {
                 if alloc.client_status == ClientStatus::Pending {
@@ -857,7 +864,8 @@ impl Txn {
             }
         }
         *tg.slot(alloc.client_status) += 1;
-        self.put_summary(key, summary);
+        summary.modify_index = index;
+        self.touched.insert(RowKey::JobSummary(key.clone()));
     }
 
     // ---- operator -------------------------------------------------------

@@ -661,3 +661,109 @@ fn garbage_collection_makes_an_emptied_job_dead() {
     assert_eq!(h.state.evals_by_job("default", "web").count(), 0);
     assert_eq!(h.job("web").status, "dead");
 }
+
+#[test]
+fn preemptions_evict_and_record_who_preempted() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let job = web();
+    let (_, eval) = h.register(&job);
+    let victims = allocs_for(&h.job("web"), &node, &eval, 1);
+    h.place(&victims, &job);
+
+    let system = fixtures::job("default", "agent", &[("frontend", 1)]);
+    let (_, system_eval) = h.register(&system);
+    let mut placed = allocs_for(&h.job("agent"), &node, &system_eval, 1);
+    placed[0].preempted_allocations = vec![victims[0].id];
+    let follow_up = fixtures::eval(&job, TriggeredBy::Preemption, 7);
+    let index = h.ok(Command::ApplyPlanResults(PlanResults {
+        eval_id: system_eval.id,
+        job: Some(h.job("agent")),
+        node_allocation: HashMap::from([(node.id, placed.clone())]),
+        node_preemptions: HashMap::from([(
+            node.id,
+            vec![AllocStop {
+                id: victims[0].id,
+                desired_status: DesiredStatus::Evict,
+                desired_description: "preempted".into(),
+                client_status: None,
+                followup_eval_id: None,
+                preempted_by: Some(placed[0].id),
+            }],
+        )]),
+        evals: vec![follow_up.clone()],
+        updated_at: 50,
+        ..Default::default()
+    }));
+    let victim = h.state.alloc(&victims[0].id).unwrap();
+    assert_eq!(victim.desired_status, DesiredStatus::Evict);
+    assert_eq!(victim.preempted_by_allocation, Some(placed[0].id));
+    assert_eq!((victim.alloc_modify_index, victim.modify_time), (index, 50));
+    assert_eq!(h.state.eval(&follow_up.id).unwrap().create_index, index);
+    assert_eq!(
+        h.state.alloc(&placed[0].id).unwrap().preempted_allocations,
+        vec![victims[0].id]
+    );
+}
+
+#[test]
+fn a_periodic_parent_counts_its_children_by_status() {
+    let mut h = Harness::new();
+    let mut parent = fixtures::job("default", "nightly", &[("frontend", 1)]);
+    parent.periodic = Some(crate::structs::PeriodicConfig {
+        enabled: true,
+        spec: "0 0 * * *".into(),
+        ..Default::default()
+    });
+    h.ok(Command::JobRegister {
+        job: Arc::new(parent),
+        eval: None,
+        enforce_index: None,
+    });
+    assert_eq!(
+        h.job("nightly").status,
+        "running",
+        "templates run until stopped"
+    );
+
+    let mut child = fixtures::job("default", "nightly/periodic-1", &[("frontend", 1)]);
+    child.parent_id = "nightly".into();
+    let (_, eval) = h.register(&child);
+    let children = |h: &Harness| {
+        h.state
+            .job_summary("default", "nightly")
+            .unwrap()
+            .children
+            .clone()
+            .unwrap()
+    };
+    assert_eq!((children(&h).pending, children(&h).dead), (1, 0));
+    h.complete(&eval);
+    assert_eq!((children(&h).pending, children(&h).dead), (0, 1));
+}
+
+#[test]
+fn applied_changes_name_the_touched_tables_and_rows() {
+    let mut h = Harness::new();
+    let job = web();
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    let changes = h
+        .apply(Command::JobRegister {
+            job: Arc::new(job),
+            eval: Some(eval.clone()),
+            enforce_index: None,
+        })
+        .unwrap();
+    let tables: Vec<Table> = changes.tables.iter().collect();
+    assert_eq!(tables, vec![Table::Jobs, Table::JobSummaries, Table::Evals]);
+    assert_eq!(
+        changes.evals().map(|e| e.id).collect::<Vec<_>>(),
+        vec![eval.id]
+    );
+    assert_eq!(
+        changes.jobs().next().unwrap().status,
+        "pending",
+        "final values"
+    );
+    assert_eq!(changes.changes.len(), 4, "job, version, summary, eval");
+}

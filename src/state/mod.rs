@@ -19,6 +19,8 @@ pub mod store;
 
 #[cfg(test)]
 mod apply_tests;
+#[cfg(test)]
+mod store_tests;
 
 pub use apply::JOB_TRACKED_VERSIONS;
 pub use changes::{AppliedChanges, JobKey, Row, RowChange, RowKey, Table, TableSet};

@@ -1,11 +1,14 @@
 //! `StateStore`: the single writer, durable group commit, snapshots,
 //! blocking waits and change subscriptions.
 //!
-//! Callers queue commands on a channel. One writer thread takes everything
-//! queued, applies it in order to a copy of the state, writes all changed
-//! rows in one sled batch, flushes once, and only then publishes the new
-//! state and answers the callers: concurrent writers share one fsync, and
-//! no reader ever sees a change that a crash could still undo.
+//! Callers queue commands on a channel. Two threads form a pipeline:
+//! the writer takes everything queued and applies it in order to its own
+//! copy of the state (cheap: persistent maps); the persister takes every
+//! applied group waiting for it, writes all their changed rows in one sled
+//! batch, flushes once, and only then publishes the newest state and
+//! answers the callers. Concurrent writers share one fsync, the next
+//! commands are applied while the previous ones are being flushed, and no
+//! reader ever sees a change that a crash could still undo.
 //!
 //! The store uses std threads, mutexes and condition variables for
 //! blocking callers and runtime-agnostic `futures` channels for async
@@ -40,7 +43,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            cache_capacity_bytes: 64 * 1024 * 1024,
+            cache_capacity_bytes: 16 * 1024 * 1024,
             event_buffer: 4096,
             subscriber_capacity: 1024,
             max_batch: 4096,
@@ -94,6 +97,9 @@ struct Notifiers {
 /// State shared between callers and the writer thread.
 struct Shared {
     current: Mutex<StateSnapshot>,
+    /// Set when a write failed: what is on disk is then unknown, so no
+    /// further write is accepted.
+    failed: Mutex<Option<String>>,
     changed: Condvar,
     notifiers: Mutex<Notifiers>,
     options: StoreOptions,
@@ -108,6 +114,13 @@ impl Shared {
 
     fn notifiers(&self) -> MutexGuard<'_, Notifiers> {
         self.notifiers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -164,21 +177,27 @@ impl StateStore {
 
     /// A store without persistence (tests, simulations).
     pub fn in_memory() -> StateStore {
-        Self::start(StateSnapshot::new(), None, StoreOptions::default())
+        Self::in_memory_with(StoreOptions::default())
+    }
+
+    /// A store without persistence, with the given options.
+    pub fn in_memory_with(options: StoreOptions) -> StateStore {
+        Self::start(StateSnapshot::new(), None, options)
     }
 
     fn start(state: StateSnapshot, db: Option<sled::Db>, options: StoreOptions) -> StateStore {
         let shared = Arc::new(Shared {
             current: Mutex::new(state),
+            failed: Mutex::new(None),
             changed: Condvar::new(),
             notifiers: Mutex::new(Notifiers::default()),
             options,
         });
         let (sender, receiver) = mpsc::channel();
         let writer = Writer {
+            state: shared.current().clone(),
             shared: shared.clone(),
             db,
-            failed: None,
         };
         let thread = std::thread::Builder::new()
             .name("herder-state-writer".into())
@@ -355,17 +374,88 @@ fn max_index(state: &StateSnapshot, tables: TableSet) -> u64 {
         .unwrap_or(0)
 }
 
-/// The writer thread's state.
+/// Frees replaced states on its own thread. Dropping a state frees every
+/// tree node only it used (several per changed row), which took about a
+/// third of the writer's time with large tables; off the writer thread it
+/// overlaps with the next batch and its fsync. A bounded queue keeps
+/// memory in check: when the reclaimer falls behind, the writer waits.
+struct Reclaimer {
+    sender: Option<mpsc::SyncSender<StateSnapshot>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reclaimer {
+    fn start() -> Self {
+        let (sender, receiver) = mpsc::sync_channel::<StateSnapshot>(4);
+        let thread = std::thread::Builder::new()
+            .name("herder-state-reclaim".into())
+            .spawn(move || receiver.into_iter().for_each(drop));
+        match thread {
+            Ok(thread) => Reclaimer {
+                sender: Some(sender),
+                thread: Some(thread),
+            },
+            // Without the thread, states are simply freed on the writer.
+            Err(_) => Reclaimer {
+                sender: None,
+                thread: None,
+            },
+        }
+    }
+
+    fn reclaim(&self, state: StateSnapshot) {
+        if let Some(sender) = &self.sender {
+            // A send error hands the state back; it is dropped here.
+            let _ = sender.send(state);
+        }
+    }
+}
+
+impl Drop for Reclaimer {
+    fn drop(&mut self) {
+        self.sender = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The first stage: applies commands to its own copy of the state, which
+/// runs ahead of the published (durable) one by what is being flushed.
 struct Writer {
     shared: Arc<Shared>,
+    state: StateSnapshot,
     db: Option<sled::Db>,
-    /// Set when a write failed: what is on disk is then unknown, so no
-    /// further write is accepted.
-    failed: Option<String>,
+}
+
+/// One group of commands, applied and waiting to be made durable.
+struct AppliedGroup {
+    /// The state after the group.
+    state: StateSnapshot,
+    /// Each request's reply with its outcome, in order.
+    replies: Vec<(Reply, Result<Arc<AppliedChanges>, super::ApplyError>)>,
 }
 
 impl Writer {
     fn run(mut self, receiver: mpsc::Receiver<Request>) {
+        // Bounded: when the disk falls behind, the writer waits instead of
+        // applying (and holding) without limit.
+        let (to_persister, from_writer) = mpsc::sync_channel::<AppliedGroup>(8);
+        let persister = Persister {
+            shared: self.shared.clone(),
+            db: self.db.take(),
+            reclaimer: Reclaimer::start(),
+        };
+        let persister = std::thread::Builder::new()
+            .name("herder-state-persist".into())
+            .spawn(move || persister.run(from_writer));
+        let persister = match persister {
+            Ok(thread) => thread,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the state persister thread");
+                return;
+            }
+        };
         while let Ok(first) = receiver.recv() {
             let mut batch = vec![first];
             while batch.len() < self.shared.options.max_batch {
@@ -374,51 +464,107 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.commit(batch);
+            if let Some(reason) = self.shared.failure() {
+                fail_all(batch.into_iter().map(|r| r.reply), &reason);
+                continue;
+            }
+            let group = self.apply(batch);
+            if let Err(unsent) = to_persister.send(group) {
+                fail_all(
+                    unsent.0.replies.into_iter().map(|r| r.0),
+                    "the persister stopped",
+                );
+            }
         }
-        // Every sender is gone: close the subscriptions.
+        // Every caller is gone: let the persister finish what it has.
+        drop(to_persister);
+        if persister.join().is_err() {
+            tracing::error!("the state persister thread panicked");
+        }
         self.shared.notifiers().subscribers.clear();
     }
 
-    /// Applies, persists and publishes one group of commands.
-    fn commit(&mut self, batch: Vec<Request>) {
-        if let Some(reason) = &self.failed {
-            for request in batch {
-                let _ = request.reply.send(Err(StoreError::Failed(reason.clone())));
+    fn apply(&mut self, batch: Vec<Request>) -> AppliedGroup {
+        let mut replies = Vec::with_capacity(batch.len());
+        for request in batch {
+            let index = self.state.latest_index() + 1;
+            let result = self.state.apply(index, &request.command).map(Arc::new);
+            replies.push((request.reply, result));
+        }
+        AppliedGroup {
+            state: self.state.clone(),
+            replies,
+        }
+    }
+}
+
+fn fail_all(replies: impl Iterator<Item = Reply>, reason: &str) {
+    for reply in replies {
+        let _ = reply.send(Err(StoreError::Failed(reason.to_string())));
+    }
+}
+
+/// The second stage: makes applied groups durable, then visible.
+struct Persister {
+    shared: Arc<Shared>,
+    db: Option<sled::Db>,
+    reclaimer: Reclaimer,
+}
+
+impl Persister {
+    fn run(self, receiver: mpsc::Receiver<AppliedGroup>) {
+        while let Ok(first) = receiver.recv() {
+            // Everything applied while the previous flush ran goes into
+            // this one write.
+            let mut groups = vec![first];
+            while let Ok(group) = receiver.try_recv() {
+                groups.push(group);
             }
+            self.commit(groups);
+        }
+    }
+
+    /// Writes and flushes the groups' changes at once, publishes the newest
+    /// state, and answers every caller.
+    fn commit(&self, groups: Vec<AppliedGroup>) {
+        if let Some(reason) = self.shared.failure() {
+            fail_all(
+                groups.into_iter().flat_map(|g| g.replies).map(|r| r.0),
+                &reason,
+            );
             return;
         }
-        let mut state = self.shared.current().clone();
-        let mut results = Vec::with_capacity(batch.len());
-        for request in &batch {
-            let index = state.latest_index() + 1;
-            results.push(state.apply(index, &request.command).map(Arc::new));
-        }
-        let applied: Vec<Arc<AppliedChanges>> = results
+        let applied: Vec<Arc<AppliedChanges>> = groups
             .iter()
-            .filter_map(|r| r.as_ref().ok())
+            .flat_map(|g| g.replies.iter())
+            .filter_map(|(_, result)| result.as_ref().ok())
             .cloned()
             .collect();
+        let Some(newest) = groups.last().map(|g| g.state.clone()) else {
+            return;
+        };
         if !applied.is_empty() {
-            if let Err(e) = self.persist(&applied, &state) {
+            if let Err(e) = self.persist(&applied, &newest) {
                 let reason = e.to_string();
                 tracing::error!(error = %reason, "the state store could not write; refusing further writes");
-                self.failed = Some(reason.clone());
-                for request in batch {
-                    let _ = request.reply.send(Err(StoreError::Failed(reason.clone())));
-                }
+                *self.shared.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(reason.clone());
+                fail_all(
+                    groups.into_iter().flat_map(|g| g.replies).map(|r| r.0),
+                    &reason,
+                );
                 return;
             }
-            self.publish(state, &applied);
+            self.publish(newest, &applied);
         }
-        for (request, result) in batch.into_iter().zip(results) {
+        for (reply, result) in groups.into_iter().flat_map(|g| g.replies) {
             let outcome = result
                 .map(|changes| ApplyOutcome {
                     index: changes.index,
                     changes,
                 })
                 .map_err(StoreError::Rejected);
-            let _ = request.reply.send(outcome);
+            let _ = reply.send(outcome);
         }
     }
 
@@ -436,8 +582,9 @@ impl Writer {
     }
 
     fn publish(&self, state: StateSnapshot, applied: &[Arc<AppliedChanges>]) {
-        *self.shared.current() = state.clone();
+        let previous = std::mem::replace(&mut *self.shared.current(), state.clone());
         self.shared.changed.notify_all();
+        self.reclaimer.reclaim(previous);
         let mut notifiers = self.shared.notifiers();
         notifiers.watchers.retain_mut(|w| {
             if w.reply.is_canceled() {

@@ -1,0 +1,176 @@
+//! Tests of the store's concurrency surface: group commit with rejected
+//! commands, waits for an index or a table change, async watches,
+//! subscriptions with replay, and closing.
+
+use super::fixtures;
+use super::{Command, StateStore, StoreError, StoreOptions, Table, TableSet};
+use crate::structs::{SchedulerConfiguration, TriggeredBy};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn register(name: &str) -> Command {
+    let job = fixtures::job("default", name, &[("g", 1)]);
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    Command::JobRegister {
+        job: Arc::new(job),
+        eval: Some(eval),
+        enforce_index: None,
+    }
+}
+
+fn bad_cas() -> Command {
+    Command::SchedulerConfigUpdate {
+        config: SchedulerConfiguration::default(),
+        cas_index: Some(12345),
+    }
+}
+
+#[test]
+fn a_rejected_command_in_a_group_leaves_the_others_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let receivers = vec![
+        store.submit(register("a")),
+        store.submit(bad_cas()),
+        store.submit(register("b")),
+    ];
+    let results: Vec<_> = receivers
+        .into_iter()
+        .map(|r| futures::executor::block_on(r).unwrap())
+        .collect();
+    assert_eq!(results[0].as_ref().unwrap().index, 1);
+    assert!(matches!(results[1], Err(StoreError::Rejected(_))));
+    assert_eq!(
+        results[2].as_ref().unwrap().index,
+        2,
+        "rejections use no index"
+    );
+    let state = store.snapshot();
+    assert!(state.job("default", "a").is_some() && state.job("default", "b").is_some());
+    assert_eq!(state.table_index(Table::SchedulerConfig), 0);
+}
+
+#[test]
+fn snapshot_min_index_waits_for_the_writer_and_times_out() {
+    let store = StateStore::in_memory();
+    let err = store
+        .snapshot_min_index(1, Duration::from_millis(20))
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::Timeout {
+            index: 1,
+            latest: 0
+        }
+    ));
+
+    let writer = store.clone();
+    let handle = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        writer.apply(register("a")).unwrap();
+    });
+    let snap = store
+        .snapshot_min_index(1, Duration::from_secs(10))
+        .unwrap();
+    assert!(snap.job("default", "a").is_some());
+    handle.join().unwrap();
+}
+
+#[test]
+fn wait_for_change_wakes_only_for_the_watched_tables() {
+    let store = StateStore::in_memory();
+    let index = store.apply(register("a")).unwrap().index;
+
+    // A change to nodes does not end a wait on allocations.
+    let writer = store.clone();
+    let handle = std::thread::spawn(move || {
+        writer
+            .apply(Command::NodeRegister {
+                node: Arc::new(fixtures::node("n1")),
+            })
+            .unwrap();
+    });
+    let started = Instant::now();
+    let snap = store.wait_for_change(
+        TableSet::of(&[Table::Allocs]),
+        index,
+        Duration::from_millis(100),
+    );
+    handle.join().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    assert_eq!(snap.table_index(Table::Allocs), 0);
+
+    let writer = store.clone();
+    let handle = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        writer.apply(register("b")).unwrap().index
+    });
+    let snap = store.wait_for_change(
+        TableSet::of(&[Table::Jobs]),
+        store.latest_index(),
+        Duration::from_secs(10),
+    );
+    let changed_at = handle.join().unwrap();
+    assert_eq!(snap.table_index(Table::Jobs), changed_at);
+}
+
+#[test]
+fn watch_resolves_when_a_table_moves_past_the_index() {
+    let store = StateStore::in_memory();
+    let first = store.apply(register("a")).unwrap().index;
+    let already = store.watch(TableSet::of(&[Table::Jobs]), 0);
+    assert_eq!(futures::executor::block_on(already).unwrap(), first);
+
+    let pending = store.watch(TableSet::of(&[Table::Jobs]), first);
+    let unrelated = store.watch(TableSet::of(&[Table::Nodes]), 0);
+    let second = store.apply(register("b")).unwrap().index;
+    assert_eq!(futures::executor::block_on(pending).unwrap(), second);
+    drop(store);
+    // Never woken: the store closed, so the watch ends unresolved.
+    assert!(futures::executor::block_on(unrelated).is_err());
+}
+
+#[test]
+fn subscribers_replay_the_buffer_then_follow() {
+    use futures::StreamExt;
+    let store = StateStore::in_memory();
+    store.apply(register("a")).unwrap();
+    let second = store.apply(register("b")).unwrap().index;
+    let mut sub = store.subscribe(second);
+    assert!(!sub.missed);
+    assert_eq!(
+        sub.backlog.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![second]
+    );
+    assert!(sub.backlog[0].jobs().any(|j| j.id == "b"));
+    let third = store.apply(register("c")).unwrap().index;
+    let next = futures::executor::block_on(sub.receiver.next()).unwrap();
+    assert_eq!(next.index, third);
+
+    let small = StateStore::in_memory_with(StoreOptions {
+        event_buffer: 1,
+        ..StoreOptions::default()
+    });
+    small.apply(register("a")).unwrap();
+    small.apply(register("b")).unwrap();
+    assert!(
+        small.subscribe(1).missed,
+        "index 1 fell out of a 1-entry buffer"
+    );
+}
+
+#[test]
+fn close_applies_what_was_queued_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let queued = store.submit(register("a"));
+    store.close();
+    assert!(futures::executor::block_on(queued).unwrap().is_ok());
+    assert!(matches!(
+        store.apply(register("b")),
+        Err(StoreError::Closed)
+    ));
+    drop(store);
+    let reopened = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    assert!(reopened.snapshot().job("default", "a").is_some());
+}
