@@ -4,6 +4,15 @@
 use super::*;
 use serde_json::Value;
 
+/// A Nomad 1.1.2 fixture file's text.
+pub(crate) fn fixture_text(name: &str) -> String {
+    let path = format!(
+        "{}/tests/fixtures/nomad-1.1.2/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 fn fixture(name: &str) -> Value {
     let path = format!(
         "{}/tests/fixtures/nomad-1.1.2/{name}",
@@ -32,8 +41,9 @@ const HERDER_FIELDS: &[&str] = &[
     "Unknown",
 ];
 
-/// Asserts every field in `ours` is in `nomad` with an equal value.
-fn assert_subset(ours: &Value, nomad: &Value, path: &str) {
+/// Asserts every field in `ours` is in `nomad` with an equal value. Shared
+/// by every test that compares herder's JSON with Nomad's.
+pub(crate) fn assert_subset(ours: &Value, nomad: &Value, path: &str) {
     match (ours, nomad) {
         (Value::Object(o), Value::Object(n)) => {
             for (k, v) in o {

@@ -53,4 +53,4 @@ pub fn new_id() -> uuid::Uuid {
 }
 
 #[cfg(test)]
-mod fixture_tests;
+pub(crate) mod fixture_tests;
