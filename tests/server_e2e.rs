@@ -198,3 +198,86 @@ fn worker_config_api_pauses_and_resumes_scheduling() {
         "refusals change nothing"
     );
 }
+
+/// A client that heartbeats its node from a thread until dropped.
+struct Heartbeater {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeater {
+    fn start(url: String, secret: String) -> Heartbeater {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                send_json("PUT", &url, Some(&secret), &json!({"Status": "ready"}));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Heartbeater { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Heartbeater {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn register_over_http(agent: &TestAgent, name: &str) -> (herder::structs::Node, Heartbeater) {
+    let mut node = fixtures::node(name);
+    node.status = NodeStatus::Ready;
+    let (code, body) = send_json("PUT", &agent.url("/v1/node/register"), None, &json!({"Node": node}));
+    assert_eq!(code, 200, "{body}");
+    let hb = Heartbeater::start(
+        agent.url(&format!("/v1/node/{}/heartbeat", node.id)),
+        node.secret_id.clone(),
+    );
+    (node, hb)
+}
+
+#[test]
+fn a_node_that_stops_heartbeating_goes_down_and_its_work_is_replaced_elsewhere() {
+    let dir = temp_dir();
+    let mut config = server_config(dir.path());
+    config.server.min_heartbeat_ttl = Duration::from_millis(500);
+    config.server.heartbeat_grace = Duration::from_millis(500);
+    let agent = TestAgent::start(config, false);
+    let store = agent.server.as_ref().unwrap().store.clone();
+
+    let (a, a_heartbeats) = register_over_http(&agent, "a");
+    let job = job_of(JobType::Service, 0, 1);
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    store
+        .apply(Command::JobRegister { job: Arc::new(job.clone()), eval: Some(eval), enforce_index: None })
+        .unwrap();
+    let first = wait_for(Duration::from_secs(30), || {
+        store.snapshot().allocs_by_job("default", &job.id).next().map(|x| x.clone())
+    })
+    .expect("placed");
+    assert_eq!(first.node_id, a.id);
+
+    let (b, _b_heartbeats) = register_over_http(&agent, "b");
+    drop(a_heartbeats);
+    let down = wait_for(Duration::from_secs(30), || {
+        (store.snapshot().node(&a.id)?.status == NodeStatus::Down).then_some(())
+    });
+    assert!(down.is_some(), "silent node marked down");
+    let replaced = wait_for(Duration::from_secs(30), || {
+        let snap = store.snapshot();
+        let live: Vec<_> = snap
+            .allocs_by_job("default", &job.id)
+            .filter(|x| !x.is_terminal())
+            .cloned()
+            .collect();
+        (live.len() == 1 && live[0].node_id == b.id).then_some(())
+    });
+    assert!(replaced.is_some(), "replacement placed on the other node");
+    let old = store.snapshot().alloc(&first.id).cloned().unwrap();
+    assert_eq!(old.client_status, herder::structs::ClientStatus::Lost);
+    assert!(old.server_terminal());
+}

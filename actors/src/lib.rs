@@ -19,5 +19,6 @@ pub mod node_lifecycle;
 pub mod node_tracker;
 pub mod plan_applier;
 pub mod server;
+pub mod server_metrics;
 pub mod worker;
 pub mod worker_supervisor;

@@ -15,6 +15,7 @@ use crate::eval_writer::EvalWriter;
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::plan_applier::{self, PlanApplier};
+use crate::server_metrics::{ServerMetrics, StopMetrics};
 use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
 use crate::worker_supervisor::{self, WorkerConfigError, WorkerPoolConfig, WorkerSupervisor};
 use actix::prelude::*;
@@ -53,6 +54,7 @@ pub struct ServerHandle {
 pub struct Server {
     handle: ServerHandle,
     router: Addr<EvalRouter>,
+    metrics: Addr<ServerMetrics>,
 }
 
 /// The node lifecycle's timings from the agent configuration.
@@ -121,6 +123,14 @@ impl Server {
         // As Nomad's leader: keep a quarter of the workers so the plan
         // applier has CPU left.
         let _ = workers.send(worker_supervisor::SetLeader(true)).await;
+        let metrics = ServerMetrics {
+            store: store.clone(),
+            broker: broker.clone(),
+            blocked: blocked.clone(),
+            plan_applier: plan_applier.clone(),
+            interval: std::time::Duration::from_secs(1),
+        }
+        .start();
         tracing::info!(index = store.latest_index(), "server started");
         Ok(Server {
             handle: ServerHandle {
@@ -132,6 +142,7 @@ impl Server {
                 workers,
             },
             router,
+            metrics,
         })
     }
 
@@ -143,6 +154,7 @@ impl Server {
     pub async fn stop(self) {
         let h = self.handle;
         let _ = self.router.send(StopRouting).await;
+        self.metrics.do_send(StopMetrics);
         // Workers finish (and ack) the evaluations in hand first.
         let _ = h.workers.send(worker_supervisor::StopAll).await;
         let _ = h.plan_applier.send(plan_applier::SetEnabled(false)).await;
