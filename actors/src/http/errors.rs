@@ -47,3 +47,11 @@ pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiE
         req.path()
     )))
 }
+
+/// A path segment that cannot be read is the client's mistake.
+pub fn path_error(
+    err: actix_web::error::PathError,
+    _req: &actix_web::HttpRequest,
+) -> actix_web::Error {
+    ApiError::BadRequest(format!("Invalid path: {err}")).into()
+}

@@ -6,7 +6,16 @@
 
 mod agent_routes;
 mod errors;
+mod eval_alloc_routes;
+mod event_stream;
 pub mod filter;
+mod job_routes;
+mod metrics_routes;
+mod node_routes;
+mod operator_routes;
+mod plan;
+pub mod query;
+mod stubs;
 
 use crate::agent::{AgentError, AgentInfo};
 use actix_web::{web, App};
@@ -38,6 +47,7 @@ impl HttpServer {
 
 /// Binds the API and starts serving.
 pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
+    metrics_routes::install_recorder();
     let (host, port) = info.config.http_bind();
     let body_limit = info.config.limits.http_max_body_bytes;
     let data = web::Data::from(info.clone());
@@ -46,7 +56,14 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
             .app_data(data.clone())
             .app_data(web::JsonConfig::default().limit(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
+            .app_data(web::PathConfig::default().error_handler(errors::path_error))
             .configure(agent_routes::configure)
+            .configure(metrics_routes::configure)
+            .configure(job_routes::configure)
+            .configure(eval_alloc_routes::configure)
+            .configure(node_routes::configure)
+            .configure(operator_routes::configure)
+            .configure(event_stream::configure)
             .default_service(web::to(errors::not_found))
     })
     .workers(2)
