@@ -55,3 +55,22 @@ pub fn path_error(
 ) -> actix_web::Error {
     ApiError::BadRequest(format!("Invalid path: {err}")).into()
 }
+
+/// actix answers a known path with an unsupported method with an empty
+/// 405; say which method was refused instead.
+pub fn explain_method_not_allowed<B>(
+    res: actix_web::dev::ServiceResponse<B>,
+) -> actix_web::Result<actix_web::middleware::ErrorHandlerResponse<B>> {
+    let message = format!(
+        "Method {} is not allowed on {}",
+        res.request().method(),
+        res.request().path()
+    );
+    let (req, _) = res.into_parts();
+    let response = HttpResponse::MethodNotAllowed()
+        .content_type("text/plain; charset=utf-8")
+        .body(message);
+    Ok(actix_web::middleware::ErrorHandlerResponse::Response(
+        actix_web::dev::ServiceResponse::new(req, response).map_into_right_body(),
+    ))
+}

@@ -48,8 +48,8 @@ async fn list_evals(
     let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
         let items = snap
             .evals()
-            .map(|e| (e.id.to_string(), e.namespace.as_str(), json!(e)));
-        Ok(paginate(&q, items, |id| id.starts_with(&q.prefix)))
+            .map(|e| (e.id.to_string(), e.namespace.as_str(), e));
+        Ok(paginate(&q, items, |e| json!(e)))
     })
     .await?;
     Ok(list_response(index, page, next))
@@ -97,10 +97,8 @@ async fn list_allocs(
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
     let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
-        let items = snap
-            .allocs()
-            .map(|a| (a.id.to_string(), &*a.namespace, alloc_stub(snap, a)));
-        Ok(paginate(&q, items, |id| id.starts_with(&q.prefix)))
+        let items = snap.allocs().map(|a| (a.id.to_string(), &*a.namespace, a));
+        Ok(paginate(&q, items, |a| alloc_stub(snap, a)))
     })
     .await?;
     Ok(list_response(index, page, next))

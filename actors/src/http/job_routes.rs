@@ -79,10 +79,8 @@ async fn list_jobs(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpR
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
     let ((page, next), index) = blocking_read(store, TableSet::of(JOBS), &q, |snap| {
-        let items = snap
-            .jobs()
-            .map(|j| (j.id.clone(), j.namespace.as_str(), job_stub(snap, j)));
-        Ok(paginate(&q, items, |id| id.starts_with(&q.prefix)))
+        let items = snap.jobs().map(|j| (j.id.clone(), j.namespace.as_str(), j));
+        Ok(paginate(&q, items, |j| job_stub(snap, j)))
     })
     .await?;
     Ok(list_response(index, page, next))

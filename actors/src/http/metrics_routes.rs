@@ -184,3 +184,31 @@ fn chrono_like_now() -> String {
         rem % 60
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_becomes_nomads_json_shape() {
+        let text = "# TYPE jobs gauge\njobs{ns=\"default\"} 3\n\
+                    # TYPE evals_total counter\nevals_total 7\n\
+                    # TYPE apply_seconds summary\n\
+                    apply_seconds{quantile=\"0\"} 0.5\napply_seconds{quantile=\"1\"} 2\n\
+                    apply_seconds_sum 4\napply_seconds_count 4\n";
+        let json = to_json(text);
+        assert_eq!(json["Gauges"][0]["Name"], "jobs");
+        assert_eq!(json["Gauges"][0]["Value"], 3.0);
+        assert_eq!(json["Gauges"][0]["Labels"]["ns"], "default");
+        assert_eq!(json["Counters"][0]["Count"], 7.0);
+        let s = &json["Samples"][0];
+        assert_eq!(
+            (s["Name"].as_str(), s["Count"].as_f64()),
+            (Some("apply_seconds"), Some(4.0))
+        );
+        assert_eq!(
+            (s["Min"].as_f64(), s["Max"].as_f64(), s["Mean"].as_f64()),
+            (Some(0.5), Some(2.0), Some(1.0))
+        );
+    }
+}

@@ -53,6 +53,10 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
     let data = web::Data::from(info.clone());
     let server = actix_web::HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::ErrorHandlers::new().handler(
+                actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+                errors::explain_method_not_allowed,
+            ))
             .app_data(data.clone())
             .app_data(web::JsonConfig::default().limit(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))

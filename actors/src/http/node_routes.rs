@@ -57,8 +57,8 @@ async fn list_nodes(
     q.namespace = "*".into(); // nodes belong to no namespace
     let store = &server(&info)?.store;
     let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Nodes]), &q, |snap| {
-        let items = snap.nodes().map(|n| (n.id.to_string(), "", node_stub(n)));
-        Ok(paginate(&q, items, |id| id.starts_with(&q.prefix)))
+        let items = snap.nodes().map(|n| (n.id.to_string(), "", n));
+        Ok(paginate(&q, items, |n| node_stub(n)))
     })
     .await?;
     Ok(list_response(index, page, next))

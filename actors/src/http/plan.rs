@@ -424,3 +424,55 @@ fn diff_nested(name: &str, old: Option<&Value>, new: Option<&Value>) -> Vec<Valu
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herder::state::fixtures;
+
+    fn find<'a>(list: &'a Value, name: &str) -> &'a Value {
+        list.as_array()
+            .and_then(|l| l.iter().find(|v| v["Name"] == name))
+            .unwrap_or_else(|| panic!("{name} in {list}"))
+    }
+
+    #[test]
+    fn a_new_job_is_added_and_an_unchanged_one_is_none() {
+        let job = fixtures::job("default", "web", &[("g", 1)]);
+        let added = job_diff(None, &job, true);
+        assert_eq!(added["Type"], "Added");
+        assert_eq!(added["TaskGroups"][0]["Type"], "Added");
+        assert_eq!(find(&added["Fields"], "Priority")["New"], "50");
+        let same = job_diff(Some(&job), &job, true);
+        assert_eq!(same["Type"], "None");
+        assert_eq!(same["Fields"], Value::Null);
+        assert_eq!(same["TaskGroups"][0]["Type"], "None", "contextual lists it");
+        assert_eq!(job_diff(Some(&job), &job, false)["TaskGroups"], Value::Null);
+    }
+
+    #[test]
+    fn edits_name_the_field_group_task_and_list_entries() {
+        let old = fixtures::job("default", "web", &[("g", 1), ("gone", 1)]);
+        let mut new = fixtures::job("default", "web", &[("g", 3), ("fresh", 1)]);
+        new.datacenters.push("dc2".into());
+        new.task_groups[0].tasks[0].resources.cpu = 500;
+        let diff = job_diff(Some(&old), &new, false);
+        assert_eq!(diff["Type"], "Edited");
+        let dcs = find(&diff["Objects"], "Datacenters");
+        assert_eq!(dcs["Fields"][0]["Type"], "Added");
+        assert_eq!(dcs["Fields"][0]["New"], "dc2");
+        let g = find(&diff["TaskGroups"], "g");
+        assert_eq!(g["Type"], "Edited");
+        let count = find(&g["Fields"], "Count");
+        assert_eq!(
+            (count["Old"].as_str(), count["New"].as_str()),
+            (Some("1"), Some("3"))
+        );
+        let task = &g["Tasks"][0];
+        assert_eq!(task["Type"], "Edited");
+        let cpu = find(&find(&task["Objects"], "Resources")["Fields"], "CPU");
+        assert_eq!(cpu["New"], "500");
+        assert_eq!(find(&diff["TaskGroups"], "fresh")["Type"], "Added");
+        assert_eq!(find(&diff["TaskGroups"], "gone")["Type"], "Deleted");
+    }
+}

@@ -167,29 +167,34 @@ pub fn json_with_index<T: Serialize>(index: u64, body: &T) -> HttpResponse {
     ok_with_index(index).json(body)
 }
 
-/// One page of a list: what passes the prefix (on `key`), the filter and
-/// the namespace, starting at `next_token`, at most `per_page` long; with
-/// the token of the page after it.
-pub fn paginate<'a, I, F>(q: &QueryOptions, items: I, key: F) -> (Vec<Value>, Option<String>)
+/// One page of a list: what passes the prefix (on the ID), the namespace
+/// and the filter, starting at `next_token`, at most `per_page` long; with
+/// the token of the page after it. Entries are rendered to JSON only once
+/// their ID and namespace pass, so a narrow prefix over a large table
+/// costs little.
+pub fn paginate<'a, T, I>(
+    q: &QueryOptions,
+    items: I,
+    render: impl Fn(T) -> Value,
+) -> (Vec<Value>, Option<String>)
 where
-    I: Iterator<Item = (String, &'a str, Value)>,
-    F: Fn(&str) -> bool,
+    I: Iterator<Item = (String, &'a str, T)>,
 {
     let mut page = Vec::new();
     let mut next = None;
-    for (id, namespace, value) in items {
-        if !key(&id) || !q.in_namespace(namespace) {
+    for (id, namespace, item) in items {
+        if !id.starts_with(&q.prefix) || !q.in_namespace(namespace) {
             continue;
         }
-        if let Some(token) = &q.next_token {
-            if id.as_str() < token.as_str() {
-                continue;
-            }
+        if q.next_token
+            .as_ref()
+            .is_some_and(|t| id.as_str() < t.as_str())
+        {
+            continue;
         }
-        if let Some(f) = &q.filter {
-            if !f.matches(&value) {
-                continue;
-            }
+        let value = render(item);
+        if q.filter.as_ref().is_some_and(|f| !f.matches(&value)) {
+            continue;
         }
         if q.per_page.is_some_and(|n| page.len() >= n) {
             next = Some(id);
