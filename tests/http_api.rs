@@ -340,6 +340,18 @@ fn job_actions_evaluate_scale_force_parse_and_validate() {
         .unwrap()
         .iter()
         .any(|j| j["ParentID"] == id.as_str()));
+    let child = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["ParentID"] == id.as_str())
+        .unwrap()["ID"]
+        .as_str()
+        .unwrap()
+        .replace('/', "%2F");
+    let read = call("GET", &agent.url(&format!("/v1/job/{child}")), None);
+    assert_eq!(read.status, 200, "a child's ID has a slash: {}", read.body);
+    assert_eq!(read.json()["Periodic"], Value::Null);
     let not_periodic = call("POST", &agent.url("/v1/job/web/periodic/force"), Some("{}"));
     assert_eq!(not_periodic.status, 400);
 
@@ -762,6 +774,7 @@ fn has_event(frame: &Value, topic: &str, kind: &str) -> bool {
 #[test]
 fn event_stream_delivers_job_eval_alloc_and_node_events() {
     let (agent, _dir) = start();
+    register(&agent, "before", 1);
     let response = ureq::get(&agent.url("/v1/event/stream"))
         .timeout(Duration::from_secs(20))
         .call()
@@ -771,9 +784,12 @@ fn event_stream_delivers_job_eval_alloc_and_node_events() {
         .map_while(Result::ok);
     let first: Value = serde_json::from_str(&lines.next().expect("first line")).unwrap();
     assert_eq!(first, json!({}), "a heartbeat opens the stream");
+    // Without an index the stream starts now: the earlier registration of
+    // "before" is not replayed, so the next frame is about the node.
 
     let nodes = add_nodes(&agent, 1);
-    let frame = read_until(&mut lines, |f| has_event(f, "Node", "NodeRegistration"));
+    let frame: Value = serde_json::from_str(&lines.next().expect("a frame")).unwrap();
+    assert!(has_event(&frame, "Node", "NodeRegistration"), "{frame}");
     assert_eq!(frame["Events"][0]["Key"], nodes[0].id.to_string());
     assert!(frame["Events"][0]["Payload"]["Node"]["SecretID"].is_null());
 

@@ -225,7 +225,14 @@ async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResp
     let q = QueryOptions::from_request(&req)?;
     let filter = TopicFilter::parse(req.query_string(), &q.namespace)?;
     let store = &server(&info)?.store;
-    let subscription = store.subscribe(q.index);
+    // Without an index the stream starts now; with one it replays what the
+    // store's buffer still holds from there.
+    let from = if q.index > 0 {
+        q.index
+    } else {
+        store.latest_index() + 1
+    };
+    let subscription = store.subscribe(from);
     let state = StreamState {
         backlog: subscription.backlog.into(),
         receiver: subscription.receiver,
