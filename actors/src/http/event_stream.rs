@@ -192,6 +192,7 @@ struct StreamState {
     receiver: mpsc::Receiver<Arc<AppliedChanges>>,
     filter: TopicFilter,
     opened: bool,
+    heartbeat: Duration,
 }
 
 impl StreamState {
@@ -208,7 +209,7 @@ impl StreamState {
                 None => {
                     tokio::select! {
                         next = self.receiver.next() => next?,
-                        _ = tokio::time::sleep(HEARTBEAT) => {
+                        _ = tokio::time::sleep(self.heartbeat) => {
                             return Some(web::Bytes::from_static(b"{}\n"));
                         }
                     }
@@ -238,6 +239,7 @@ async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResp
         receiver: subscription.receiver,
         filter,
         opened: false,
+        heartbeat: HEARTBEAT,
     };
     let body = futures::stream::unfold(state, |mut state| async move {
         let line = state.next_line().await?;
@@ -246,4 +248,70 @@ async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResp
     Ok(HttpResponse::Ok()
         .content_type("application/json")
         .streaming(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::SinkExt;
+
+    fn state(heartbeat: Duration) -> (StreamState, mpsc::Sender<Arc<AppliedChanges>>) {
+        let (sender, receiver) = mpsc::channel(8);
+        let filter = TopicFilter::parse("topic=Node:*", "default").expect("filter");
+        let state = StreamState {
+            backlog: VecDeque::new(),
+            receiver,
+            filter,
+            opened: false,
+            heartbeat,
+        };
+        (state, sender)
+    }
+
+    fn node_change(index: u64) -> Arc<AppliedChanges> {
+        let node = herder::state::fixtures::node("n1");
+        Arc::new(AppliedChanges {
+            index,
+            command: "NodeRegister",
+            tables: herder::state::TableSet::of(&[herder::state::Table::Nodes]),
+            changes: vec![herder::state::RowChange {
+                key: RowKey::Node(node.id),
+                row: Some(Row::Node(Arc::new(node))),
+            }],
+        })
+    }
+
+    #[actix_rt::test]
+    async fn silence_is_broken_by_heartbeats_and_unwanted_topics_are_skipped() {
+        let (mut state, mut sender) = state(Duration::from_millis(50));
+        assert_eq!(state.next_line().await.as_deref(), Some(&b"{}\n"[..]));
+        let started = std::time::Instant::now();
+        assert_eq!(state.next_line().await.as_deref(), Some(&b"{}\n"[..]));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+
+        // A job-only change is not a Node event: nothing is sent for it.
+        let job = herder::state::fixtures::job("default", "web", &[("g", 1)]);
+        let job_change = Arc::new(AppliedChanges {
+            index: 6,
+            command: "JobRegister",
+            tables: herder::state::TableSet::of(&[herder::state::Table::Jobs]),
+            changes: vec![herder::state::RowChange {
+                key: RowKey::Job(herder::state::JobKey::of_job(&job)),
+                row: Some(Row::Job(Arc::new(job))),
+            }],
+        });
+        sender.send(job_change).await.expect("send");
+        sender.send(node_change(7)).await.expect("send");
+        let line = state.next_line().await.expect("a frame");
+        let frame: Value = serde_json::from_slice(&line).expect("JSON line");
+        assert_eq!(frame["Index"], 7);
+        assert_eq!(frame["Events"][0]["Type"], "NodeRegistration");
+        assert!(frame["Events"][0]["Payload"]["Node"]["SecretID"].is_null());
+
+        drop(sender);
+        assert!(
+            state.next_line().await.is_none(),
+            "a closed feed ends the stream"
+        );
+    }
 }

@@ -105,11 +105,15 @@ fn dry_run(snap: StateSnapshot, job: Job, want_diff: bool) -> Result<Value, ApiE
         index: index + 1,
         ..Default::default()
     };
-    let state: Arc<dyn State> = Arc::new(copy);
-    new_scheduler(&job.job_type, state, &mut planner, now)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .process(&eval)
-        .map_err(|e| ApiError::Internal(format!("scheduling the dry run failed: {e}")))?;
+    // Periodic and parameterized jobs are templates: registering one
+    // places nothing, so there is nothing to schedule.
+    if !job.is_template() {
+        let state: Arc<dyn State> = Arc::new(copy);
+        new_scheduler(&job.job_type, state, &mut planner, now)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?
+            .process(&eval)
+            .map_err(|e| ApiError::Internal(format!("scheduling the dry run failed: {e}")))?;
+    }
     let annotations = planner.annotations.unwrap_or_default();
     let failed = planner
         .final_eval
