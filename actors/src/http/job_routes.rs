@@ -203,13 +203,13 @@ pub(super) fn write_answer(index: u64, mut body: Value) -> HttpResponse {
     json_with_index(index, &body)
 }
 
-/// The options of `PUT /v1/jobs` besides the job itself.
+/// The options of `PUT /v1/jobs` besides the job itself. `PolicyOverride`
+/// is accepted and ignored: herder has no Sentinel policies to override.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 struct RegisterOptions {
     enforce_index: bool,
     job_modify_index: u64,
-    policy_override: bool,
     preserve_counts: bool,
     eval_priority: i32,
 }
@@ -272,7 +272,6 @@ async fn register(
     }
     let options: RegisterOptions = serde_json::from_value(value)
         .map_err(|e| ApiError::BadRequest(format!("Failed to decode request body: {e}")))?;
-    let _ = options.policy_override; // no Sentinel policies to override
     if options.eval_priority != 0
         && !(MIN_JOB_PRIORITY..=MAX_JOB_PRIORITY).contains(&options.eval_priority)
     {
@@ -457,14 +456,14 @@ async fn periodic_force(
     ))
 }
 
+/// `POST /v1/job/:id/scale`. `Message`, `Error`, `Meta` and
+/// `PolicyOverride` are accepted and ignored: herder keeps no scaling
+/// events.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 struct ScaleRequest {
     count: Option<i64>,
     target: std::collections::BTreeMap<String, String>,
-    message: String,
-    policy_override: bool,
-    error: bool,
 }
 
 /// Changes a group's count: a new job version and a scaling evaluation.
@@ -477,7 +476,6 @@ async fn scale(
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
     let request: ScaleRequest = decode_json(&body)?;
-    let _ = (&request.message, request.policy_override, request.error);
     let group = request
         .target
         .get("Group")
@@ -567,15 +565,12 @@ async fn scale_status(
 struct ParseRequest {
     #[serde(rename = "JobHCL")]
     job_hcl: String,
-    #[serde(default)]
-    canonicalize: bool,
 }
 
 /// HCL to the JSON job. herder always answers the canonical job (its
 /// parser fills defaults as it reads), whatever `Canonicalize` says.
 async fn parse_job(body: web::Bytes) -> Result<HttpResponse, ApiError> {
     let request: ParseRequest = decode_json(&body)?;
-    let _ = request.canonicalize;
     let job = jobspec::parse_hcl(&request.job_hcl, "input.hcl")
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok(HttpResponse::Ok().json(job))
