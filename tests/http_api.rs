@@ -1038,6 +1038,11 @@ fn bad_requests_are_4xx_and_change_nothing() {
         ),
         ("GET", "/v1/metrics?format=xml".into(), None, 400, "format"),
     ];
+    let refused = call("DELETE", &agent.url("/v1/jobs"), None);
+    assert_eq!(
+        refused.headers["allow"], "GET, PUT, POST",
+        "405 names what is allowed"
+    );
     for (method, path, body, status, text) in cases {
         let a = call(method, &agent.url(&path), body.as_deref());
         assert_eq!(a.status, status, "{method} {path}: {}", a.body);

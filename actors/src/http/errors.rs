@@ -66,8 +66,13 @@ pub fn explain_method_not_allowed<B>(
         res.request().method(),
         res.request().path()
     );
+    let allow = res.headers().get(actix_web::http::header::ALLOW).cloned();
     let (req, _) = res.into_parts();
-    let response = HttpResponse::MethodNotAllowed()
+    let mut response = HttpResponse::MethodNotAllowed();
+    if let Some(allow) = allow {
+        response.insert_header((actix_web::http::header::ALLOW, allow));
+    }
+    let response = response
         .content_type("text/plain; charset=utf-8")
         .body(message);
     Ok(actix_web::middleware::ErrorHandlerResponse::Response(
