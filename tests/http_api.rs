@@ -870,6 +870,13 @@ fn agent_members_and_metrics() {
         text.body
     );
     assert!(text.body.contains("herder_state_jobs 1"), "{}", text.body);
+    let requests = metrics["Counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["Name"] == "herder_http_requests" && c["Labels"]["route"] == "/v1/jobs")
+        .expect("requests are counted by route");
+    assert_eq!(requests["Labels"]["method"], "PUT");
 }
 
 #[test]

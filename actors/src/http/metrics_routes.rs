@@ -29,6 +29,37 @@ pub fn install_recorder() {
     });
 }
 
+/// Counts and times every request by method, route pattern (not the
+/// concrete path, which would make one series per job) and status.
+pub fn observe_request<S, B>(
+    req: actix_web::dev::ServiceRequest,
+    service: &S,
+) -> impl std::future::Future<Output = Result<actix_web::dev::ServiceResponse<B>, actix_web::Error>>
+where
+    S: actix_web::dev::Service<
+        actix_web::dev::ServiceRequest,
+        Response = actix_web::dev::ServiceResponse<B>,
+        Error = actix_web::Error,
+    >,
+{
+    let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let response = service.call(req);
+    async move {
+        let response = response.await?;
+        let route = response
+            .request()
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".to_string());
+        let status = response.status().as_u16().to_string();
+        metrics::counter!("herder.http.requests", "method" => method.clone(), "route" => route.clone(), "status" => status)
+            .increment(1);
+        metrics::histogram!("herder.http.request_seconds", "method" => method, "route" => route)
+            .record(started.elapsed().as_secs_f64());
+        Ok(response)
+    }
+}
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/metrics", web::get().to(metrics));
 }

@@ -53,6 +53,7 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
     let data = web::Data::from(info.clone());
     let server = actix_web::HttpServer::new(move || {
         App::new()
+            .wrap_fn(metrics_routes::observe_request)
             .wrap(actix_web::middleware::ErrorHandlers::new().handler(
                 actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
                 errors::explain_method_not_allowed,
