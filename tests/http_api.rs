@@ -1068,3 +1068,61 @@ fn bad_requests_are_4xx_and_change_nothing() {
     assert_eq!(status, 200);
     assert!(job.contains("\"Priority\":50"), "{job}");
 }
+
+#[test]
+fn preserve_counts_eval_priority_and_namespaces() {
+    let (agent, _dir) = start();
+    register(&agent, "web", 2);
+    let mut body: Value = serde_json::from_str(&job_body("web", 9)).unwrap();
+    body["PreserveCounts"] = json!(true);
+    body["EvalPriority"] = json!(90);
+    body["Job"]["Meta"] = json!({"v": "2"});
+    let a = call("PUT", &agent.url("/v1/jobs"), Some(&body.to_string())).json();
+    let job = call("GET", &agent.url("/v1/job/web"), None).json();
+    assert_eq!(
+        job["TaskGroups"][0]["Count"], 2,
+        "the running count is kept"
+    );
+    assert_eq!(job["Meta"]["v"], "2");
+    let eval = call(
+        "GET",
+        &agent.url(&format!("/v1/evaluation/{}", a["EvalID"].as_str().unwrap())),
+        None,
+    )
+    .json();
+    assert_eq!(eval["Priority"], 90);
+    body["EvalPriority"] = json!(101);
+    assert_eq!(
+        call("PUT", &agent.url("/v1/jobs"), Some(&body.to_string())).status,
+        400
+    );
+
+    let mut other: Value = serde_json::from_str(&job_body("web", 1)).unwrap();
+    other["Job"]["Namespace"] = json!("prod");
+    let reg = call("PUT", &agent.url("/v1/jobs"), Some(&other.to_string()));
+    assert_eq!(reg.status, 200, "{}", reg.body);
+    let prod = call("GET", &agent.url("/v1/job/web?namespace=prod"), None).json();
+    assert_eq!(
+        (
+            prod["Namespace"].as_str(),
+            prod["TaskGroups"][0]["Count"].as_i64()
+        ),
+        (Some("prod"), Some(1))
+    );
+    let default_only = call("GET", &agent.url("/v1/jobs"), None).json();
+    assert_eq!(default_only.as_array().unwrap().len(), 1);
+    let all = call("GET", &agent.url("/v1/jobs?namespace=*"), None).json();
+    assert_eq!(all.as_array().unwrap().len(), 2);
+    let evals = call(
+        "GET",
+        &agent.url("/v1/job/web/evaluations?namespace=prod"),
+        None,
+    )
+    .json();
+    assert!(evals
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["Namespace"] == "prod"));
+    assert_eq!(evals.as_array().unwrap().len(), 1);
+}
