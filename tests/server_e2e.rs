@@ -215,7 +215,10 @@ impl Heartbeater {
                 std::thread::sleep(Duration::from_millis(200));
             }
         });
-        Heartbeater { stop, thread: Some(thread) }
+        Heartbeater {
+            stop,
+            thread: Some(thread),
+        }
     }
 }
 
@@ -231,7 +234,12 @@ impl Drop for Heartbeater {
 fn register_over_http(agent: &TestAgent, name: &str) -> (herder::structs::Node, Heartbeater) {
     let mut node = fixtures::node(name);
     node.status = NodeStatus::Ready;
-    let (code, body) = send_json("PUT", &agent.url("/v1/node/register"), None, &json!({"Node": node}));
+    let (code, body) = send_json(
+        "PUT",
+        &agent.url("/v1/node/register"),
+        None,
+        &json!({"Node": node}),
+    );
     assert_eq!(code, 200, "{body}");
     let hb = Heartbeater::start(
         agent.url(&format!("/v1/node/{}/heartbeat", node.id)),
@@ -253,10 +261,18 @@ fn a_node_that_stops_heartbeating_goes_down_and_its_work_is_replaced_elsewhere()
     let job = job_of(JobType::Service, 0, 1);
     let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
     store
-        .apply(Command::JobRegister { job: Arc::new(job.clone()), eval: Some(eval), enforce_index: None })
+        .apply(Command::JobRegister {
+            job: Arc::new(job.clone()),
+            eval: Some(eval),
+            enforce_index: None,
+        })
         .unwrap();
     let first = wait_for(Duration::from_secs(30), || {
-        store.snapshot().allocs_by_job("default", &job.id).next().map(|x| x.clone())
+        store
+            .snapshot()
+            .allocs_by_job("default", &job.id)
+            .next()
+            .map(|x| x.clone())
     })
     .expect("placed");
     assert_eq!(first.node_id, a.id);

@@ -55,7 +55,9 @@ pub struct Limits {
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     pub enabled: bool,
-    pub num_schedulers: usize,
+    /// Scheduling workers: unset means one per CPU, 0 means none (as Nomad).
+    #[serde(default)]
+    pub num_schedulers: Option<usize>,
     pub enabled_schedulers: Vec<String>,
     #[serde(with = "humantime_serde")]
     pub min_heartbeat_ttl: Duration,
@@ -229,13 +231,11 @@ impl AgentConfig {
             .unwrap_or_else(|| "herder".to_string())
     }
 
-    /// Worker count in effect: `num_schedulers`, or one per CPU when 0.
+    /// Worker count in effect: `num_schedulers`, or one per CPU when unset.
     pub fn effective_num_schedulers(&self) -> usize {
-        if self.server.num_schedulers == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            self.server.num_schedulers
-        }
+        self.server
+            .num_schedulers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 }
 
@@ -389,7 +389,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.datacenter, "env-dc");
         assert_eq!(c.name, "flag-name");
-        assert_eq!(c.server.num_schedulers, 2);
+        assert_eq!(c.server.num_schedulers, Some(2));
         assert_eq!(c.ports.http, 0);
         assert_eq!(c.region, "global", "untouched keys keep their default");
     }

@@ -36,14 +36,17 @@ impl ServerMetrics {
                 metrics::gauge!("herder.broker.total_failed").set(s.total_failed as f64);
                 for (scheduler, st) in s.by_scheduler {
                     let label = scheduler.as_str().to_string();
-                    metrics::gauge!("herder.broker.ready", "scheduler" => label.clone()).set(st.ready as f64);
-                    metrics::gauge!("herder.broker.unacked", "scheduler" => label).set(st.unacked as f64);
+                    metrics::gauge!("herder.broker.ready", "scheduler" => label.clone())
+                        .set(st.ready as f64);
+                    metrics::gauge!("herder.broker.unacked", "scheduler" => label)
+                        .set(st.unacked as f64);
                 }
             }
             if let Ok(s) = blocked.await {
                 metrics::gauge!("herder.blocked_evals.total_blocked").set(s.total_blocked as f64);
                 metrics::gauge!("herder.blocked_evals.total_escaped").set(s.total_escaped as f64);
-                metrics::gauge!("herder.blocked_evals.total_cancelable").set(s.total_cancelable as f64);
+                metrics::gauge!("herder.blocked_evals.total_cancelable")
+                    .set(s.total_cancelable as f64);
             }
             if let Ok(s) = plans.await {
                 metrics::gauge!("herder.plan.queue_depth").set(s.depth as f64);

@@ -162,6 +162,7 @@ impl Txn {
         self.t.latest_index = self.index;
         let applied = AppliedChanges {
             index: self.index,
+            command: "",
             tables,
             changes,
         };

@@ -208,6 +208,9 @@ pub struct RowChange {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AppliedChanges {
     pub index: u64,
+    /// The name of the command that made the changes (`Command::name`):
+    /// the event stream names its events after it, as Nomad does.
+    pub command: &'static str,
     pub tables: TableSet,
     /// Each changed row once, with its value after the command, in key
     /// order.

@@ -127,7 +127,8 @@ impl StateSnapshot {
         }
         let mut txn = Txn::new((*self.tables).clone(), index);
         txn.apply(cmd)?;
-        let (tables, changes) = txn.finish();
+        let (tables, mut changes) = txn.finish();
+        changes.command = cmd.name();
         self.tables = Arc::new(tables);
         Ok(changes)
     }

@@ -11,6 +11,7 @@ use serde_json::json;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/agent/health", web::get().to(health))
         .route("/v1/agent/self", web::get().to(agent_self))
+        .route("/v1/agent/members", web::get().to(members))
         .route("/v1/status/leader", web::get().to(leader))
         .route("/v1/status/peers", web::get().to(peers))
         .route("/v1/agent/schedulers", web::get().to(workers))
@@ -144,4 +145,38 @@ async fn peers(info: web::Data<AgentInfo>) -> HttpResponse {
     } else {
         HttpResponse::Ok().json(Vec::<String>::new())
     }
+}
+
+/// The gossip members: a single agent knows only itself. Servers carry
+/// Nomad's tags so that clients can tell servers, regions and DCs apart.
+async fn members(info: web::Data<AgentInfo>) -> HttpResponse {
+    let addr = info.http_addr.get();
+    let host = addr.map(|a| a.ip().to_string()).unwrap_or_default();
+    let port = addr.map(|a| a.port()).unwrap_or(0);
+    let name = format!("{}.{}", info.config.name, info.config.region);
+    let mut tags = serde_json::Map::new();
+    tags.insert("region".into(), json!(info.config.region));
+    tags.insert("dc".into(), json!(info.config.datacenter));
+    tags.insert("build".into(), json!(env!("CARGO_PKG_VERSION")));
+    tags.insert("port".into(), json!(port.to_string()));
+    if info.config.server.enabled {
+        tags.insert("role".into(), json!("nomad"));
+        tags.insert("bootstrap".into(), json!("1"));
+        tags.insert("expect".into(), json!("1"));
+    }
+    let members = if info.config.server.enabled {
+        vec![json!({
+            "Name": name, "Addr": host, "Port": port, "Tags": tags, "Status": "alive",
+            "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2,
+            "DelegateMin": 2, "DelegateMax": 5, "DelegateCur": 4,
+        })]
+    } else {
+        vec![]
+    };
+    HttpResponse::Ok().json(json!({
+        "ServerName": info.config.name,
+        "ServerRegion": info.config.region,
+        "ServerDC": info.config.datacenter,
+        "Members": members,
+    }))
 }

@@ -28,8 +28,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/v1/node/{id}/heartbeat", web::post().to(heartbeat));
 }
 
-/// `PUT|POST /v1/node/{id}/allocations`, registered together with the
-/// operator's `GET` on the same path.
+/// `PUT /v1/node/{id}/allocations`, registered together with the
+/// operator's `GET` on the same path (in `node_routes`).
 pub fn update_allocs_route() -> actix_web::Route {
     web::put().to(update_allocs)
 }

@@ -47,3 +47,35 @@ pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiE
         req.path()
     )))
 }
+
+/// A path segment that cannot be read is the client's mistake.
+pub fn path_error(
+    err: actix_web::error::PathError,
+    _req: &actix_web::HttpRequest,
+) -> actix_web::Error {
+    ApiError::BadRequest(format!("Invalid path: {err}")).into()
+}
+
+/// actix answers a known path with an unsupported method with an empty
+/// 405; say which method was refused instead.
+pub fn explain_method_not_allowed<B>(
+    res: actix_web::dev::ServiceResponse<B>,
+) -> actix_web::Result<actix_web::middleware::ErrorHandlerResponse<B>> {
+    let message = format!(
+        "Method {} is not allowed on {}",
+        res.request().method(),
+        res.request().path()
+    );
+    let allow = res.headers().get(actix_web::http::header::ALLOW).cloned();
+    let (req, _) = res.into_parts();
+    let mut response = HttpResponse::MethodNotAllowed();
+    if let Some(allow) = allow {
+        response.insert_header((actix_web::http::header::ALLOW, allow));
+    }
+    let response = response
+        .content_type("text/plain; charset=utf-8")
+        .body(message);
+    Ok(actix_web::middleware::ErrorHandlerResponse::Response(
+        actix_web::dev::ServiceResponse::new(req, response).map_into_right_body(),
+    ))
+}

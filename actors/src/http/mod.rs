@@ -7,7 +7,16 @@
 mod agent_routes;
 mod client_routes;
 mod errors;
+mod eval_alloc_routes;
+mod event_stream;
 pub mod filter;
+mod job_routes;
+mod metrics_routes;
+mod node_routes;
+mod operator_routes;
+mod plan;
+pub mod query;
+mod stubs;
 
 use crate::agent::{AgentError, AgentInfo};
 use actix_web::{web, App};
@@ -39,20 +48,29 @@ impl HttpServer {
 
 /// Binds the API and starts serving.
 pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
+    metrics_routes::install_recorder();
     let (host, port) = info.config.http_bind();
     let body_limit = info.config.limits.http_max_body_bytes;
     let data = web::Data::from(info.clone());
     let server = actix_web::HttpServer::new(move || {
         App::new()
+            .wrap_fn(metrics_routes::observe_request)
+            .wrap(actix_web::middleware::ErrorHandlers::new().handler(
+                actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+                errors::explain_method_not_allowed,
+            ))
             .app_data(data.clone())
             .app_data(web::JsonConfig::default().limit(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
+            .app_data(web::PathConfig::default().error_handler(errors::path_error))
             .configure(agent_routes::configure)
             .configure(client_routes::configure)
-            .route(
-                "/v1/node/{id}/allocations",
-                client_routes::update_allocs_route(),
-            )
+            .configure(metrics_routes::configure)
+            .configure(job_routes::configure)
+            .configure(eval_alloc_routes::configure)
+            .configure(node_routes::configure)
+            .configure(operator_routes::configure)
+            .configure(event_stream::configure)
             .default_service(web::to(errors::not_found))
     })
     .workers(2)

@@ -1,0 +1,163 @@
+//! `/v1/evaluations`, `/v1/evaluation/:id/*`, `/v1/allocations` and
+//! `/v1/allocation/:id/*`.
+//!
+//! IDs in paths may be full UUIDs only; a malformed one is a 400 and an
+//! unknown one a 404 with Nomad's text.
+
+use super::errors::ApiError;
+use super::query::{
+    blocking_read, json_with_index, list_response, now_nanos, paginate, server, submit,
+    QueryOptions,
+};
+use super::stubs::{alloc_stub, alloc_with_job};
+use crate::agent::AgentInfo;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herder::state::{Command, Table, TableSet};
+use herder::structs::{DesiredTransition, Evaluation, TriggeredBy};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/evaluations", web::get().to(list_evals))
+        .route("/v1/evaluation/{id}", web::get().to(read_eval))
+        .route(
+            "/v1/evaluation/{id}/allocations",
+            web::get().to(eval_allocs),
+        )
+        .route("/v1/allocations", web::get().to(list_allocs))
+        .route("/v1/allocation/{id}", web::get().to(read_alloc))
+        .service(
+            web::resource("/v1/allocation/{id}/stop")
+                .route(web::put().to(stop_alloc))
+                .route(web::post().to(stop_alloc)),
+        );
+}
+
+/// A UUID from the path; anything else cannot name an object.
+pub(super) fn parse_id(text: &str, what: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(text)
+        .map_err(|_| ApiError::BadRequest(format!("invalid {what} ID {text:?}: not a UUID")))
+}
+
+async fn list_evals(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
+        let items = snap
+            .evals()
+            .map(|e| (e.id.to_string(), e.namespace.as_str(), e));
+        Ok(paginate(&q, items, |e| json!(e)))
+    })
+    .await?;
+    Ok(list_response(index, page, next))
+}
+
+async fn read_eval(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let id = parse_id(&id, "evaluation")?;
+    let (eval, index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
+        snap.eval(&id)
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound("eval not found".into()))
+    })
+    .await?;
+    Ok(json_with_index(index, &eval))
+}
+
+async fn eval_allocs(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let id = parse_id(&id, "evaluation")?;
+    let (list, index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
+        Ok(snap
+            .allocs_by_eval(&id)
+            .map(|a| alloc_stub(snap, a))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(json_with_index(index, &list))
+}
+
+async fn list_allocs(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
+        let items = snap.allocs().map(|a| (a.id.to_string(), &*a.namespace, a));
+        Ok(paginate(&q, items, |a| alloc_stub(snap, a)))
+    })
+    .await?;
+    Ok(list_response(index, page, next))
+}
+
+async fn read_alloc(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let id = parse_id(&id, "allocation")?;
+    let (alloc, index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
+        snap.alloc(&id)
+            .map(|a| alloc_with_job(snap, a))
+            .ok_or_else(|| ApiError::NotFound("alloc not found".into()))
+    })
+    .await?;
+    Ok(json_with_index(index, &alloc))
+}
+
+/// Stops one allocation by asking for its migration, with an `alloc-stop`
+/// evaluation of its job (the scheduler then replaces it elsewhere).
+async fn stop_alloc(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let _ = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let id = parse_id(&id, "allocation")?;
+    let snap = store.snapshot();
+    let alloc = snap
+        .alloc(&id)
+        .ok_or_else(|| ApiError::NotFound("alloc not found".into()))?;
+    let job = snap
+        .job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version)
+        .or_else(|| snap.job(&alloc.namespace, &alloc.job_id))
+        .ok_or_else(|| ApiError::NotFound("job not found".into()))?;
+    let eval = Evaluation::for_job(job, TriggeredBy::AllocStop, now_nanos());
+    let eval_id = eval.id;
+    let transitions = BTreeMap::from([(
+        id,
+        DesiredTransition {
+            migrate: Some(true),
+            ..Default::default()
+        },
+    )]);
+    let outcome = submit(
+        store,
+        Command::AllocDesiredTransition {
+            transitions,
+            evals: vec![eval],
+        },
+    )
+    .await?;
+    Ok(super::job_routes::write_answer(
+        outcome.index,
+        json!({"EvalID": eval_id}),
+    ))
+}

@@ -1,0 +1,603 @@
+//! `/v1/jobs`, `/v1/job/:id/*`, `/v1/jobs/parse` and `/v1/validate/job`.
+//!
+//! Writes validate first (a bad job is a 400 that changes nothing), then
+//! submit one command carrying the job and the evaluation it triggers, and
+//! answer once the command is durable; the eval router hands the
+//! evaluation to the broker from the store's change feed.
+
+use super::errors::ApiError;
+use super::plan;
+use super::query::{
+    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, server,
+    submit, QueryOptions,
+};
+use super::stubs::{alloc_stub, job_stub};
+use crate::agent::AgentInfo;
+use actix_web::{web, HttpRequest, HttpResponse};
+use herder::jobspec;
+use herder::state::{Command, StateSnapshot, Table, TableSet};
+use herder::structs::job::{MAX_PRIORITY as MAX_JOB_PRIORITY, MIN_PRIORITY as MIN_JOB_PRIORITY};
+use herder::structs::{Evaluation, Job, TriggeredBy};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/v1/jobs")
+            .route(web::get().to(list_jobs))
+            .route(web::put().to(register_new))
+            .route(web::post().to(register_new)),
+    )
+    .service(
+        web::resource("/v1/jobs/parse")
+            .route(web::put().to(parse_job))
+            .route(web::post().to(parse_job)),
+    )
+    .service(
+        web::resource("/v1/validate/job")
+            .route(web::put().to(validate_job))
+            .route(web::post().to(validate_job)),
+    )
+    .service(
+        web::resource("/v1/job/{id}")
+            .route(web::get().to(read_job))
+            .route(web::put().to(register_existing))
+            .route(web::post().to(register_existing))
+            .route(web::delete().to(deregister)),
+    )
+    .route("/v1/job/{id}/allocations", web::get().to(job_allocations))
+    .route("/v1/job/{id}/evaluations", web::get().to(job_evaluations))
+    .route("/v1/job/{id}/summary", web::get().to(job_summary))
+    .route("/v1/job/{id}/versions", web::get().to(job_versions))
+    .service(
+        web::resource("/v1/job/{id}/plan")
+            .route(web::put().to(plan::plan_job))
+            .route(web::post().to(plan::plan_job)),
+    )
+    .service(
+        web::resource("/v1/job/{id}/evaluate")
+            .route(web::put().to(evaluate))
+            .route(web::post().to(evaluate)),
+    )
+    .service(
+        web::resource("/v1/job/{id}/periodic/force")
+            .route(web::put().to(periodic_force))
+            .route(web::post().to(periodic_force)),
+    )
+    .service(
+        web::resource("/v1/job/{id}/scale")
+            .route(web::get().to(scale_status))
+            .route(web::put().to(scale))
+            .route(web::post().to(scale)),
+    );
+}
+
+const JOBS: &[Table] = &[Table::Jobs, Table::JobSummaries];
+
+async fn list_jobs(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let ((page, next), index) = blocking_read(store, TableSet::of(JOBS), &q, |snap| {
+        let items = snap.jobs().map(|j| (j.id.clone(), j.namespace.as_str(), j));
+        Ok(paginate(&q, items, |j| job_stub(snap, j)))
+    })
+    .await?;
+    Ok(list_response(index, page, next))
+}
+
+/// The current job, or 404 "job not found".
+pub(super) fn find_job<'a>(
+    snap: &'a StateSnapshot,
+    q: &QueryOptions,
+    id: &str,
+) -> Result<&'a Arc<Job>, ApiError> {
+    snap.job(&q.namespace, id)
+        .ok_or_else(|| ApiError::NotFound("job not found".into()))
+}
+
+async fn read_job(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let (job, index) = blocking_read(store, TableSet::of(&[Table::Jobs]), &q, |snap| {
+        find_job(snap, &q, &id).cloned()
+    })
+    .await?;
+    Ok(json_with_index(index, &job))
+}
+
+async fn job_allocations(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let tables = TableSet::of(&[Table::Allocs, Table::Jobs]);
+    let (list, index) = blocking_read(store, tables, &q, |snap| {
+        let all = q.flag("all")?;
+        let current = snap.job(&q.namespace, &id).map(|j| j.create_index);
+        Ok(snap
+            .allocs_by_job(&q.namespace, &id)
+            // Without `all`, allocations of an older job of the same ID
+            // (purged and registered again) are left out, as in Nomad.
+            .filter(|a| all || current.is_none_or(|c| a.create_index >= c))
+            .map(|a| alloc_stub(snap, a))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(json_with_index(index, &list))
+}
+
+async fn job_evaluations(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let (list, index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
+        Ok(snap
+            .evals_by_job(&q.namespace, &id)
+            .cloned()
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    Ok(json_with_index(index, &list))
+}
+
+async fn job_summary(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let tables = TableSet::of(&[Table::JobSummaries]);
+    let (summary, index) = blocking_read(store, tables, &q, |snap| {
+        snap.job_summary(&q.namespace, &id)
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound("job not found".into()))
+    })
+    .await?;
+    Ok(json_with_index(index, &summary))
+}
+
+async fn job_versions(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let want_diffs = q.flag("diffs")?;
+    let (body, index) = blocking_read(store, TableSet::of(&[Table::Jobs]), &q, |snap| {
+        let versions: Vec<Arc<Job>> = snap.job_versions(&q.namespace, &id).cloned().collect();
+        if versions.is_empty() {
+            return Err(ApiError::NotFound("job versions not found".into()));
+        }
+        // Each version against the one before it, newest first.
+        let diffs = want_diffs.then(|| {
+            versions
+                .windows(2)
+                .map(|w| plan::job_diff(Some(&w[1]), &w[0], false))
+                .collect::<Vec<_>>()
+        });
+        Ok(json!({"Versions": versions, "Diffs": diffs}))
+    })
+    .await?;
+    Ok(write_answer(index, body))
+}
+
+/// Adds the fields every Nomad write answer carries.
+pub(super) fn write_answer(index: u64, mut body: Value) -> HttpResponse {
+    if let Value::Object(map) = &mut body {
+        map.insert("Index".into(), json!(index));
+        map.insert("LastContact".into(), json!(0));
+        map.insert("KnownLeader".into(), json!(true));
+    }
+    json_with_index(index, &body)
+}
+
+/// The options of `PUT /v1/jobs` besides the job itself. `PolicyOverride`
+/// is accepted and ignored: herder has no Sentinel policies to override.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct RegisterOptions {
+    enforce_index: bool,
+    job_modify_index: u64,
+    preserve_counts: bool,
+    eval_priority: i32,
+}
+
+/// Reads `{"Job": {...}, ...}`: the job with Nomad's defaults filled in
+/// and validated, or the 400 that says what to fix.
+pub(super) fn decode_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Value), ApiError> {
+    let value: Value = decode_json(body)?;
+    match value.get("Job") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::BadRequest("Job must be specified".into()))
+        }
+        Some(job) if job.to_string().len() > info.config.limits.max_job_bytes => {
+            return Err(ApiError::BadRequest(format!(
+                "job is larger than the limit of {} bytes (limits.max_job_bytes)",
+                info.config.limits.max_job_bytes
+            )))
+        }
+        Some(_) => {}
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ApiError::BadRequest(format!("Request body is not UTF-8: {e}")))?;
+    let job = jobspec::parse_json(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if job.id.is_empty() {
+        return Err(ApiError::BadRequest("Job ID hasn't been provided".into()));
+    }
+    job.validate()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok((job, value))
+}
+
+async fn register_new(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    register(info, req, None, body).await
+}
+
+async fn register_existing(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    register(info, req, Some(id.into_inner()), body).await
+}
+
+async fn register(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    path_id: Option<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let _ = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let (mut job, value) = decode_job_body(&info, &body)?;
+    if path_id.as_ref().is_some_and(|id| *id != job.id) {
+        return Err(ApiError::BadRequest("Job ID does not match name".into()));
+    }
+    let options: RegisterOptions = serde_json::from_value(value)
+        .map_err(|e| ApiError::BadRequest(format!("Failed to decode request body: {e}")))?;
+    if options.eval_priority != 0
+        && !(MIN_JOB_PRIORITY..=MAX_JOB_PRIORITY).contains(&options.eval_priority)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "eval priority must be between {MIN_JOB_PRIORITY} and {MAX_JOB_PRIORITY}"
+        )));
+    }
+    let snap = store.snapshot();
+    if snap.scheduler_config().reject_job_registration {
+        return Err(ApiError::Forbidden(
+            "job registration, dispatch, and scale are disabled by the scheduler configuration"
+                .into(),
+        ));
+    }
+    if options.preserve_counts {
+        if let Some(old) = snap.job(&job.namespace, &job.id) {
+            for tg in &mut job.task_groups {
+                if let Some(old_tg) = old.lookup_task_group(&tg.name) {
+                    tg.count = old_tg.count;
+                }
+            }
+        }
+    }
+    let now = now_nanos();
+    job.submit_time = now;
+    let eval = (!job.is_template()).then(|| {
+        let mut eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now);
+        if options.eval_priority != 0 {
+            eval.priority = options.eval_priority;
+        }
+        eval
+    });
+    let enforce_index = options.enforce_index.then_some(options.job_modify_index);
+    let body = write_job(store, Arc::new(job), eval, enforce_index).await?;
+    Ok(write_answer(body.1, body.0))
+}
+
+/// Submits a job registration and builds Nomad's register answer.
+pub(super) async fn write_job(
+    store: &herder::state::StateStore,
+    job: Arc<Job>,
+    eval: Option<Evaluation>,
+    enforce_index: Option<u64>,
+) -> Result<(Value, u64), ApiError> {
+    let (namespace, id) = job.key();
+    let eval_id = eval.as_ref().map(|e| e.id.to_string()).unwrap_or_default();
+    let has_eval = eval.is_some();
+    let outcome = submit(
+        store,
+        Command::JobRegister {
+            job,
+            eval,
+            enforce_index,
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        ApiError::BadRequest(m) if m.starts_with("enforcing") => {
+            ApiError::BadRequest(capitalize(&m))
+        }
+        other => other,
+    })?;
+    let job_modify_index = store
+        .snapshot()
+        .job(&namespace, &id)
+        .map_or(outcome.index, |j| j.job_modify_index);
+    let body = json!({
+        "EvalID": eval_id,
+        "EvalCreateIndex": if has_eval { outcome.index } else { 0 },
+        "JobModifyIndex": job_modify_index,
+        "Warnings": "",
+    });
+    Ok((body, outcome.index))
+}
+
+fn capitalize(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+async fn deregister(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let purge = q.flag("purge")?;
+    let snap = store.snapshot();
+    let job = find_job(&snap, &q, &id)?;
+    let eval = (!job.is_template())
+        .then(|| Evaluation::for_job(job, TriggeredBy::JobDeregister, now_nanos()));
+    let eval_id = eval.as_ref().map(|e| e.id.to_string()).unwrap_or_default();
+    let has_eval = eval.is_some();
+    let outcome = submit(
+        store,
+        Command::JobDeregister {
+            namespace: job.namespace.clone(),
+            job_id: job.id.clone(),
+            purge,
+            eval,
+        },
+    )
+    .await?;
+    let job_modify_index = store
+        .snapshot()
+        .job(&q.namespace, &id)
+        .map_or(outcome.index, |j| j.job_modify_index);
+    Ok(write_answer(
+        outcome.index,
+        json!({
+            "EvalID": eval_id,
+            "EvalCreateIndex": if has_eval { outcome.index } else { 0 },
+            "JobModifyIndex": job_modify_index,
+            "VolumeEvalID": "",
+            "VolumeEvalIndex": 0,
+        }),
+    ))
+}
+
+async fn evaluate(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let snap = store.snapshot();
+    let job = find_job(&snap, &q, &id)?;
+    if job.periodic.as_ref().is_some_and(|p| p.enabled) {
+        return Err(ApiError::BadRequest("can't evaluate periodic job".into()));
+    }
+    if job.parameterized_job.is_some() {
+        return Err(ApiError::BadRequest(
+            "can't evaluate parameterized job".into(),
+        ));
+    }
+    let eval = Evaluation::for_job(job, TriggeredBy::JobRegister, now_nanos());
+    let eval_id = eval.id;
+    let outcome = submit(store, Command::EvalUpdate { evals: vec![eval] }).await?;
+    Ok(write_answer(
+        outcome.index,
+        json!({
+            "EvalID": eval_id,
+            "EvalCreateIndex": outcome.index,
+            "JobModifyIndex": job.job_modify_index,
+        }),
+    ))
+}
+
+/// Launches a periodic job's child now, as its schedule would.
+async fn periodic_force(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let snap = store.snapshot();
+    let parent = find_job(&snap, &q, &id)?;
+    if !parent.periodic.as_ref().is_some_and(|p| p.enabled) {
+        return Err(ApiError::BadRequest(
+            "can't force launch non-periodic job".into(),
+        ));
+    }
+    let now = now_nanos();
+    let mut child = (**parent).clone();
+    child.id = format!("{}/periodic-{}", parent.id, now / 1_000_000_000);
+    child.name = child.id.clone();
+    child.parent_id = parent.id.clone();
+    child.periodic = None;
+    child.submit_time = now;
+    child.status.clear();
+    let eval = Evaluation::for_job(&child, TriggeredBy::PeriodicJob, now);
+    let (body, index) = write_job(store, Arc::new(child), Some(eval), None).await?;
+    Ok(write_answer(
+        index,
+        json!({"EvalID": body["EvalID"], "EvalCreateIndex": body["EvalCreateIndex"]}),
+    ))
+}
+
+/// `POST /v1/job/:id/scale`. `Message`, `Error`, `Meta` and
+/// `PolicyOverride` are accepted and ignored: herder keeps no scaling
+/// events.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct ScaleRequest {
+    count: Option<i64>,
+    target: std::collections::BTreeMap<String, String>,
+}
+
+/// Changes a group's count: a new job version and a scaling evaluation.
+async fn scale(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let request: ScaleRequest = decode_json(&body)?;
+    let group = request
+        .target
+        .get("Group")
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| ApiError::BadRequest("missing task group name for scaling action".into()))?;
+    let snap = store.snapshot();
+    if snap.scheduler_config().reject_job_registration {
+        return Err(ApiError::Forbidden(
+            "job registration, dispatch, and scale are disabled by the scheduler configuration"
+                .into(),
+        ));
+    }
+    let old = find_job(&snap, &q, &id)?;
+    let mut job = (**old).clone();
+    let Some(count) = request.count else {
+        // A scaling event without a count changes nothing (Nomad records
+        // it for the autoscaler; herder keeps no scaling events).
+        return Ok(write_answer(
+            snap.latest_index().max(1),
+            json!({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": old.job_modify_index, "Warnings": ""}),
+        ));
+    };
+    let tg = job
+        .task_groups
+        .iter_mut()
+        .find(|tg| tg.name == *group)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "task group {group:?} specified for scaling does not exist in job"
+            ))
+        })?;
+    tg.count = i32::try_from(count)
+        .ok()
+        .filter(|c| *c >= 0)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "scaling action count {count} is invalid: must be between 0 and {}",
+                i32::MAX
+            ))
+        })?;
+    job.validate()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let now = now_nanos();
+    job.submit_time = now;
+    let eval = Evaluation::for_job(&job, TriggeredBy::JobScaling, now);
+    let (body, index) = write_job(store, Arc::new(job), Some(eval), None).await?;
+    Ok(write_answer(index, body))
+}
+
+async fn scale_status(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let store = &server(&info)?.store;
+    let tables = TableSet::of(&[Table::Jobs, Table::Allocs]);
+    let (body, index) = blocking_read(store, tables, &q, |snap| {
+        let job = find_job(snap, &q, &id)?;
+        let mut groups = serde_json::Map::new();
+        for tg in &job.task_groups {
+            let allocs: Vec<_> = snap
+                .allocs_by_job(&job.namespace, &job.id)
+                .filter(|a| *a.task_group == *tg.name && !a.is_terminal())
+                .collect();
+            let running = allocs
+                .iter()
+                .filter(|a| a.client_status == herder::structs::ClientStatus::Running)
+                .count();
+            groups.insert(
+                tg.name.clone(),
+                json!({"Desired": tg.count, "Placed": allocs.len(), "Running": running,
+                       "Healthy": running, "Unhealthy": 0, "Events": null}),
+            );
+        }
+        Ok(json!({
+            "JobID": job.id, "Namespace": job.namespace, "JobCreateIndex": job.create_index,
+            "JobModifyIndex": job.job_modify_index, "JobStopped": job.stop, "TaskGroups": groups,
+        }))
+    })
+    .await?;
+    Ok(json_with_index(index, &body))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ParseRequest {
+    #[serde(rename = "JobHCL")]
+    job_hcl: String,
+}
+
+/// HCL to the JSON job. herder always answers the canonical job (its
+/// parser fills defaults as it reads), whatever `Canonicalize` says.
+async fn parse_job(body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    let request: ParseRequest = decode_json(&body)?;
+    let job = jobspec::parse_hcl(&request.job_hcl, "input.hcl")
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    Ok(HttpResponse::Ok().json(job))
+}
+
+/// Nomad's `JobValidateResponse`: problems are listed, not an error.
+async fn validate_job(
+    info: web::Data<AgentInfo>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let value: Value = decode_json(&body)?;
+    if value.get("Job").is_none_or(Value::is_null) {
+        return Err(ApiError::BadRequest("Job must be specified".into()));
+    }
+    let errors: Vec<String> = match decode_job_body(&info, &body) {
+        Ok(_) => vec![],
+        Err(e) => e
+            .to_string()
+            .lines()
+            .map(|l| l.trim_start_matches(['\t', '*', ' ']).to_string())
+            .filter(|l| !l.is_empty() && !l.ends_with("errors occurred:"))
+            .collect(),
+    };
+    Ok(HttpResponse::Ok().json(json!({
+        "DriverConfigValidated": false,
+        "ValidationErrors": if errors.is_empty() { Value::Null } else { json!(errors) },
+        "Error": errors.join("; "),
+        "Warnings": "",
+    })))
+}

@@ -1,0 +1,262 @@
+//! Query parameters shared by reads, blocking queries, and the headers
+//! every answer carries.
+//!
+//! A blocking query (`?index=N&wait=5s`) parks on the state store's watch
+//! for the tables the answer is built from; the store's writer wakes it
+//! when one of them passes `N`, so nothing polls. The wait is capped at
+//! Nomad's 300 s and, as in Nomad, stretched by a random jitter of up to
+//! wait/16 so that many clients woken together do not return together.
+
+use super::errors::ApiError;
+use super::filter::Filter;
+use crate::agent::AgentInfo;
+use crate::server::ServerHandle;
+use actix_web::{http::header, HttpRequest, HttpResponse, HttpResponseBuilder};
+use herder::state::{StateSnapshot, StateStore, TableSet};
+use rand::Rng;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Longest a blocking query waits, and the wait when none is given.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// The common query parameters of reads.
+#[derive(Debug, Default)]
+pub struct QueryOptions {
+    /// Block until the answer's index passes this (0: answer at once).
+    pub index: u64,
+    pub wait: Duration,
+    pub prefix: String,
+    pub filter: Option<Filter>,
+    pub per_page: Option<usize>,
+    pub next_token: Option<String>,
+    /// `*` lists every namespace.
+    pub namespace: String,
+    params: HashMap<String, String>,
+}
+
+impl QueryOptions {
+    /// Reads the query string; a malformed value is a 400 naming it.
+    pub fn from_request(req: &HttpRequest) -> Result<QueryOptions, ApiError> {
+        let params = parse_query(req.query_string())?;
+        let mut q = QueryOptions {
+            wait: MAX_WAIT,
+            namespace: herder::structs::job::DEFAULT_NAMESPACE.to_string(),
+            ..Default::default()
+        };
+        if let Some(v) = params.get("index") {
+            q.index = v
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("Invalid index: {v:?}")))?;
+        }
+        if let Some(v) = params.get("wait") {
+            let wait = herder::jobspec::parse_go_duration(v)
+                .map_err(|e| ApiError::BadRequest(format!("Invalid wait time: {e}")))?;
+            q.wait = wait.min(MAX_WAIT);
+        }
+        if let Some(v) = params.get("prefix") {
+            q.prefix = v.clone();
+        }
+        if let Some(v) = params.get("filter").filter(|v| !v.is_empty()) {
+            q.filter = Some(Filter::parse(v).map_err(|e| ApiError::BadRequest(e.to_string()))?);
+        }
+        if let Some(v) = params.get("per_page") {
+            let n: usize = v
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("Invalid per_page: {v:?}")))?;
+            q.per_page = (n > 0).then_some(n);
+        }
+        if let Some(v) = params.get("next_token").filter(|v| !v.is_empty()) {
+            q.next_token = Some(v.clone());
+        }
+        if let Some(v) = params.get("namespace").filter(|v| !v.is_empty()) {
+            q.namespace = v.clone();
+        }
+        q.params = params;
+        Ok(q)
+    }
+
+    /// Any other parameter, by name.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+
+    /// A boolean parameter: absent is false, `?purge` alone is true, and
+    /// otherwise the spellings Go's `strconv.ParseBool` takes (python-nomad
+    /// sends `True`).
+    pub fn flag(&self, name: &str) -> Result<bool, ApiError> {
+        match self.param(name) {
+            None => Ok(false),
+            Some("" | "1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
+            Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+            Some(v) => Err(ApiError::BadRequest(format!(
+                "Failed to parse value of {name:?} ({v:?}) as a boolean"
+            ))),
+        }
+    }
+
+    /// Whether an object of `namespace` is in the asked namespace.
+    pub fn in_namespace(&self, namespace: &str) -> bool {
+        self.namespace == "*" || self.namespace == namespace
+    }
+
+    /// The wait with its random jitter (up to wait/16).
+    fn wait_with_jitter(&self) -> Duration {
+        let jitter_ceiling = self.wait.as_nanos() as u64 / 16;
+        let jitter = if jitter_ceiling > 0 {
+            rand::thread_rng().gen_range(0..jitter_ceiling)
+        } else {
+            0
+        };
+        self.wait + Duration::from_nanos(jitter)
+    }
+}
+
+fn parse_query(text: &str) -> Result<HashMap<String, String>, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(text)
+        .map_err(|e| ApiError::BadRequest(format!("Invalid query string: {e}")))?;
+    Ok(pairs.into_iter().collect())
+}
+
+/// The server's parts, or 400 on a client-only agent.
+pub fn server(info: &AgentInfo) -> Result<&ServerHandle, ApiError> {
+    info.server
+        .as_ref()
+        .ok_or_else(|| ApiError::BadRequest("this agent does not run a server".into()))
+}
+
+/// Runs a (possibly blocking) read: waits until one of `tables` passes
+/// `q.index` or the wait ends, then builds the answer from the state at
+/// that moment. Answers with the tables' index (at least 1, as Nomad's).
+pub async fn blocking_read<T>(
+    store: &StateStore,
+    tables: TableSet,
+    q: &QueryOptions,
+    read: impl FnOnce(&StateSnapshot) -> Result<T, ApiError>,
+) -> Result<(T, u64), ApiError> {
+    if q.index > 0 {
+        let changed = store.watch(tables, q.index);
+        // Either outcome answers with the current state: a timeout is not
+        // an error for a blocking query.
+        let _ = tokio::time::timeout(q.wait_with_jitter(), changed).await;
+    }
+    let snap = store.snapshot();
+    let index = tables
+        .iter()
+        .map(|t| snap.table_index(t))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    Ok((read(&snap)?, index))
+}
+
+/// A 200 with the blocking-query headers.
+pub fn ok_with_index(index: u64) -> HttpResponseBuilder {
+    let mut b = HttpResponse::Ok();
+    b.insert_header(("X-Nomad-Index", index.to_string()))
+        .insert_header(("X-Nomad-KnownLeader", "true"))
+        .insert_header(("X-Nomad-LastContact", "0"))
+        .insert_header((header::CONTENT_TYPE, "application/json"));
+    b
+}
+
+/// JSON answer with the blocking-query headers.
+pub fn json_with_index<T: Serialize>(index: u64, body: &T) -> HttpResponse {
+    ok_with_index(index).json(body)
+}
+
+/// One page of a list: what passes the prefix (on the ID), the namespace
+/// and the filter, starting at `next_token`, at most `per_page` long; with
+/// the token of the page after it. Entries are rendered to JSON only once
+/// their ID and namespace pass, so a narrow prefix over a large table
+/// costs little.
+pub fn paginate<'a, T, I>(
+    q: &QueryOptions,
+    items: I,
+    render: impl Fn(T) -> Value,
+) -> (Vec<Value>, Option<String>)
+where
+    I: Iterator<Item = (String, &'a str, T)>,
+{
+    let mut page = Vec::new();
+    let mut next = None;
+    for (id, namespace, item) in items {
+        if !id.starts_with(&q.prefix) || !q.in_namespace(namespace) {
+            continue;
+        }
+        if q.next_token
+            .as_ref()
+            .is_some_and(|t| id.as_str() < t.as_str())
+        {
+            continue;
+        }
+        let value = render(item);
+        if q.filter.as_ref().is_some_and(|f| !f.matches(&value)) {
+            continue;
+        }
+        if q.per_page.is_some_and(|n| page.len() >= n) {
+            next = Some(id);
+            break;
+        }
+        page.push(value);
+    }
+    (page, next)
+}
+
+/// A list answer: a bare array, with `X-Nomad-NextToken` when more follow.
+pub fn list_response(index: u64, page: Vec<Value>, next: Option<String>) -> HttpResponse {
+    let mut b = ok_with_index(index);
+    if let Some(token) = next {
+        b.insert_header(("X-Nomad-NextToken", token));
+    }
+    b.json(page)
+}
+
+/// Nanoseconds since the Unix epoch, as Nomad's times are written.
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Reads a JSON body, answering 400 with the decoder's message when it is
+/// malformed or has wrong types.
+pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest("Request body is empty".into()));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("Failed to decode request body: {e}")))
+}
+
+/// A write's outcome from the store: rejections are the client's fault
+/// (400/404), a closed or failed store is the server's.
+pub fn store_error(e: herder::state::StoreError) -> ApiError {
+    use herder::state::{ApplyError, StoreError};
+    match e {
+        StoreError::Rejected(ApplyError::JobNotFound { .. }) => {
+            ApiError::NotFound("job not found".into())
+        }
+        StoreError::Rejected(ApplyError::NodeNotFound(_)) => {
+            ApiError::NotFound("node not found".into())
+        }
+        StoreError::Rejected(r) => ApiError::BadRequest(r.to_string()),
+        StoreError::Closed => ApiError::Unavailable("the server is shutting down".into()),
+        other => ApiError::Internal(other.to_string()),
+    }
+}
+
+/// Submits a command and waits until it is durable.
+pub async fn submit(
+    store: &StateStore,
+    command: herder::state::Command,
+) -> Result<herder::state::ApplyOutcome, ApiError> {
+    store
+        .submit(command)
+        .await
+        .map_err(|_| ApiError::Unavailable("the server is shutting down".into()))?
+        .map_err(store_error)
+}

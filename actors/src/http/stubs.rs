@@ -1,0 +1,140 @@
+//! The JSON shapes of list entries and reads that differ from the stored
+//! rows: Nomad's list stubs (`JobListStub`, `AllocListStub`,
+//! `NodeListStub`), allocations with their job attached, and nodes
+//! without their secret.
+
+use herder::state::StateSnapshot;
+use herder::structs::{Allocation, Job, Node};
+use serde_json::{json, Value};
+
+/// `JobListStub`: what `GET /v1/jobs` lists per job.
+pub fn job_stub(snap: &StateSnapshot, job: &Job) -> Value {
+    json!({
+        "ID": job.id,
+        "ParentID": job.parent_id,
+        "Name": job.name,
+        "Namespace": job.namespace,
+        "Datacenters": job.datacenters,
+        "Multiregion": null,
+        "Type": job.job_type,
+        "Priority": job.priority,
+        "Periodic": job.periodic.is_some(),
+        "ParameterizedJob": job.parameterized_job.is_some(),
+        "Stop": job.stop,
+        "Status": job.status,
+        "StatusDescription": job.status_description,
+        "JobSummary": snap.job_summary(&job.namespace, &job.id),
+        "CreateIndex": job.create_index,
+        "ModifyIndex": job.modify_index,
+        "JobModifyIndex": job.job_modify_index,
+        "SubmitTime": job.submit_time,
+    })
+}
+
+/// The job type of an allocation's job (the version it runs, else the
+/// current one; a purged job leaves it empty).
+fn alloc_job_type(snap: &StateSnapshot, alloc: &Allocation) -> Value {
+    snap.job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version)
+        .or_else(|| snap.job(&alloc.namespace, &alloc.job_id))
+        .map_or(Value::Null, |j| json!(j.job_type))
+}
+
+fn opt_id(id: Option<uuid::Uuid>) -> String {
+    id.map(|i| i.to_string()).unwrap_or_default()
+}
+
+/// `AllocListStub`: what allocation lists show per allocation.
+pub fn alloc_stub(snap: &StateSnapshot, alloc: &Allocation) -> Value {
+    let t = &alloc.desired_transition;
+    json!({
+        "ID": alloc.id,
+        "EvalID": alloc.eval_id,
+        "Name": alloc.name,
+        "Namespace": alloc.namespace,
+        "NodeID": alloc.node_id,
+        "NodeName": alloc.node_name,
+        "JobID": alloc.job_id,
+        "JobType": alloc_job_type(snap, alloc),
+        "JobVersion": alloc.job_version,
+        "TaskGroup": alloc.task_group,
+        "AllocatedResources": null,
+        "DesiredStatus": alloc.desired_status,
+        "DesiredDescription": alloc.desired_description,
+        "DesiredTransition": {
+            "Migrate": t.migrate,
+            "Reschedule": t.reschedule,
+            "ForceReschedule": t.force_reschedule,
+        },
+        "ClientStatus": alloc.client_status,
+        "ClientDescription": alloc.client_description,
+        "TaskStates": if alloc.task_states.is_empty() { Value::Null } else { json!(alloc.task_states) },
+        "DeploymentStatus": null,
+        "FollowupEvalID": opt_id(alloc.followup_eval_id),
+        "RescheduleTracker": alloc.reschedule_tracker,
+        "PreemptedAllocations": if alloc.preempted_allocations.is_empty() { Value::Null } else { json!(alloc.preempted_allocations) },
+        "PreemptedByAllocation": opt_id(alloc.preempted_by_allocation),
+        "CreateIndex": alloc.create_index,
+        "ModifyIndex": alloc.modify_index,
+        "CreateTime": alloc.create_time,
+        "ModifyTime": alloc.modify_time,
+    })
+}
+
+/// A full allocation with the job version it runs attached as `Job`, as
+/// Nomad's allocation reads embed it.
+pub fn alloc_with_job(snap: &StateSnapshot, alloc: &Allocation) -> Value {
+    let mut value = json!(alloc);
+    if let Value::Object(map) = &mut value {
+        let job = snap.job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version);
+        map.insert("Job".into(), json!(job));
+    }
+    value
+}
+
+/// A node as reads show it: everything but its secret.
+pub fn node_read(node: &Node) -> Value {
+    let mut value = json!(node);
+    if let Value::Object(map) = &mut value {
+        map.remove("SecretID");
+    }
+    value
+}
+
+/// The host of the node's HTTP address (Nomad's stub `Address`).
+fn node_address(node: &Node) -> String {
+    let addr = node.http_addr.as_str();
+    match addr.rsplit_once(':') {
+        Some((host, _)) => host.trim_matches(['[', ']']).to_string(),
+        None => addr.to_string(),
+    }
+}
+
+/// `NodeListStub`: what `GET /v1/nodes` lists per node.
+pub fn node_stub(node: &Node) -> Value {
+    let version = node
+        .attributes
+        .get("nomad.version")
+        .cloned()
+        .unwrap_or_default();
+    json!({
+        "ID": node.id,
+        "Address": node_address(node),
+        "Attributes": node.attributes,
+        "Datacenter": node.datacenter,
+        "Name": node.name,
+        "NodeClass": node.node_class,
+        "NodePool": node.node_pool,
+        "Version": version,
+        "Drain": node.drain,
+        "SchedulingEligibility": node.scheduling_eligibility,
+        "Status": node.status,
+        "StatusDescription": node.status_description,
+        "Drivers": node.drivers,
+        "HostVolumes": null,
+        "LastDrain": null,
+        "NodeResources": node.node_resources,
+        "ReservedResources": node.reserved_resources,
+        "CreateIndex": node.create_index,
+        "ModifyIndex": node.modify_index,
+    })
+}
