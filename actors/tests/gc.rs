@@ -312,3 +312,25 @@ async fn down_nodes_are_purged_only_when_old_and_empty() {
     assert!(c.has_node(&recent), "a node down for an hour stays");
     assert!(c.has_node(&c.node), "a ready node stays");
 }
+
+#[actix::test]
+async fn the_collector_runs_on_its_own_every_interval() {
+    let c = Cluster::new();
+    let web = c.job("web", JobType::Service, false);
+    let old = c.eval(&web, EvalStatus::Complete, 2 * HOUR);
+    let t = now();
+    let _gc = GarbageCollector::new(
+        c.store.clone(),
+        Arc::new(move || t),
+        GcConfig {
+            gc_interval: Duration::from_millis(50),
+            ..config()
+        },
+    )
+    .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while c.has_eval(&old) && std::time::Instant::now() < deadline {
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!c.has_eval(&old), "the periodic pass did not collect");
+}

@@ -366,3 +366,23 @@ async fn a_restart_never_launches_the_same_instant_twice() {
         Some(utc(2026, 1, 1, 0, 30, 0))
     );
 }
+
+#[actix::test]
+async fn the_launcher_wakes_itself_at_the_next_instant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(&dir);
+    register(&store, periodic_job("minutely", "* * * * *", "", false));
+    // A clock that runs in real time from 300 ms before a full minute.
+    let base = utc(2026, 2, 2, 8, 59, 59) + chrono::Duration::milliseconds(700);
+    let started = Instant::now();
+    let clock: herder_actors::periodic::Clock =
+        Arc::new(move || base + chrono::Duration::from_std(started.elapsed()).unwrap());
+    let _launcher = PeriodicLauncher::new(store.clone(), clock).start();
+
+    let launched = eventually(|| async { children(&store, "minutely").len() == 1 }).await;
+    assert!(launched, "no child launched by the launcher's own timer");
+    assert_eq!(
+        children(&store, "minutely")[0].id,
+        format!("minutely/periodic-{}", utc(2026, 2, 2, 9, 0, 0).timestamp())
+    );
+}
