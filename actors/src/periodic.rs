@@ -174,6 +174,31 @@ impl PeriodicLauncher {
         tracing::info!(jobs = self.tracked.len(), "periodic jobs tracked");
     }
 
+    /// After a restart: a job whose schedule came due since its last
+    /// child while no launcher ran is launched once now, as Nomad's leader
+    /// does on restore; older missed instants are not replayed.
+    fn catch_up(&mut self, ctx: &mut Context<Self>) {
+        let snap = self.store.snapshot();
+        let now = (self.clock)();
+        let last = last_launches(&snap);
+        let mut pending = Vec::new();
+        for (key, tracked) in &self.tracked {
+            let Some(last) = last.get(key) else { continue };
+            let missed = next_launch(&tracked.job, *last).is_some_and(|t| t < now);
+            if missed {
+                tracing::info!(job_id = %key.id, last_launch = %last, "periodic launch missed while no leader ran; launching now");
+                pending.extend(self.launch(&snap, &tracked.job, now, now, true));
+            }
+        }
+        ctx.spawn(fut::wrap_future(async move {
+            for (child, _, done) in pending {
+                if let Ok(Err(e)) = done.await {
+                    tracing::error!(job_id = %child, error = %e, "periodic catch-up launch failed");
+                }
+            }
+        }));
+    }
+
     fn follow(&mut self, ctx: &mut Context<Self>) {
         let mut sub = self.store.subscribe(self.last_index + 1);
         if sub.missed {
@@ -348,6 +373,32 @@ fn next_launch(job: &Job, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
     }
 }
 
+/// The latest launch instant of every parent that has children, read
+/// back from the children's IDs.
+fn last_launches(snap: &StateSnapshot) -> HashMap<JobKey, DateTime<Utc>> {
+    let mut last: HashMap<JobKey, DateTime<Utc>> = HashMap::new();
+    for job in snap.jobs().filter(|j| !j.parent_id.is_empty()) {
+        let Some(at) = launch_time(&job.id, &job.parent_id) else {
+            continue;
+        };
+        let slot = last
+            .entry(JobKey::new(&job.namespace, &job.parent_id))
+            .or_insert(at);
+        *slot = (*slot).max(at);
+    }
+    last
+}
+
+/// The launch instant encoded in a periodic child's ID.
+fn launch_time(child_id: &str, parent_id: &str) -> Option<DateTime<Utc>> {
+    let secs = child_id
+        .strip_prefix(parent_id)?
+        .strip_prefix("/periodic-")?
+        .parse::<i64>()
+        .ok()?;
+    DateTime::from_timestamp(secs, 0)
+}
+
 /// A child still running: launched from `parent` and not dead yet.
 fn has_running_child(snap: &StateSnapshot, parent: &Job) -> bool {
     snap.jobs().any(|j| {
@@ -379,6 +430,7 @@ impl Actor for PeriodicLauncher {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.resync(&self.store.snapshot());
+        self.catch_up(ctx);
         self.follow(ctx);
         self.arm(ctx);
     }

@@ -386,3 +386,36 @@ async fn the_launcher_wakes_itself_at_the_next_instant() {
         format!("minutely/periodic-{}", utc(2026, 2, 2, 9, 0, 0).timestamp())
     );
 }
+
+#[actix::test]
+async fn a_launch_missed_while_down_is_made_once_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open_store(&dir);
+        register(&store, periodic_job("report", "*/15 * * * *", "", false));
+        let clock = FakeClock::at(utc(2026, 1, 1, 0, 5, 0));
+        let launcher = PeriodicLauncher::new(store.clone(), clock.clock()).start();
+        assert!(is_tracked(&launcher, "report").await);
+        clock.set(utc(2026, 1, 1, 0, 15, 0));
+        assert_eq!(launcher.send(Tick).await.unwrap().unwrap().len(), 1);
+        launcher.send(StopLauncher).await.unwrap();
+        store.close();
+    }
+    // Down from 00:15 to 00:47: the 00:30 and 00:45 launches were missed.
+    let store = open_store(&dir);
+    let restart = utc(2026, 1, 1, 0, 47, 0);
+    let launcher = PeriodicLauncher::new(store.clone(), FakeClock::at(restart).clock()).start();
+    assert!(eventually(|| async { children(&store, "report").len() == 2 }).await);
+    let caught_up = format!("report/periodic-{}", restart.timestamp());
+    assert!(store.snapshot().job("default", &caught_up).is_some());
+    assert_eq!(
+        next_launch(&launcher, "report").await,
+        Some(utc(2026, 1, 1, 1, 0, 0))
+    );
+    actix_rt::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        children(&store, "report").len(),
+        2,
+        "launched more than once"
+    );
+}
