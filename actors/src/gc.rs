@@ -299,6 +299,14 @@ fn plan_gc(snap: &StateSnapshot, cutoffs: &Cutoffs) -> GcPlan {
         if planned.contains(&eval.id) || !eval.is_terminal() || eval.modify_time > cutoffs.eval {
             continue;
         }
+        // A dead job's evaluations go with the job, after the job
+        // threshold: their times are what dates the job's end.
+        if snap
+            .job(&eval.namespace, &eval.job_id)
+            .is_some_and(|j| job_is_dead(j))
+        {
+            continue;
+        }
         if let Some(allocs) = collectable_eval(snap, eval, cutoffs.eval) {
             plan.evals.push((eval.id, allocs));
         }

@@ -237,8 +237,21 @@ async fn dead_jobs_are_purged_after_the_threshold() {
         5 * HOUR,
     );
 
+    // Submitted long ago, finished two hours ago: past the eval threshold,
+    // not the job one.
+    let recent = c.job("recently-dead", JobType::Batch, false);
+    let recent_eval = c.eval(&recent, EvalStatus::Complete, 2 * HOUR);
+    c.alloc(
+        &recent,
+        recent_eval,
+        &c.node,
+        run,
+        ClientStatus::Complete,
+        2 * HOUR,
+    );
+
     let snap = c.store.snapshot();
-    for id in ["old-batch", "stopped-web", "young-batch"] {
+    for id in ["old-batch", "stopped-web", "young-batch", "recently-dead"] {
         assert_eq!(snap.job("default", id).unwrap().status, "dead", "{id}");
     }
     assert_eq!(snap.job("default", "live-batch").unwrap().status, "running");
@@ -256,6 +269,9 @@ async fn dead_jobs_are_purged_after_the_threshold() {
     );
     assert!(c.has_job("young-batch") && c.has_eval(&young_eval) && c.has_alloc(&young_alloc));
     assert!(c.has_job("live-batch") && c.has_eval(&done_eval) && c.has_alloc(&done_alloc));
+    // A second pass must not purge it either once its evals are judged.
+    c.gc().send(RunGc).await.unwrap().unwrap();
+    assert!(c.has_job("recently-dead") && c.has_eval(&recent_eval));
 }
 
 #[actix::test]
@@ -317,7 +333,7 @@ async fn down_nodes_are_purged_only_when_old_and_empty() {
 async fn the_collector_runs_on_its_own_every_interval() {
     let c = Cluster::new();
     let web = c.job("web", JobType::Service, false);
-    let old = c.eval(&web, EvalStatus::Complete, 2 * HOUR);
+    let old = c.eval(&web, EvalStatus::Complete, 5 * HOUR);
     let t = now();
     let _gc = GarbageCollector::new(
         c.store.clone(),
@@ -329,8 +345,9 @@ async fn the_collector_runs_on_its_own_every_interval() {
     )
     .start();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while c.has_eval(&old) && std::time::Instant::now() < deadline {
+    while c.has_job("web") && std::time::Instant::now() < deadline {
         actix_rt::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(!c.has_eval(&old), "the periodic pass did not collect");
+    assert!(!c.has_job("web"), "the periodic pass did not collect");
+    assert!(!c.has_eval(&old));
 }
