@@ -157,7 +157,10 @@ async fn old_finished_evals_and_allocs_go_young_and_needed_ones_stay() {
     let pending = c.eval(&web, EvalStatus::Pending, 5 * HOUR);
 
     let gc = c.gc();
+    let before = c.store.latest_index();
     let report = gc.send(RunGc).await.unwrap().unwrap();
+    // Five IDs in batches of at most two: three delete commands.
+    assert_eq!(c.store.latest_index() - before, 3);
     assert_eq!(
         report,
         GcReport {

@@ -419,3 +419,22 @@ async fn a_launch_missed_while_down_is_made_once_at_restart() {
         "launched more than once"
     );
 }
+
+#[actix::test]
+async fn a_changed_spec_moves_the_next_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(&dir);
+    register(&store, periodic_job("report", "0 * * * *", "", false));
+    let clock = FakeClock::at(utc(2026, 1, 1, 0, 5, 0));
+    let launcher = PeriodicLauncher::new(store.clone(), clock.clock()).start();
+    assert_eq!(
+        next_launch(&launcher, "report").await,
+        Some(utc(2026, 1, 1, 1, 0, 0))
+    );
+    register(&store, periodic_job("report", "*/10 * * * *", "", false));
+    let moved = eventually(|| async {
+        next_launch(&launcher, "report").await == Some(utc(2026, 1, 1, 0, 10, 0))
+    })
+    .await;
+    assert!(moved, "the new spec was not followed");
+}
