@@ -771,6 +771,31 @@ pub struct PeriodicConfig {
     pub time_zone: String,
 }
 
+impl PeriodicConfig {
+    /// The first launch strictly after `after`, by the cron spec read in
+    /// the config's time zone (UTC when empty), so "0 9 * * *" in
+    /// "Europe/Berlin" means 09:00 there whatever the offset. `None` when
+    /// the spec has no further instant.
+    pub fn next_launch(
+        &self,
+        after: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
+        let schedule = super::validate::cron_schedule(&self.spec)?;
+        if self.time_zone.is_empty() || self.time_zone == "UTC" {
+            return Ok(schedule.after(&after).next());
+        }
+        let tz: chrono_tz::Tz = self
+            .time_zone
+            .parse()
+            .map_err(|_| format!("unknown time zone {:?}", self.time_zone))?;
+        let local = after.with_timezone(&tz);
+        Ok(schedule
+            .after(&local)
+            .next()
+            .map(|t| t.with_timezone(&chrono::Utc)))
+    }
+}
+
 /// The job is a template dispatched with a payload.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]

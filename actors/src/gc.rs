@@ -1,0 +1,413 @@
+//! The GarbageCollector actor: removes what the cluster no longer needs,
+//! as Nomad's core scheduler does on the leader (simplified).
+//!
+//! Every `gc_interval`, and on demand, it looks at one snapshot and removes:
+//! - terminal evaluations whose last change is older than
+//!   `eval_gc_threshold`, with their allocations, but only when every
+//!   allocation of the evaluation is finished on both sides (the servers
+//!   stopped it and the client reports it done) — an allocation the
+//!   servers still want is needed for rescheduling decisions. Evaluations
+//!   of a batch job that is still live are kept whole: losing its finished
+//!   allocations would make the scheduler run them again.
+//! - dead jobs (stopped, or batch work that finished) untouched for longer
+//!   than `job_gc_threshold` whose evaluations and allocations are all
+//!   terminal: those are deleted, then the job is purged.
+//! - nodes `down` for longer than `node_gc_threshold` with no allocation
+//!   still live on them.
+//!
+//! Deletes go in batches of at most `batch_size` IDs per command, so one GC
+//! pass never holds the single state writer for long. The scan runs off the
+//! actor's thread; the time comes from the injected clock.
+
+use crate::periodic::Clock;
+use actix::prelude::*;
+use chrono::{DateTime, Utc};
+use herder::state::{Command, StateSnapshot, StateStore, StoreError};
+use herder::structs::job::job_status;
+use herder::structs::{
+    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobType, NodeId, NodeStatus,
+};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// Thresholds and pacing, from the `server` configuration.
+#[derive(Clone, Debug)]
+pub struct GcConfig {
+    pub eval_gc_threshold: Duration,
+    pub job_gc_threshold: Duration,
+    pub node_gc_threshold: Duration,
+    pub gc_interval: Duration,
+    /// The most IDs one delete command carries.
+    pub batch_size: usize,
+}
+
+impl Default for GcConfig {
+    /// Nomad's defaults.
+    fn default() -> Self {
+        GcConfig {
+            eval_gc_threshold: Duration::from_secs(3600),
+            job_gc_threshold: Duration::from_secs(4 * 3600),
+            node_gc_threshold: Duration::from_secs(24 * 3600),
+            gc_interval: Duration::from_secs(300),
+            batch_size: 1000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("state store: {0}")]
+    Store(#[from] StoreError),
+    #[error("a garbage collection is already running")]
+    Busy,
+    #[error("the garbage collection scan was interrupted")]
+    Interrupted,
+}
+
+/// What one pass removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    pub evals: usize,
+    pub allocs: usize,
+    pub jobs: usize,
+    pub nodes: usize,
+}
+
+/// A pass with the configured thresholds now (what the timer runs).
+#[derive(Message)]
+#[rtype(result = "Result<GcReport, GcError>")]
+pub struct RunGc;
+
+/// `/v1/system/gc`: as Nomad's forced GC, every threshold is ignored and
+/// everything eligible goes, however recent.
+#[derive(Message)]
+#[rtype(result = "Result<GcReport, GcError>")]
+pub struct ForceGc;
+
+/// Stop collecting (server shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopGc;
+
+pub struct GarbageCollector {
+    store: StateStore,
+    clock: Clock,
+    config: GcConfig,
+    running: bool,
+}
+
+impl GarbageCollector {
+    pub fn new(store: StateStore, clock: Clock, config: GcConfig) -> Self {
+        GarbageCollector {
+            store,
+            clock,
+            config,
+            running: false,
+        }
+    }
+
+    /// One pass: scan a snapshot off the actor thread, then write the
+    /// deletes in order (evaluations and allocations before the jobs that
+    /// owned them).
+    fn run(&mut self, force: bool) -> impl std::future::Future<Output = Result<GcReport, GcError>> {
+        let busy = std::mem::replace(&mut self.running, true);
+        let store = self.store.clone();
+        let cutoffs = Cutoffs::new((self.clock)(), &self.config, force);
+        let batch_size = self.config.batch_size.max(1);
+        async move {
+            if busy {
+                return Err(GcError::Busy);
+            }
+            let snap = store.snapshot();
+            let plan = tokio::task::spawn_blocking(move || plan_gc(&snap, &cutoffs))
+                .await
+                .map_err(|_| GcError::Interrupted)?;
+            let report = plan.report();
+            for command in plan.into_commands(batch_size) {
+                match store.submit(command).await {
+                    Ok(Ok(_)) => {}
+                    // A job purged or node removed meanwhile: nothing left
+                    // to collect there.
+                    Ok(Err(StoreError::Rejected(e))) => {
+                        tracing::debug!(error = %e, "gc delete skipped")
+                    }
+                    Ok(Err(e)) => return Err(GcError::Store(e)),
+                    Err(_) => return Err(GcError::Store(StoreError::Closed)),
+                }
+            }
+            Ok(report)
+        }
+    }
+
+    fn run_and_reply(&mut self, force: bool) -> ResponseActFuture<Self, Result<GcReport, GcError>> {
+        let was_running = self.running;
+        let done = self.run(force);
+        Box::pin(
+            fut::wrap_future(done).map(move |result, act: &mut Self, _| {
+                if !was_running {
+                    act.running = false;
+                }
+                if let Ok(r) = &result {
+                    tracing::info!(
+                        evals = r.evals,
+                        allocs = r.allocs,
+                        jobs = r.jobs,
+                        nodes = r.nodes,
+                        force,
+                        "garbage collected"
+                    );
+                }
+                result
+            }),
+        )
+    }
+}
+
+/// The newest last-change time (Unix nanos) each kind may have to be
+/// collected.
+#[derive(Clone, Copy, Debug)]
+struct Cutoffs {
+    eval: i64,
+    job: i64,
+    /// Unix seconds, as `StatusUpdatedAt`.
+    node_seconds: i64,
+}
+
+impl Cutoffs {
+    fn new(now: DateTime<Utc>, config: &GcConfig, force: bool) -> Self {
+        if force {
+            return Cutoffs {
+                eval: i64::MAX,
+                job: i64::MAX,
+                node_seconds: i64::MAX,
+            };
+        }
+        let before = |d: Duration| {
+            let d = chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+            now.checked_sub_signed(d)
+                .map_or(i64::MIN, |t| t.timestamp_nanos_opt().unwrap_or(i64::MIN))
+        };
+        Cutoffs {
+            eval: before(config.eval_gc_threshold),
+            job: before(config.job_gc_threshold),
+            node_seconds: before(config.node_gc_threshold).div_euclid(1_000_000_000),
+        }
+    }
+}
+
+/// What one pass deletes.
+#[derive(Debug, Default)]
+struct GcPlan {
+    /// Evaluations with the allocations that go with them.
+    evals: EvalsWithAllocs,
+    /// Allocations of collected jobs whose evaluation is already gone.
+    orphan_allocs: Vec<AllocId>,
+    jobs: Vec<(String, String)>,
+    nodes: Vec<NodeId>,
+}
+
+impl GcPlan {
+    fn report(&self) -> GcReport {
+        GcReport {
+            evals: self.evals.len(),
+            allocs: self.evals.iter().map(|(_, a)| a.len()).sum::<usize>()
+                + self.orphan_allocs.len(),
+            jobs: self.jobs.len(),
+            nodes: self.nodes.len(),
+        }
+    }
+
+    fn into_commands(self, batch_size: usize) -> Vec<Command> {
+        let mut commands = Vec::new();
+        let mut eval_ids = Vec::new();
+        let mut alloc_ids = Vec::new();
+        for ids in self.orphan_allocs.chunks(batch_size) {
+            commands.push(Command::EvalDelete {
+                eval_ids: Vec::new(),
+                alloc_ids: ids.to_vec(),
+            });
+        }
+        for (eval, allocs) in self.evals {
+            if !eval_ids.is_empty()
+                && eval_ids.len() + alloc_ids.len() + 1 + allocs.len() > batch_size
+            {
+                commands.push(Command::EvalDelete {
+                    eval_ids: std::mem::take(&mut eval_ids),
+                    alloc_ids: std::mem::take(&mut alloc_ids),
+                });
+            }
+            eval_ids.push(eval);
+            alloc_ids.extend(allocs);
+        }
+        if !eval_ids.is_empty() {
+            commands.push(Command::EvalDelete {
+                eval_ids,
+                alloc_ids,
+            });
+        }
+        commands.extend(
+            self.jobs
+                .into_iter()
+                .map(|(namespace, job_id)| Command::JobDeregister {
+                    namespace,
+                    job_id,
+                    purge: true,
+                    eval: None,
+                }),
+        );
+        commands.extend(
+            self.nodes
+                .chunks(batch_size)
+                .map(|ids| Command::NodeDeregister {
+                    node_ids: ids.to_vec(),
+                }),
+        );
+        commands
+    }
+}
+
+/// An allocation may go once its client is done with it and nothing needs
+/// it any more: its job is gone, stopped or dead, the servers stopped it,
+/// or it did not fail (a failed allocation the servers still want is what
+/// rescheduling decisions are made from).
+fn alloc_collectable(alloc: &Allocation, job: Option<&Job>) -> bool {
+    if !alloc.client_status.is_terminal() {
+        return false;
+    }
+    if job.is_none_or(|j| j.stop || job_is_dead(j)) {
+        return true;
+    }
+    alloc.server_terminal() || alloc.client_status != ClientStatus::Failed
+}
+
+fn job_is_dead(job: &Job) -> bool {
+    job.status == job_status::DEAD
+}
+
+fn plan_gc(snap: &StateSnapshot, cutoffs: &Cutoffs) -> GcPlan {
+    let mut plan = GcPlan::default();
+    let mut planned: HashSet<EvalId> = HashSet::new();
+    for job in snap.jobs().filter(|j| job_is_dead(j)) {
+        if let Some((evals, orphans)) = collectable_job(snap, job, cutoffs.job) {
+            planned.extend(evals.iter().map(|(id, _)| *id));
+            plan.evals.extend(evals);
+            plan.orphan_allocs.extend(orphans);
+            plan.jobs.push((job.namespace.clone(), job.id.clone()));
+        }
+    }
+    for eval in snap.evals() {
+        if planned.contains(&eval.id) || !eval.is_terminal() || eval.modify_time > cutoffs.eval {
+            continue;
+        }
+        // A dead job's evaluations go with the job, after the job
+        // threshold: their times are what dates the job's end.
+        if snap
+            .job(&eval.namespace, &eval.job_id)
+            .is_some_and(|j| job_is_dead(j))
+        {
+            continue;
+        }
+        if let Some(allocs) = collectable_eval(snap, eval, cutoffs.eval) {
+            plan.evals.push((eval.id, allocs));
+        }
+    }
+    for node in snap.nodes() {
+        let old_and_down =
+            node.status == NodeStatus::Down && node.status_updated_at <= cutoffs.node_seconds;
+        if old_and_down && snap.allocs_by_node(&node.id).all(|a| a.is_terminal()) {
+            plan.nodes.push(node.id);
+        }
+    }
+    plan
+}
+
+/// The allocations of a terminal evaluation, when all of them may go and
+/// the evaluation may go with them.
+fn collectable_eval(snap: &StateSnapshot, eval: &Evaluation, cutoff: i64) -> Option<Vec<AllocId>> {
+    let job = snap.job(&eval.namespace, &eval.job_id);
+    if eval.eval_type == JobType::Batch && job.is_some_and(|j| !j.stop && !job_is_dead(j)) {
+        return None;
+    }
+    let mut ids = Vec::new();
+    for alloc in snap.allocs_by_eval(&eval.id) {
+        if !alloc_collectable(alloc, job.map(|j| &**j)) || alloc.modify_time > cutoff {
+            return None;
+        }
+        ids.push(alloc.id);
+    }
+    Some(ids)
+}
+
+type EvalsWithAllocs = Vec<(EvalId, Vec<AllocId>)>;
+
+/// A dead job's evaluations with their allocations (and allocations whose
+/// evaluation is already gone), when the job has been quiet since `cutoff`
+/// and nothing of it is live.
+fn collectable_job(
+    snap: &StateSnapshot,
+    job: &Job,
+    cutoff: i64,
+) -> Option<(EvalsWithAllocs, Vec<AllocId>)> {
+    if job.submit_time > cutoff {
+        return None;
+    }
+    let mut by_eval: HashMap<EvalId, Vec<AllocId>> = HashMap::new();
+    for eval in snap.evals_by_job(&job.namespace, &job.id) {
+        if !eval.is_terminal() || eval.modify_time > cutoff {
+            return None;
+        }
+        by_eval.insert(eval.id, Vec::new());
+    }
+    let mut orphans = Vec::new();
+    for alloc in snap.allocs_by_job(&job.namespace, &job.id) {
+        if !alloc_collectable(alloc, Some(job)) || alloc.modify_time > cutoff {
+            return None;
+        }
+        match by_eval.get_mut(&alloc.eval_id) {
+            Some(allocs) => allocs.push(alloc.id),
+            None => orphans.push(alloc.id),
+        }
+    }
+    Some((by_eval.into_iter().collect(), orphans))
+}
+
+impl Actor for GarbageCollector {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(self.config.gc_interval, |act, ctx| {
+            if act.running {
+                return;
+            }
+            ctx.spawn(act.run_and_reply(false).map(|result, _, _| {
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "garbage collection failed");
+                }
+            }));
+        });
+    }
+}
+
+impl Handler<RunGc> for GarbageCollector {
+    type Result = ResponseActFuture<Self, Result<GcReport, GcError>>;
+
+    fn handle(&mut self, _msg: RunGc, _ctx: &mut Context<Self>) -> Self::Result {
+        self.run_and_reply(false)
+    }
+}
+
+impl Handler<ForceGc> for GarbageCollector {
+    type Result = ResponseActFuture<Self, Result<GcReport, GcError>>;
+
+    fn handle(&mut self, _msg: ForceGc, _ctx: &mut Context<Self>) -> Self::Result {
+        self.run_and_reply(true)
+    }
+}
+
+impl Handler<StopGc> for GarbageCollector {
+    type Result = ();
+
+    fn handle(&mut self, _msg: StopGc, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
