@@ -12,6 +12,14 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A server without scheduling workers: evaluations stay in the broker
+/// for the test to look at.
+fn quiet_server(dir: &std::path::Path) -> herder_actors::config::AgentConfig {
+    let mut config = server_config(dir);
+    config.server.num_schedulers = Some(0);
+    config
+}
+
 fn register_jobs(agent: &TestAgent, n: usize) -> BTreeSet<uuid::Uuid> {
     let server = agent.server.as_ref().expect("server");
     let mut ids = BTreeSet::new();
@@ -41,7 +49,7 @@ fn ready_in_broker(agent: &TestAgent) -> usize {
 #[test]
 fn stored_pending_evals_are_routed_to_the_broker() {
     let dir = temp_dir();
-    let agent = TestAgent::start(server_config(dir.path()), false);
+    let agent = TestAgent::start(quiet_server(dir.path()), false);
     register_jobs(&agent, 3);
     let routed = wait_for(Duration::from_secs(10), || {
         (ready_in_broker(&agent) == 3).then_some(())
@@ -56,11 +64,11 @@ fn stored_pending_evals_are_routed_to_the_broker() {
 #[test]
 fn restart_restores_every_pending_eval_exactly_once() {
     let dir = temp_dir();
-    let agent = TestAgent::start(server_config(dir.path()), false);
+    let agent = TestAgent::start(quiet_server(dir.path()), false);
     let registered = register_jobs(&agent, 5);
     agent.stop();
 
-    let agent = TestAgent::start(server_config(dir.path()), false);
+    let agent = TestAgent::start(quiet_server(dir.path()), false);
     let broker = agent.server.as_ref().expect("server").broker.clone();
     let mut seen = Vec::new();
     while let Some(d) = block_on(broker.send(Dequeue {

@@ -12,8 +12,10 @@ use crate::broker::{self, BrokerConfig, EvalBroker};
 use crate::config::AgentConfig;
 use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
+use crate::gc::{GarbageCollector, GcConfig, StopGc};
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
+use crate::periodic::{self, PeriodicLauncher, StopLauncher};
 use crate::plan_applier::{self, PlanApplier};
 use crate::server_metrics::{ServerMetrics, StopMetrics};
 use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
@@ -48,6 +50,8 @@ pub struct ServerHandle {
     pub plan_applier: Addr<PlanApplier>,
     pub nodes: Addr<NodeTracker>,
     pub workers: Addr<WorkerSupervisor>,
+    pub periodic: Addr<PeriodicLauncher>,
+    pub gc: Addr<GarbageCollector>,
 }
 
 /// A running server.
@@ -71,6 +75,17 @@ pub fn tracker_config(config: &AgentConfig) -> TrackerConfig {
             readiness_checks: true,
         },
         ..TrackerConfig::default()
+    }
+}
+
+/// The garbage collector's thresholds from the agent configuration.
+pub fn gc_config(config: &AgentConfig) -> GcConfig {
+    GcConfig {
+        eval_gc_threshold: config.server.eval_gc_threshold,
+        job_gc_threshold: config.server.job_gc_threshold,
+        node_gc_threshold: config.server.node_gc_threshold,
+        gc_interval: config.server.gc_interval,
+        ..GcConfig::default()
     }
 }
 
@@ -123,6 +138,10 @@ impl Server {
         // As Nomad's leader: keep a quarter of the workers so the plan
         // applier has CPU left.
         let _ = workers.send(worker_supervisor::SetLeader(true)).await;
+        // Leader duties: cron launches of periodic jobs, garbage collection.
+        let periodic = PeriodicLauncher::new(store.clone(), periodic::system_clock()).start();
+        let gc = GarbageCollector::new(store.clone(), periodic::system_clock(), gc_config(config))
+            .start();
         let metrics = ServerMetrics {
             store: store.clone(),
             broker: broker.clone(),
@@ -140,6 +159,8 @@ impl Server {
                 plan_applier,
                 nodes,
                 workers,
+                periodic,
+                gc,
             },
             router,
             metrics,
@@ -155,6 +176,8 @@ impl Server {
         let h = self.handle;
         let _ = self.router.send(StopRouting).await;
         self.metrics.do_send(StopMetrics);
+        let _ = h.periodic.send(StopLauncher).await;
+        let _ = h.gc.send(StopGc).await;
         // Workers finish (and ack) the evaluations in hand first.
         let _ = h.workers.send(worker_supervisor::StopAll).await;
         let _ = h.plan_applier.send(plan_applier::SetEnabled(false)).await;

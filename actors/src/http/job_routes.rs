@@ -431,28 +431,34 @@ async fn periodic_force(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    use crate::periodic::{ForceLaunch, PeriodicError};
     let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
-    let snap = store.snapshot();
+    let server = server(&info)?;
+    let snap = server.store.snapshot();
     let parent = find_job(&snap, &q, &id)?;
-    if !parent.periodic.as_ref().is_some_and(|p| p.enabled) {
-        return Err(ApiError::BadRequest(
-            "can't force launch non-periodic job".into(),
-        ));
-    }
-    let now = now_nanos();
-    let mut child = (**parent).clone();
-    child.id = format!("{}/periodic-{}", parent.id, now / 1_000_000_000);
-    child.name = child.id.clone();
-    child.parent_id = parent.id.clone();
-    child.periodic = None;
-    child.submit_time = now;
-    child.status.clear();
-    let eval = Evaluation::for_job(&child, TriggeredBy::PeriodicJob, now);
-    let (body, index) = write_job(store, Arc::new(child), Some(eval), None).await?;
+    // One place derives children: the launcher, which also launches on
+    // schedule.
+    let launched = server
+        .periodic
+        .send(ForceLaunch {
+            namespace: parent.namespace.clone(),
+            job_id: parent.id.clone(),
+        })
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("periodic launcher: {e}")))?
+        .map_err(|e| match e {
+            PeriodicError::NotFound(_) => ApiError::NotFound("job not found".into()),
+            PeriodicError::NotPeriodic(_) => {
+                ApiError::BadRequest("can't force launch non-periodic job".into())
+            }
+            PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
+                ApiError::BadRequest(e.to_string())
+            }
+            PeriodicError::Store(e) => ApiError::Internal(e.to_string()),
+        })?;
     Ok(write_answer(
-        index,
-        json!({"EvalID": body["EvalID"], "EvalCreateIndex": body["EvalCreateIndex"]}),
+        launched.index,
+        json!({"EvalID": launched.eval_id, "EvalCreateIndex": launched.index}),
     ))
 }
 
