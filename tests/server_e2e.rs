@@ -272,7 +272,7 @@ fn a_node_that_stops_heartbeating_goes_down_and_its_work_is_replaced_elsewhere()
             .snapshot()
             .allocs_by_job("default", &job.id)
             .next()
-            .map(|x| x.clone())
+            .cloned()
     })
     .expect("placed");
     assert_eq!(first.node_id, a.id);
