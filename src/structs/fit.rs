@@ -132,6 +132,29 @@ mod tests {
     }
 
     #[test]
+    fn a_group_port_listed_in_networks_and_ports_is_one_port() {
+        let n = node(10_000, 10_000);
+        let mut a = alloc(1, 10, None);
+        let port = Port {
+            label: "http".into(),
+            value: 29437,
+            ..Default::default()
+        };
+        a.allocated_resources.shared.networks.push(NetworkResource {
+            dynamic_ports: vec![port.clone()],
+            ..Default::default()
+        });
+        a.allocated_resources.shared.ports.push(port);
+        assert!(allocs_fit(&n, [&a]).is_ok());
+        let mut b = a.clone();
+        b.id = new_id();
+        assert_eq!(
+            allocs_fit(&n, [&a, &b]),
+            Err(FitError::PortCollision(29437))
+        );
+    }
+
+    #[test]
     fn ports_collide_with_each_other_and_with_reserved_ports() {
         let n = node(10_000, 10_000);
         let a = alloc(1, 10, Some(8080));

@@ -234,8 +234,10 @@ impl AllocatedResources {
         c
     }
 
-    /// Every port this allocation holds on its node (shared and per-task).
-    pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
+    /// Every host port this allocation holds on its node, each once. A
+    /// group port is listed twice in Nomad's shape (in `Shared.Networks`
+    /// and in `Shared.Ports`); it is still one port.
+    pub fn ports(&self) -> Vec<u16> {
         let shared = self
             .shared
             .networks
@@ -246,10 +248,14 @@ impl AllocatedResources {
             .tasks
             .values()
             .flat_map(|t| t.networks.iter().flat_map(|n| n.all_ports()));
-        shared
+        let mut ports: Vec<u16> = shared
             .chain(tasks)
             .filter_map(|p| u16::try_from(p.value).ok())
             .filter(|p| *p > 0)
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
     }
 }
 

@@ -652,11 +652,7 @@ fn dynamic_ports_are_unique_per_node_and_in_range() {
     assert_eq!(live.len(), 5);
     let mut ports: Vec<u16> = live
         .iter()
-        .flat_map(|a| {
-            a.allocated_resources
-                .ports()
-                .collect::<std::collections::BTreeSet<_>>()
-        })
+        .flat_map(|a| a.allocated_resources.ports())
         .collect();
     assert_eq!(ports.len(), 10);
     ports.sort_unstable();

@@ -173,7 +173,7 @@ proptest! {
                     continue;
                 }
                 used.add(&a.allocated_resources.comparable());
-                for p in a.allocated_resources.ports().collect::<HashSet<_>>() {
+                for p in a.allocated_resources.ports() {
                     prop_assert!(ports.insert(p), "port {} used twice on {}", p, node.name);
                 }
             }
