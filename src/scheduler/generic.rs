@@ -36,12 +36,6 @@ pub struct GenericScheduler<'p> {
     eligibility: super::context::Eligibility,
 }
 
-/// What one attempt ended with.
-enum Attempt {
-    Done,
-    Retry,
-}
-
 impl<'p> GenericScheduler<'p> {
     pub fn new(state: Arc<dyn State>, planner: &'p mut dyn Planner, batch: bool, now: i64) -> Self {
         GenericScheduler {
@@ -133,21 +127,13 @@ impl<'p> GenericScheduler<'p> {
             self.planner.create_eval(next.clone())?;
             self.next_eval = Some(next);
         }
-        let plan = ctx.plan;
-        let expected: usize = plan.node_allocation.values().map(Vec::len).sum();
-        let (result, new_state) = self.planner.submit_plan(plan)?;
-        adjust_queued(&result, &mut self.queued);
-        let committed: usize = result.node_allocation.values().map(Vec::len).sum();
+        let (result, new_state, attempt) =
+            submit_plan(&mut *self.planner, ctx.plan, &mut self.queued)?;
         self.plan_result = Some(result);
         if let Some(state) = new_state {
             self.state = state;
-            return Ok(Attempt::Retry);
         }
-        Ok(if committed == expected {
-            Attempt::Done
-        } else {
-            Attempt::Retry
-        })
+        Ok(attempt)
     }
 
     /// Reconciles and places; returns the rolling-update wait if

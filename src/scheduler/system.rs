@@ -58,11 +58,6 @@ pub struct SystemDiff {
     pub lost: Vec<AllocTuple>,
 }
 
-enum Attempt {
-    Done,
-    Retry,
-}
-
 impl<'p> SystemScheduler<'p> {
     pub fn new(
         state: Arc<dyn State>,
@@ -152,21 +147,13 @@ impl<'p> SystemScheduler<'p> {
             self.planner.create_eval(next.clone())?;
             self.next_eval = Some(next);
         }
-        let plan = ctx.plan;
-        let expected: usize = plan.node_allocation.values().map(Vec::len).sum();
-        let (result, new_state) = self.planner.submit_plan(plan)?;
-        adjust_queued(&result, &mut self.queued);
-        let committed: usize = result.node_allocation.values().map(Vec::len).sum();
+        let (result, new_state, attempt) =
+            submit_plan(&mut *self.planner, ctx.plan, &mut self.queued)?;
         self.plan_result = Some(result);
         if let Some(state) = new_state {
             self.state = state;
-            return Ok(Attempt::Retry);
         }
-        Ok(if committed == expected {
-            Attempt::Done
-        } else {
-            Attempt::Retry
-        })
+        Ok(attempt)
     }
 
     fn compute_job_allocs(

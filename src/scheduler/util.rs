@@ -6,7 +6,7 @@ use super::context::{Eligibility, EvalContext};
 use super::feasible::datacenter_matches;
 use super::stack::{RankedNode, SelectOptions, Stack};
 use super::state::State;
-use super::{Planner, SchedulerError};
+use super::{Planner, PlannerError, SchedulerError};
 use crate::structs::job::delay_function;
 use crate::structs::{
     AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
@@ -602,4 +602,31 @@ pub fn new_alloc_id() -> uuid::Uuid {
     use rand::Rng;
     let bytes: [u8; 16] = rand::thread_rng().gen();
     uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
+/// What one scheduling attempt ended with.
+pub enum Attempt {
+    Done,
+    Retry,
+}
+
+/// Submits an attempt's plan and judges it: the attempt is done when
+/// everything planned was committed; a partial commit, or a fresher state
+/// handed back by the planner, calls for another attempt. Keeps the queued
+/// counts in step with what was placed.
+pub fn submit_plan(
+    planner: &mut dyn Planner,
+    plan: Plan,
+    queued: &mut BTreeMap<String, u64>,
+) -> Result<(PlanResult, Option<Arc<dyn State>>, Attempt), PlannerError> {
+    let expected: usize = plan.node_allocation.values().map(Vec::len).sum();
+    let (result, new_state) = planner.submit_plan(plan)?;
+    adjust_queued(&result, queued);
+    let committed: usize = result.node_allocation.values().map(Vec::len).sum();
+    let attempt = if new_state.is_none() && committed == expected {
+        Attempt::Done
+    } else {
+        Attempt::Retry
+    };
+    Ok((result, new_state, attempt))
 }
