@@ -127,13 +127,12 @@ impl<'p> GenericScheduler<'p> {
             self.planner.create_eval(next.clone())?;
             self.next_eval = Some(next);
         }
-        let (result, new_state, attempt) =
-            submit_plan(&mut *self.planner, ctx.plan, &mut self.queued)?;
-        self.plan_result = Some(result);
-        if let Some(state) = new_state {
+        let submitted = submit_plan(&mut *self.planner, ctx.plan, &mut self.queued)?;
+        self.plan_result = Some(submitted.result);
+        if let Some(state) = submitted.new_state {
             self.state = state;
         }
-        Ok(attempt)
+        Ok(submitted.attempt)
     }
 
     /// Reconciles and places; returns the rolling-update wait if

@@ -610,6 +610,14 @@ pub enum Attempt {
     Retry,
 }
 
+/// What submitting an attempt's plan gave.
+pub struct Submitted {
+    pub result: PlanResult,
+    /// A fresher state the planner handed back, to retry against.
+    pub new_state: Option<Arc<dyn State>>,
+    pub attempt: Attempt,
+}
+
 /// Submits an attempt's plan and judges it: the attempt is done when
 /// everything planned was committed; a partial commit, or a fresher state
 /// handed back by the planner, calls for another attempt. Keeps the queued
@@ -618,7 +626,7 @@ pub fn submit_plan(
     planner: &mut dyn Planner,
     plan: Plan,
     queued: &mut BTreeMap<String, u64>,
-) -> Result<(PlanResult, Option<Arc<dyn State>>, Attempt), PlannerError> {
+) -> Result<Submitted, PlannerError> {
     let expected: usize = plan.node_allocation.values().map(Vec::len).sum();
     let (result, new_state) = planner.submit_plan(plan)?;
     adjust_queued(&result, queued);
@@ -628,5 +636,9 @@ pub fn submit_plan(
     } else {
         Attempt::Retry
     };
-    Ok((result, new_state, attempt))
+    Ok(Submitted {
+        result,
+        new_state,
+        attempt,
+    })
 }
