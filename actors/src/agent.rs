@@ -11,6 +11,7 @@ use crate::client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
 use crate::config::AgentConfig;
 use crate::http::{self, HttpServer};
 use crate::server::{Server, ServerError, ServerHandle};
+use crate::server_api::ServerApi;
 use actix::{Actor, Addr};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -123,6 +124,13 @@ impl Agent {
     /// The server's parts, when this agent runs a server (embedding).
     pub fn server(&self) -> Option<&ServerHandle> {
         self.info.server.as_ref()
+    }
+
+    /// Typed calls into the server (register jobs and nodes, read
+    /// allocations, ...), the embedding equivalent of the HTTP API; `None`
+    /// on a client-only agent.
+    pub fn api(&self) -> Option<ServerApi> {
+        self.info.server.clone().map(ServerApi::new)
     }
 
     /// Stops accepting requests, lets the ones in flight finish, then

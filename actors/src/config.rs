@@ -146,6 +146,20 @@ pub enum ConfigError {
 }
 
 impl AgentConfig {
+    /// `-dev`'s configuration with the HTTP API on a free port, reading
+    /// neither files nor the environment: the starting point of a program
+    /// that embeds herder (change fields, then `Agent::start`).
+    pub fn dev() -> Result<AgentConfig, ConfigError> {
+        let mut flags = FlagOverrides::default();
+        flags.ports.insert("http".into(), 0);
+        AgentConfig::load(&ConfigSources {
+            dev: true,
+            env: Some(Vec::new()),
+            flags,
+            ..Default::default()
+        })
+    }
+
     /// Merges every layer and checks the result.
     pub fn load(sources: &ConfigSources) -> Result<AgentConfig, ConfigError> {
         let mut fig = Figment::from(Toml::string(DEFAULT_TOML));

@@ -21,6 +21,7 @@ pub mod node_tracker;
 pub mod periodic;
 pub mod plan_applier;
 pub mod server;
+pub mod server_api;
 pub mod server_metrics;
 pub mod worker;
 pub mod worker_supervisor;

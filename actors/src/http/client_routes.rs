@@ -13,8 +13,9 @@
 
 use super::ApiError;
 use crate::agent::AgentInfo;
-use crate::node_tracker::{Heartbeat, NodeError, NodeReply, RegisterNode, UpdateAllocs};
+use crate::node_tracker::NodeReply;
 use crate::server::ServerHandle;
+use crate::server_api::ServerApi;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::state::AllocClientUpdate;
 use herder::structs::{Node, NodeId, NodeStatus};
@@ -73,15 +74,8 @@ fn node_id(raw: &str) -> Result<NodeId, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("node ID {raw:?} is not a UUID")))
 }
 
-fn to_api(e: NodeError) -> ApiError {
-    match e {
-        NodeError::Invalid(m) => ApiError::BadRequest(m),
-        NodeError::NotFound => ApiError::NotFound("node not found".into()),
-        NodeError::SecretMismatch => {
-            ApiError::Forbidden("Permission denied: node secret ID does not match".into())
-        }
-        NodeError::Store(s) => ApiError::Internal(s.to_string()),
-    }
+fn api(server: &ServerHandle) -> ServerApi {
+    ServerApi::new(server.clone())
 }
 
 fn node_reply(r: NodeReply) -> HttpResponse {
@@ -107,13 +101,7 @@ async fn register(
         .into_inner()
         .node
         .ok_or_else(|| ApiError::BadRequest("missing node for client registration".into()))?;
-    let reply = server
-        .nodes
-        .send(RegisterNode(node))
-        .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?
-        .map_err(to_api)?;
-    Ok(node_reply(reply))
+    Ok(node_reply(api(server).register_node(node).await?))
 }
 
 async fn heartbeat(
@@ -126,16 +114,9 @@ async fn heartbeat(
     let ready = body
         .and_then(|b| b.into_inner().status)
         .is_none_or(|s| s == NodeStatus::Ready);
-    let reply = server
-        .nodes
-        .send(Heartbeat {
-            node_id: node_id(&path)?,
-            secret_id: token(&req),
-            ready,
-        })
-        .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?
-        .map_err(to_api)?;
+    let reply = api(server)
+        .heartbeat(node_id(&path)?, &token(&req), ready)
+        .await?;
     Ok(HttpResponse::Ok()
         .insert_header(("X-Nomad-Index", reply.index.to_string()))
         .json(json!({
@@ -153,19 +134,9 @@ async fn update_allocs(
 ) -> Result<HttpResponse, ApiError> {
     let server = server(&info)?;
     let updates = body.into_inner().allocs;
-    if updates.is_empty() {
-        return Err(ApiError::BadRequest("no allocations to update".into()));
-    }
-    let index = server
-        .nodes
-        .send(UpdateAllocs {
-            node_id: node_id(&path)?,
-            secret_id: token(&req),
-            updates,
-        })
-        .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?
-        .map_err(to_api)?;
+    let index = api(server)
+        .update_allocations(node_id(&path)?, &token(&req), updates)
+        .await?;
     Ok(HttpResponse::Ok()
         .insert_header(("X-Nomad-Index", index.to_string()))
         .json(json!({ "Index": index })))

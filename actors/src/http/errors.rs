@@ -40,6 +40,20 @@ impl ResponseError for ApiError {
     }
 }
 
+impl From<crate::server_api::ServerApiError> for ApiError {
+    fn from(e: crate::server_api::ServerApiError) -> ApiError {
+        use crate::server_api::ServerApiError as E;
+        match e {
+            E::Invalid(m) => ApiError::BadRequest(m),
+            E::NotFound(m) => ApiError::NotFound(m),
+            E::Forbidden(m) => ApiError::Forbidden(m),
+            E::Unavailable(m) => ApiError::Unavailable(m),
+            E::Internal(m) => ApiError::Internal(m),
+            timeout @ E::Timeout(_) => ApiError::Unavailable(timeout.to_string()),
+        }
+    }
+}
+
 /// Unknown paths: 404 with the path, as Nomad's mux answers.
 pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound(format!(

@@ -13,10 +13,10 @@ use super::query::{
 };
 use super::stubs::{alloc_stub, job_stub};
 use crate::agent::AgentInfo;
+use crate::server_api::{JobWriteResult, RegisterJob, ServerApi};
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::jobspec;
 use herder::state::{Command, StateSnapshot, Table, TableSet};
-use herder::structs::job::{MAX_PRIORITY as MAX_JOB_PRIORITY, MIN_PRIORITY as MIN_JOB_PRIORITY};
 use herder::structs::{Evaluation, Job, TriggeredBy};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -265,94 +265,32 @@ async fn register(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
-    let (mut job, value) = decode_job_body(&info, &body)?;
+    let api = ServerApi::new(server(&info)?.clone());
+    let (job, value) = decode_job_body(&info, &body)?;
     if path_id.as_ref().is_some_and(|id| *id != job.id) {
         return Err(ApiError::BadRequest("Job ID does not match name".into()));
     }
     let options: RegisterOptions = serde_json::from_value(value)
         .map_err(|e| ApiError::BadRequest(format!("Failed to decode request body: {e}")))?;
-    if options.eval_priority != 0
-        && !(MIN_JOB_PRIORITY..=MAX_JOB_PRIORITY).contains(&options.eval_priority)
-    {
-        return Err(ApiError::BadRequest(format!(
-            "eval priority must be between {MIN_JOB_PRIORITY} and {MAX_JOB_PRIORITY}"
-        )));
-    }
-    let snap = store.snapshot();
-    if snap.scheduler_config().reject_job_registration {
-        return Err(ApiError::Forbidden(
-            "job registration, dispatch, and scale are disabled by the scheduler configuration"
-                .into(),
-        ));
-    }
-    if options.preserve_counts {
-        if let Some(old) = snap.job(&job.namespace, &job.id) {
-            for tg in &mut job.task_groups {
-                if let Some(old_tg) = old.lookup_task_group(&tg.name) {
-                    tg.count = old_tg.count;
-                }
-            }
-        }
-    }
-    let now = now_nanos();
-    job.submit_time = now;
-    let eval = (!job.is_template()).then(|| {
-        let mut eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now);
-        if options.eval_priority != 0 {
-            eval.priority = options.eval_priority;
-        }
-        eval
-    });
-    let enforce_index = options.enforce_index.then_some(options.job_modify_index);
-    let body = write_job(store, Arc::new(job), eval, enforce_index).await?;
-    Ok(write_answer(body.1, body.0))
-}
-
-/// Submits a job registration and builds Nomad's register answer.
-pub(super) async fn write_job(
-    store: &herder::state::StateStore,
-    job: Arc<Job>,
-    eval: Option<Evaluation>,
-    enforce_index: Option<u64>,
-) -> Result<(Value, u64), ApiError> {
-    let (namespace, id) = job.key();
-    let eval_id = eval.as_ref().map(|e| e.id.to_string()).unwrap_or_default();
-    let has_eval = eval.is_some();
-    let outcome = submit(
-        store,
-        Command::JobRegister {
+    let result = api
+        .register_job(RegisterJob {
             job,
-            eval,
-            enforce_index,
-        },
-    )
-    .await
-    .map_err(|e| match e {
-        ApiError::BadRequest(m) if m.starts_with("enforcing") => {
-            ApiError::BadRequest(capitalize(&m))
-        }
-        other => other,
-    })?;
-    let job_modify_index = store
-        .snapshot()
-        .job(&namespace, &id)
-        .map_or(outcome.index, |j| j.job_modify_index);
-    let body = json!({
-        "EvalID": eval_id,
-        "EvalCreateIndex": if has_eval { outcome.index } else { 0 },
-        "JobModifyIndex": job_modify_index,
-        "Warnings": "",
-    });
-    Ok((body, outcome.index))
+            enforce_index: options.enforce_index.then_some(options.job_modify_index),
+            preserve_counts: options.preserve_counts,
+            eval_priority: (options.eval_priority != 0).then_some(options.eval_priority),
+        })
+        .await?;
+    Ok(write_answer(result.index, register_answer(&result)))
 }
 
-fn capitalize(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(c) => c.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    }
+/// Nomad's `JobRegisterResponse` body.
+pub(super) fn register_answer(r: &JobWriteResult) -> Value {
+    json!({
+        "EvalID": r.eval_id.map(|id| id.to_string()).unwrap_or_default(),
+        "EvalCreateIndex": r.eval_create_index,
+        "JobModifyIndex": r.job_modify_index,
+        "Warnings": "",
+    })
 }
 
 async fn deregister(
@@ -361,34 +299,15 @@ async fn deregister(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
+    let api = ServerApi::new(server(&info)?.clone());
     let purge = q.flag("purge")?;
-    let snap = store.snapshot();
-    let job = find_job(&snap, &q, &id)?;
-    let eval = (!job.is_template())
-        .then(|| Evaluation::for_job(job, TriggeredBy::JobDeregister, now_nanos()));
-    let eval_id = eval.as_ref().map(|e| e.id.to_string()).unwrap_or_default();
-    let has_eval = eval.is_some();
-    let outcome = submit(
-        store,
-        Command::JobDeregister {
-            namespace: job.namespace.clone(),
-            job_id: job.id.clone(),
-            purge,
-            eval,
-        },
-    )
-    .await?;
-    let job_modify_index = store
-        .snapshot()
-        .job(&q.namespace, &id)
-        .map_or(outcome.index, |j| j.job_modify_index);
+    let r = api.deregister_job(&q.namespace, &id, purge).await?;
     Ok(write_answer(
-        outcome.index,
+        r.index,
         json!({
-            "EvalID": eval_id,
-            "EvalCreateIndex": if has_eval { outcome.index } else { 0 },
-            "JobModifyIndex": job_modify_index,
+            "EvalID": r.eval_id.map(|id| id.to_string()).unwrap_or_default(),
+            "EvalCreateIndex": r.eval_create_index,
+            "JobModifyIndex": r.job_modify_index,
             "VolumeEvalID": "",
             "VolumeEvalIndex": 0,
         }),
@@ -527,8 +446,10 @@ async fn scale(
     let now = now_nanos();
     job.submit_time = now;
     let eval = Evaluation::for_job(&job, TriggeredBy::JobScaling, now);
-    let (body, index) = write_job(store, Arc::new(job), Some(eval), None).await?;
-    Ok(write_answer(index, body))
+    let result = ServerApi::new(server(&info)?.clone())
+        .write_job(Arc::new(job), Some(eval), None)
+        .await?;
+    Ok(write_answer(result.index, register_answer(&result)))
 }
 
 async fn scale_status(
