@@ -11,8 +11,8 @@
 //! all-at-once, in which case nothing is committed.
 
 use crate::state::{StateSnapshot, Table};
-use crate::structs::fit::{allocs_fit, FitError};
-use crate::structs::{AllocId, Allocation, NodeId, Plan, PlanResult};
+use crate::structs::fit::{FitError, NodeAllocUsage};
+use crate::structs::{AllocId, NodeId, Plan, PlanResult};
 use std::collections::HashSet;
 
 /// Why a node of a plan was refused.
@@ -84,9 +84,9 @@ pub fn evaluate_node(
     if !node.is_schedulable() && !only_updates_existing(snap, plan, node_id) {
         return Err(NodeRejection::Ineligible);
     }
-    let proposed = proposed_allocs(snap, plan, node_id);
-    allocs_fit(node, proposed).map_err(NodeRejection::DoesNotFit)?;
-    Ok(())
+    proposed_usage(snap, plan, node_id)
+        .fits(node)
+        .map_err(NodeRejection::DoesNotFit)
 }
 
 /// In-place updates of allocations already on an ineligible (e.g.
@@ -99,36 +99,39 @@ fn only_updates_existing(snap: &StateSnapshot, plan: &Plan, node_id: NodeId) -> 
     })
 }
 
-/// What would run on the node if the plan were committed: the existing
-/// allocations, less those the plan stops or preempts or replaces, plus
-/// the plan's placements.
-fn proposed_allocs<'a>(
-    snap: &'a StateSnapshot,
-    plan: &'a Plan,
-    node_id: NodeId,
-) -> Vec<&'a Allocation> {
-    let mut removed: HashSet<AllocId> = HashSet::new();
-    for list in [
-        plan.node_update.get(&node_id),
-        plan.node_preemptions.get(&node_id),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        removed.extend(list.iter().map(|s| s.id));
-    }
+/// What the node would hold if the plan were committed: the store's usage
+/// of its live allocations, less those the plan stops, preempts or
+/// replaces in place, plus the plan's placements. O(the plan's entries
+/// for the node), whatever already runs there.
+fn proposed_usage(snap: &StateSnapshot, plan: &Plan, node_id: NodeId) -> NodeAllocUsage {
+    let mut usage = snap
+        .node_usage(&node_id)
+        .map_or_else(NodeAllocUsage::default, |u| (**u).clone());
     let placed = plan
         .node_allocation
         .get(&node_id)
         .map_or(&[][..], |v| &v[..]);
-    removed.extend(placed.iter().map(|a| a.id));
-    let mut out: Vec<&Allocation> = snap
-        .allocs_by_node(&node_id)
-        .filter(|a| !a.is_terminal() && !removed.contains(&a.id))
-        .map(|a| a.as_ref())
-        .collect();
-    out.extend(placed.iter());
-    out
+    let stopped = [
+        plan.node_update.get(&node_id),
+        plan.node_preemptions.get(&node_id),
+    ];
+    let leaving = stopped
+        .into_iter()
+        .flatten()
+        .flat_map(|list| list.iter().map(|s| s.id))
+        .chain(placed.iter().map(|a| a.id));
+    let mut released: HashSet<AllocId> = HashSet::new();
+    for id in leaving {
+        if let Some(old) = snap.alloc(&id).filter(|a| a.node_id == node_id) {
+            if released.insert(id) {
+                usage.remove(old);
+            }
+        }
+    }
+    for alloc in placed {
+        usage.add(alloc);
+    }
+    usage
 }
 
 fn copy_node(plan: &Plan, node_id: NodeId, result: &mut PlanResult) {
@@ -149,7 +152,7 @@ mod tests {
     use crate::state::fixtures::{self, AllocBuilder};
     use crate::state::{Command, PlanResults};
     use crate::structs::{
-        AllocStop, DesiredStatus, DrainStrategy, Job, Node, NodeStatus, TriggeredBy,
+        AllocStop, Allocation, DesiredStatus, DrainStrategy, Job, Node, NodeStatus, TriggeredBy,
     };
     use std::sync::Arc;
 

@@ -4,6 +4,7 @@
 //! the store must accept exactly the same commands, and after closing and
 //! reopening the data dir it must hold exactly the in-memory state.
 
+use herder::structs::fit::NodeAllocUsage;
 use herder::state::fixtures::{self, AllocBuilder};
 use herder::state::{
     AllocClientUpdate, Command, PlanResults, StateSnapshot, StateStore, StoreOptions,
@@ -355,6 +356,24 @@ fn run_case(ops: &[Op], group_sizes: &[usize]) {
         memory.jobs().collect::<Vec<_>>()
     );
     assert!(loaded == memory, "the reopened state differs from memory");
+    for state in [&memory, &loaded] {
+        assert_node_usage_matches_allocations(state);
+    }
+}
+
+/// The per-node usage the store keeps up to date write by write is what
+/// summing the node's allocations gives.
+fn assert_node_usage_matches_allocations(state: &StateSnapshot) {
+    let nodes: std::collections::BTreeSet<_> = state.allocs().map(|a| a.node_id).collect();
+    for node in nodes {
+        let summed = NodeAllocUsage::of(state.allocs_by_node(&node).map(|a| &**a));
+        let kept = state.node_usage(&node).map(|u| (**u).clone());
+        if summed.live == 0 {
+            assert_eq!(kept, None, "node {node} has no live allocations");
+        } else {
+            assert_eq!(kept, Some(summed), "usage of node {node}");
+        }
+    }
 }
 
 proptest! {

@@ -26,8 +26,6 @@ pub struct NodeUsage {
     pub ports: HashSet<u16>,
     /// Live allocations of the evaluation's job on the node, per group.
     pub job_groups: Vec<(Arc<str>, u32)>,
-    /// Live allocations of other jobs (preemption candidates).
-    pub others: Vec<Arc<Allocation>>,
 }
 
 impl NodeUsage {
@@ -95,6 +93,9 @@ pub struct EvalContext {
     pub clock: Option<super::MonotonicClock>,
     job_key: Option<(String, String)>,
     usage: FastMap<NodeId, NodeUsage>,
+    /// The job's live allocations in the snapshot, by node; read once, on
+    /// the first usage computed.
+    job_allocs: Option<FastMap<NodeId, Vec<(AllocId, Arc<str>)>>>,
     priorities: FastMap<(Arc<str>, Arc<str>), i32>,
 }
 
@@ -110,6 +111,7 @@ impl EvalContext {
             clock: None,
             job_key: job.map(|j| (j.namespace.clone(), j.id.clone())),
             usage: FastMap::default(),
+            job_allocs: None,
             priorities: FastMap::default(),
         }
     }
@@ -133,13 +135,31 @@ impl EvalContext {
     pub fn usage_of(&mut self, id: NodeId, node: &Node) -> &NodeUsage {
         match self.usage.entry(id) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(compute_usage(
-                &*self.state,
-                &self.plan,
-                self.job_key.as_ref(),
-                node,
-            )),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let job_allocs = self.job_allocs.get_or_insert_with(|| {
+                    live_job_allocs_by_node(&*self.state, self.job_key.as_ref())
+                });
+                v.insert(compute_usage(
+                    &*self.state,
+                    &self.plan,
+                    job_allocs,
+                    self.job_key.as_ref(),
+                    node,
+                ))
+            }
         }
+    }
+
+    /// Live allocations of other jobs that the plan leaves on the node:
+    /// what preemption may evict. Scans the node's allocations, which only
+    /// the preemption path needs.
+    pub fn preemption_candidates(&self, node: &Node) -> Vec<Arc<Allocation>> {
+        let leaving = leaving_ids(&self.plan, node.id);
+        self.state
+            .allocs_by_node(&node.id)
+            .into_iter()
+            .filter(|a| !a.is_terminal() && !leaving.contains(&a.id) && !self.is_job_alloc(a))
+            .collect()
     }
 
     /// Makes room in the usage cache for `n` nodes up front.
@@ -271,48 +291,92 @@ fn add_to_usage(job_key: Option<&(String, String)>, usage: &mut NodeUsage, alloc
     usage.used.add(&alloc.allocated_resources.comparable());
     usage.ports.extend(alloc.allocated_resources.ports());
     if is_job_alloc(job_key, alloc) {
-        match usage
-            .job_groups
-            .iter_mut()
-            .find(|(g, _)| *g == alloc.task_group)
-        {
-            Some((_, n)) => *n += 1,
-            None => usage.job_groups.push((alloc.task_group.clone(), 1)),
-        }
+        count_group(usage, &alloc.task_group);
     }
 }
 
-/// What a node holds with the plan applied, from the snapshot and the plan.
+fn count_group(usage: &mut NodeUsage, group: &Arc<str>) {
+    match usage.job_groups.iter_mut().find(|(g, _)| g == group) {
+        Some((_, n)) => *n += 1,
+        None => usage.job_groups.push((group.clone(), 1)),
+    }
+}
+
+/// The job's live allocations by node, with their groups.
+fn live_job_allocs_by_node(
+    state: &dyn State,
+    job_key: Option<&(String, String)>,
+) -> FastMap<NodeId, Vec<(AllocId, Arc<str>)>> {
+    let mut by_node: FastMap<NodeId, Vec<(AllocId, Arc<str>)>> = FastMap::default();
+    if let Some((namespace, id)) = job_key {
+        for alloc in state.allocs_by_job(namespace, id) {
+            if !alloc.is_terminal() {
+                by_node
+                    .entry(alloc.node_id)
+                    .or_default()
+                    .push((alloc.id, alloc.task_group.clone()));
+            }
+        }
+    }
+    by_node
+}
+
+/// Allocations the plan takes off the node: stopped, preempted, or
+/// replaced by an in-place update.
+fn leaving_ids(plan: &Plan, node: NodeId) -> HashSet<AllocId> {
+    let stopped = plan
+        .node_update
+        .get(&node)
+        .into_iter()
+        .chain(plan.node_preemptions.get(&node))
+        .flatten()
+        .map(|s| s.id);
+    let replaced = plan
+        .node_allocation
+        .get(&node)
+        .into_iter()
+        .flatten()
+        .map(|a| a.id);
+    stopped.chain(replaced).collect()
+}
+
+/// What a node holds with the plan applied: the store's usage of the
+/// node, less what the plan takes off it, plus what it places. O(the
+/// plan's entries for the node), whatever already runs there.
 fn compute_usage(
     state: &dyn State,
     plan: &Plan,
+    job_allocs: &FastMap<NodeId, Vec<(AllocId, Arc<str>)>>,
     job_key: Option<&(String, String)>,
     node: &Node,
 ) -> NodeUsage {
-    let mut usage = NodeUsage::default();
+    let base = state.node_usage(&node.id);
+    let mut usage = NodeUsage {
+        used: base.used,
+        ports: base.ports.into_iter().collect(),
+        job_groups: Vec::new(),
+    };
     if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
         usage.ports.extend(ports);
     }
-    let removed: HashSet<AllocId> = plan
-        .node_update
-        .get(&node.id)
-        .into_iter()
-        .chain(plan.node_preemptions.get(&node.id))
-        .flatten()
-        .map(|s| s.id)
-        .collect();
-    let planned = plan.node_allocation.get(&node.id);
-    let replaced: HashSet<AllocId> = planned.into_iter().flatten().map(|a| a.id).collect();
-    for alloc in state.allocs_by_node(&node.id) {
-        if alloc.is_terminal() || removed.contains(&alloc.id) || replaced.contains(&alloc.id) {
+    let leaving = leaving_ids(plan, node.id);
+    for id in &leaving {
+        let Some(alloc) = state.alloc_by_id(id) else {
             continue;
-        }
-        add_to_usage(job_key, &mut usage, &alloc);
-        if !is_job_alloc(job_key, &alloc) {
-            usage.others.push(alloc);
+        };
+        if alloc.node_id == node.id && !alloc.is_terminal() {
+            usage.used.sub(&alloc.allocated_resources.comparable());
+            for port in alloc.allocated_resources.ports() {
+                usage.ports.remove(&port);
+            }
         }
     }
-    for alloc in planned.into_iter().flatten() {
+    for (id, group) in job_allocs.get(&node.id).into_iter().flatten() {
+        if !leaving.contains(id) {
+            count_group(&mut usage, group);
+        }
+    }
+    for alloc in plan.node_allocation.get(&node.id).into_iter().flatten() {
         if !alloc.is_terminal() {
             add_to_usage(job_key, &mut usage, alloc);
         }

@@ -23,10 +23,8 @@ pub fn select_preemptions(
     ask: &ComparableResources,
 ) -> Option<Vec<Arc<Allocation>>> {
     let capacity = node.available();
-    let (used, others) = {
-        let usage = ctx.usage(node);
-        (usage.used, usage.others.clone())
-    };
+    let used = ctx.usage(node).used;
+    let others = ctx.preemption_candidates(node);
     let mut candidates: Vec<(i32, Arc<Allocation>)> = Vec::new();
     for alloc in others {
         let p = ctx.job_priority(&alloc);

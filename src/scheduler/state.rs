@@ -5,6 +5,7 @@
 //! [`Harness`](super::Harness) mutates as it applies plans. Every method
 //! answers from one consistent point in time.
 
+use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
 use imbl::{HashMap as PHashMap, OrdMap, Vector};
 use std::sync::Arc;
@@ -22,6 +23,11 @@ pub trait State: Send + Sync {
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>>;
     /// Every allocation on a node, terminal ones included.
     fn allocs_by_node(&self, node: &NodeId) -> Vec<Arc<Allocation>>;
+    /// What the node's live allocations hold. The state store keeps this
+    /// up to date per node; the default sums the node's allocations.
+    fn node_usage(&self, node: &NodeId) -> NodeAllocUsage {
+        NodeAllocUsage::of(self.allocs_by_node(node).iter().map(|a| &**a))
+    }
     /// One allocation, if it exists.
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>>;
     /// The current version of a job (a stopped job is still returned; a

@@ -10,7 +10,7 @@
 
 use super::changes::{AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet};
 use super::command::{AllocClientUpdate, Command, PlanResults};
-use super::snapshot::{index_alloc, set_insert, set_remove, Tables};
+use super::snapshot::{count_usage, index_alloc, set_insert, set_remove, Tables};
 use super::ApplyError;
 use crate::structs::job::job_status;
 use crate::structs::{
@@ -640,6 +640,7 @@ impl Txn {
         for id in alloc_ids {
             if let Some(alloc) = self.t.allocs.remove(id) {
                 self.touched.insert(RowKey::Alloc(*id));
+                count_usage(&mut self.t, Some(&alloc), None);
                 let key = self.unindex_alloc(&alloc);
                 self.status_refresh.insert(key, true);
             }
@@ -774,6 +775,7 @@ impl Txn {
     fn put_alloc(&mut self, alloc: Allocation, old: Option<&Allocation>) {
         let key = JobKey::of_alloc(&alloc);
         self.count_in_summary(&key, &alloc, old);
+        count_usage(&mut self.t, old, Some(&alloc));
         match old {
             Some(old) => self.reindex_alloc(old, &alloc),
             None => index_alloc(&mut self.t, &alloc),

@@ -7,6 +7,7 @@
 
 use super::StateSnapshot;
 use crate::scheduler::State;
+use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
 use std::sync::Arc;
 
@@ -28,6 +29,11 @@ impl State for StateSnapshot {
 
     fn allocs_by_node(&self, node: &NodeId) -> Vec<Arc<Allocation>> {
         StateSnapshot::allocs_by_node(self, node).cloned().collect()
+    }
+
+    fn node_usage(&self, node: &NodeId) -> NodeAllocUsage {
+        StateSnapshot::node_usage(self, node)
+            .map_or_else(NodeAllocUsage::default, |u| (**u).clone())
     }
 
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>> {

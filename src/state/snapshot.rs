@@ -11,6 +11,7 @@ use super::apply::Txn;
 use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionKey, JobVersionRef, Table};
 use super::command::Command;
 use super::ApplyError;
+use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, Allocation, EvalId, Evaluation, Job, JobSummary, Node, NodeId, SchedulerConfiguration,
 };
@@ -37,6 +38,9 @@ pub(crate) struct Tables {
     /// How many allocations run each job version: referenced versions are
     /// kept even when they fall out of the newest-versions window.
     pub version_refs: OrdMap<JobVersionKey, u64>,
+    /// What each node's live allocations hold (nodes with none are absent):
+    /// fitting a plan reads this instead of every allocation on the node.
+    pub node_usage: OrdMap<NodeId, Arc<NodeAllocUsage>>,
 }
 
 impl Tables {
@@ -47,9 +51,11 @@ impl Tables {
         self.allocs_by_eval = OrdMap::new();
         self.evals_by_job = OrdMap::new();
         self.version_refs = OrdMap::new();
+        self.node_usage = OrdMap::new();
         let allocs = self.allocs.clone();
         for alloc in allocs.values() {
             index_alloc(self, alloc);
+            count_usage(self, None, Some(alloc));
         }
         let evals = self.evals.clone();
         for eval in evals.values() {
@@ -74,6 +80,36 @@ pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
         })
         .or_insert(0) += 1;
     set_insert(&mut t.allocs_by_job, job, alloc.id);
+}
+
+/// Moves a node's usage from `old` to `new` (either may be absent, e.g.
+/// for an insert or a delete). Terminal allocations count for nothing, so
+/// a stop releases its resources here.
+pub(crate) fn count_usage(t: &mut Tables, old: Option<&Allocation>, new: Option<&Allocation>) {
+    let old = old.filter(|a| !a.is_terminal());
+    let new = new.filter(|a| !a.is_terminal());
+    if old.is_none() && new.is_none() {
+        return;
+    }
+    let mut nodes: Vec<NodeId> = old.iter().chain(new.iter()).map(|a| a.node_id).collect();
+    nodes.dedup();
+    for node in nodes {
+        let mut usage = t
+            .node_usage
+            .get(&node)
+            .map_or_else(NodeAllocUsage::default, |u| (**u).clone());
+        if let Some(a) = old.filter(|a| a.node_id == node) {
+            usage.remove(a);
+        }
+        if let Some(a) = new.filter(|a| a.node_id == node) {
+            usage.add(a);
+        }
+        if usage.live == 0 {
+            t.node_usage.remove(&node);
+        } else {
+            t.node_usage.insert(node, Arc::new(usage));
+        }
+    }
 }
 
 pub(crate) fn set_insert<K: Ord + Clone, V: Ord + Clone>(
@@ -188,6 +224,11 @@ impl StateSnapshot {
             .allocs_by_job
             .get(&JobRef::new(namespace, job_id));
         self.resolve_allocs(ids)
+    }
+
+    /// What the node's live allocations hold (`None`: nothing runs there).
+    pub fn node_usage(&self, node_id: &NodeId) -> Option<&Arc<NodeAllocUsage>> {
+        self.tables.node_usage.get(node_id)
     }
 
     pub fn allocs_by_node(&self, node_id: &NodeId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
