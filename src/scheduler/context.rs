@@ -95,7 +95,7 @@ pub struct EvalContext {
     usage: FastMap<NodeId, NodeUsage>,
     /// The job's live allocations in the snapshot, by node; read once, on
     /// the first usage computed.
-    job_allocs: Option<FastMap<NodeId, Vec<(AllocId, Arc<str>)>>>,
+    job_allocs: Option<JobAllocsByNode>,
     priorities: FastMap<(Arc<str>, Arc<str>), i32>,
 }
 
@@ -302,12 +302,15 @@ fn count_group(usage: &mut NodeUsage, group: &Arc<str>) {
     }
 }
 
+/// The evaluation job's live allocations on each node, with their groups.
+type JobAllocsByNode = FastMap<NodeId, Vec<(AllocId, Arc<str>)>>;
+
 /// The job's live allocations by node, with their groups.
 fn live_job_allocs_by_node(
     state: &dyn State,
     job_key: Option<&(String, String)>,
-) -> FastMap<NodeId, Vec<(AllocId, Arc<str>)>> {
-    let mut by_node: FastMap<NodeId, Vec<(AllocId, Arc<str>)>> = FastMap::default();
+) -> JobAllocsByNode {
+    let mut by_node = JobAllocsByNode::default();
     if let Some((namespace, id)) = job_key {
         for alloc in state.allocs_by_job(namespace, id) {
             if !alloc.is_terminal() {
@@ -346,7 +349,7 @@ fn leaving_ids(plan: &Plan, node: NodeId) -> HashSet<AllocId> {
 fn compute_usage(
     state: &dyn State,
     plan: &Plan,
-    job_allocs: &FastMap<NodeId, Vec<(AllocId, Arc<str>)>>,
+    job_allocs: &JobAllocsByNode,
     job_key: Option<&(String, String)>,
     node: &Node,
 ) -> NodeUsage {
