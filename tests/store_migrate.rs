@@ -1,5 +1,6 @@
 //! The on-disk format: a data dir written in format 1 (allocations
-//! embedding their whole job) is upgraded at open; newer, corrupt or
+//! embedding their whole job) is upgraded at open, through format 2, to
+//! today's format (allocations keyed by create index); newer, corrupt or
 //! unversioned data dirs are refused with an error naming the problem.
 //!
 //! The fixture `tests/fixtures/datadir-v1` was written once by
@@ -41,6 +42,14 @@ fn job_key(prefix: u8, namespace: &str, id: &str) -> Vec<u8> {
     key.extend_from_slice(namespace.as_bytes());
     key.push(0);
     key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// An allocation's key in format 3: create index first, then the ID.
+fn alloc_key(create_index: u64, id: &str) -> Vec<u8> {
+    let mut key = vec![b'a'];
+    key.extend_from_slice(&create_index.to_be_bytes());
+    key.extend_from_slice(uuid::Uuid::parse_str(id).unwrap().as_bytes());
     key
 }
 
@@ -161,12 +170,20 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
     store.close();
     drop(store);
 
-    // The upgrade was written: the raw rows no longer embed the job.
+    // The upgrade was written: the raw rows no longer embed the job and
+    // sit under their create index (format 3).
     let db = sled::open(tmp.path()).unwrap();
-    let raw = db.get(id_key(b'a', ALLOC_IDS[0])).unwrap().unwrap();
-    let row: Value = serde_json::from_slice(&raw).unwrap();
-    assert!(row.get("Job").is_none());
-    assert_eq!(row["JobVersion"], 0);
+    assert_eq!(db.get(id_key(b'a', ALLOC_IDS[0])).unwrap(), None);
+    let raw_rows: Vec<_> = db.scan_prefix(b"a").map(Result::unwrap).collect();
+    assert_eq!(raw_rows.len(), 2);
+    for (key, raw) in raw_rows {
+        let row: Value = serde_json::from_slice(&raw).unwrap();
+        assert!(row.get("Job").is_none());
+        assert_eq!(row["JobVersion"], 0);
+        let id = row["ID"].as_str().unwrap();
+        let create_index = row["CreateIndex"].as_u64().unwrap();
+        assert_eq!(key.as_ref(), &alloc_key(create_index, id)[..]);
+    }
     let meta: Value = serde_json::from_slice(&db.get(b"m").unwrap().unwrap()).unwrap();
     assert_eq!(meta["FormatVersion"], FORMAT_VERSION);
 }
@@ -202,7 +219,7 @@ fn a_newer_format_is_refused() {
 #[test]
 fn a_corrupt_row_is_refused_naming_its_key() {
     let tmp = fresh_store_dir();
-    write_raw(tmp.path(), &id_key(b'a', ALLOC_IDS[0]), b"{not json");
+    write_raw(tmp.path(), &alloc_key(5, ALLOC_IDS[0]), b"{not json");
     let err = match StateStore::open(tmp.path(), StoreOptions::default()) {
         Err(e) => e,
         Ok(_) => panic!("a corrupt row must be refused"),
@@ -210,12 +227,12 @@ fn a_corrupt_row_is_refused_naming_its_key() {
     let message = err.to_string();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{message}");
     assert!(
-        message.contains(&format!("a:{}", ALLOC_IDS[0])),
+        message.contains(&format!("a:5/{}", ALLOC_IDS[0])),
         "{message}"
     );
     // Refusing does not reset: the row is still there for an operator.
     let db = sled::open(tmp.path()).unwrap();
-    assert!(db.get(id_key(b'a', ALLOC_IDS[0])).unwrap().is_some());
+    assert!(db.get(alloc_key(5, ALLOC_IDS[0])).unwrap().is_some());
 }
 
 #[test]

@@ -9,11 +9,12 @@
 //! Rust structs have moved on.
 
 mod v1_to_v2;
+mod v2_to_v3;
 
 use serde_json::Value;
 
 /// The format version this build writes.
-pub const CURRENT: u32 = 2;
+pub const CURRENT: u32 = 3;
 
 /// The key of the meta row (the same in every format).
 pub const META_KEY: &[u8] = b"m";
@@ -38,6 +39,7 @@ pub fn migrate(db: &sled::Db, from: u32) -> Result<(), MigrationError> {
     while version < CURRENT {
         match version {
             1 => v1_to_v2::run(db)?,
+            2 => v2_to_v3::run(db)?,
             _ => {
                 return Err(MigrationError::NoPath {
                     from: version,
@@ -58,6 +60,12 @@ pub fn describe_key(key: &[u8]) -> String {
     };
     if matches!(prefix, b'a' | b'e' | b'n') && rest.len() == 16 {
         return format!("{}:{}", *prefix as char, uuid_text(rest));
+    }
+    if *prefix == b'a' && rest.len() == 24 {
+        let (index, id) = rest.split_at(8);
+        let mut be = [0u8; 8];
+        be.copy_from_slice(index);
+        return format!("a:{}/{}", u64::from_be_bytes(be), uuid_text(id));
     }
     let rest_text = match std::str::from_utf8(rest) {
         Ok(s) if !s.chars().any(|c| c.is_control() && c != '\0') => s.replace('\0', "/"),
@@ -122,7 +130,7 @@ mod tests {
         });
         db.insert(b"aX", serde_json::to_vec(&alloc).unwrap())
             .unwrap();
-        migrate(&db, 1).unwrap();
+        v1_to_v2::run(&db).unwrap();
 
         let row: Value = serde_json::from_slice(&db.get(b"aX").unwrap().unwrap()).unwrap();
         assert!(row.get("Job").is_none());
@@ -132,8 +140,52 @@ mod tests {
         let job: Value = serde_json::from_slice(&db.get(version_key).unwrap().unwrap()).unwrap();
         assert_eq!(job["Version"], 4);
         let meta = read_meta(&db).unwrap();
-        assert_eq!(meta[FORMAT_VERSION_FIELD], CURRENT);
+        assert_eq!(meta[FORMAT_VERSION_FIELD], 2);
         assert_eq!(meta["LastIndex"], 3, "other meta fields are kept");
+    }
+
+    #[test]
+    fn v2_allocations_move_under_their_create_index_and_keep_their_row() {
+        let db = temporary_db();
+        db.insert(META_KEY, br#"{"FormatVersion":2,"LastIndex":9}"#.to_vec())
+            .unwrap();
+        let id = [0x5a; 16];
+        let mut old_key = vec![b'a'];
+        old_key.extend_from_slice(&id);
+        let row = br#"{"ID":"5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a","CreateIndex":7}"#;
+        db.insert(&old_key, row.to_vec()).unwrap();
+        db.insert(b"ndummy-node-row", b"{}".to_vec()).unwrap();
+        migrate(&db, 2).unwrap();
+
+        assert_eq!(db.get(&old_key).unwrap(), None);
+        let mut new_key = vec![b'a'];
+        new_key.extend_from_slice(&7u64.to_be_bytes());
+        new_key.extend_from_slice(&id);
+        assert_eq!(db.get(&new_key).unwrap().unwrap().as_ref(), &row[..]);
+        assert!(
+            db.get(b"ndummy-node-row").unwrap().is_some(),
+            "other tables are left alone"
+        );
+        let meta = read_meta(&db).unwrap();
+        assert_eq!(meta[FORMAT_VERSION_FIELD], CURRENT);
+        assert_eq!(
+            describe_key(&new_key),
+            "a:7/5a5a5a5a-5a5a-5a5a-5a5a-5a5a5a5a5a5a"
+        );
+    }
+
+    #[test]
+    fn a_v2_allocation_key_of_the_wrong_length_stops_the_upgrade_unchanged() {
+        let db = temporary_db();
+        db.insert(META_KEY, br#"{"FormatVersion":2}"#.to_vec())
+            .unwrap();
+        db.insert(b"ashort", b"{}".to_vec()).unwrap();
+        assert!(matches!(
+            migrate(&db, 2),
+            Err(MigrationError::BadRow { .. })
+        ));
+        assert_eq!(read_meta(&db).unwrap()[FORMAT_VERSION_FIELD], 2);
+        assert!(db.get(b"ashort").unwrap().is_some());
     }
 
     #[test]

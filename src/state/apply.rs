@@ -175,7 +175,7 @@ impl Txn {
             RowKey::Job(k) => t.jobs.get(k).cloned().map(Row::Job),
             RowKey::JobVersion(k) => t.job_versions.get(k).cloned().map(Row::JobVersion),
             RowKey::JobSummary(k) => t.job_summaries.get(k).cloned().map(Row::JobSummary),
-            RowKey::Alloc(id) => t.allocs.get(id).cloned().map(Row::Alloc),
+            RowKey::Alloc { id, .. } => t.allocs.get(id).cloned().map(Row::Alloc),
             RowKey::Eval(id) => t.evals.get(id).cloned().map(Row::Eval),
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
@@ -639,7 +639,10 @@ impl Txn {
         }
         for id in alloc_ids {
             if let Some(alloc) = self.t.allocs.remove(id) {
-                self.touched.insert(RowKey::Alloc(*id));
+                self.touched.insert(RowKey::Alloc {
+                    create_index: alloc.create_index,
+                    id: *id,
+                });
                 count_usage(&mut self.t, Some(&alloc), None);
                 let key = self.unindex_alloc(&alloc);
                 self.status_refresh.insert(key, true);
@@ -780,7 +783,10 @@ impl Txn {
             Some(old) => self.reindex_alloc(old, &alloc),
             None => index_alloc(&mut self.t, &alloc),
         }
-        self.touched.insert(RowKey::Alloc(alloc.id));
+        self.touched.insert(RowKey::Alloc {
+            create_index: alloc.create_index,
+            id: alloc.id,
+        });
         self.t.allocs.insert(alloc.id, Arc::new(alloc));
         self.status_refresh.entry(key).or_insert(false);
     }

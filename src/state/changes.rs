@@ -166,7 +166,13 @@ pub enum RowKey {
     Job(JobKey),
     JobVersion(JobVersionKey),
     JobSummary(JobKey),
-    Alloc(AllocId),
+    /// Allocations are stored under their create index first, so that the
+    /// rows a plan writes (all created at one index) sit side by side on
+    /// disk instead of at random places in the tree.
+    Alloc {
+        create_index: u64,
+        id: AllocId,
+    },
     Eval(EvalId),
     Node(NodeId),
     SchedulerConfig,
@@ -177,7 +183,7 @@ impl RowKey {
         match self {
             RowKey::Job(_) | RowKey::JobVersion(_) => Table::Jobs,
             RowKey::JobSummary(_) => Table::JobSummaries,
-            RowKey::Alloc(_) => Table::Allocs,
+            RowKey::Alloc { .. } => Table::Allocs,
             RowKey::Eval(_) => Table::Evals,
             RowKey::Node(_) => Table::Nodes,
             RowKey::SchedulerConfig => Table::SchedulerConfig,

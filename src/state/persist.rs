@@ -143,7 +143,12 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
             }
             ALLOC => {
                 let alloc: Allocation = parse(&key, &value)?;
-                check_id(&key, rest, alloc.id)?;
+                let expected = RowKey::Alloc {
+                    create_index: alloc.create_index,
+                    id: alloc.id,
+                };
+                check_key(&key, &encode_key(&expected))
+                    .map_err(|_| corrupt(&key, "the row's ID does not match its key"))?;
                 t.allocs.insert(alloc.id, Arc::new(alloc));
             }
             EVAL => {
@@ -215,7 +220,13 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
             out
         }
         RowKey::JobSummary(job) => job_key(JOB_SUMMARY, job),
-        RowKey::Alloc(id) => id_key(ALLOC, id),
+        RowKey::Alloc { create_index, id } => {
+            let mut out = Vec::with_capacity(25);
+            out.push(ALLOC);
+            out.extend_from_slice(&create_index.to_be_bytes());
+            out.extend_from_slice(id.as_bytes());
+            out
+        }
         RowKey::Eval(id) => id_key(EVAL, id),
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
