@@ -630,3 +630,22 @@ async fn a_deadline_that_passed_while_the_server_was_down_is_enforced_at_start()
     assert_eq!(marked_on(&store, &a).len(), 3);
     server.stop().await;
 }
+
+#[actix::test]
+async fn draining_an_empty_node_completes_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path()).await;
+    let store = server.handle().store.clone();
+    let empty = register_node(&store, "empty").await;
+    set_drain(&store, &empty, Some(Duration::from_secs(3600)), false).await;
+    let done = wait_until(Duration::from_secs(5), || drain_done(&store, &empty)).await;
+    assert!(done, "nothing to move: the drain ends without waiting");
+    let node = stored_node(&store, &empty);
+    assert_eq!(
+        node.scheduling_eligibility,
+        SchedulingEligibility::Ineligible
+    );
+    let event = drain_complete_event(&node).unwrap();
+    assert!(!event.details.contains_key(DEADLINE_REACHED));
+    server.stop().await;
+}
