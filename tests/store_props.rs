@@ -4,11 +4,11 @@
 //! the store must accept exactly the same commands, and after closing and
 //! reopening the data dir it must hold exactly the in-memory state.
 
-use herder::structs::fit::NodeAllocUsage;
 use herder::state::fixtures::{self, AllocBuilder};
 use herder::state::{
     AllocClientUpdate, Command, PlanResults, StateSnapshot, StateStore, StoreOptions,
 };
+use herder::structs::fit::NodeAllocUsage;
 use herder::structs::{
     AllocStop, ClientStatus, DesiredStatus, DesiredTransition, DrainStrategy, EvalStatus,
     NodeStatus, SchedulerAlgorithm, SchedulerConfiguration, SchedulingEligibility, TriggeredBy,

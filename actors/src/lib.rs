@@ -16,6 +16,7 @@ pub mod eval_writer;
 pub mod gc;
 pub mod http;
 pub mod logging;
+pub mod node_drainer;
 pub mod node_lifecycle;
 pub mod node_tracker;
 pub mod periodic;

@@ -13,6 +13,7 @@ use crate::config::AgentConfig;
 use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
 use crate::gc::{GarbageCollector, GcConfig, StopGc};
+use crate::node_drainer::{NodeDrainer, StopDrainer};
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::periodic::{self, PeriodicLauncher, StopLauncher};
@@ -58,6 +59,7 @@ pub struct ServerHandle {
 pub struct Server {
     handle: ServerHandle,
     router: Addr<EvalRouter>,
+    drainer: Addr<NodeDrainer>,
     metrics: Addr<ServerMetrics>,
 }
 
@@ -138,7 +140,9 @@ impl Server {
         // As Nomad's leader: keep a quarter of the workers so the plan
         // applier has CPU left.
         let _ = workers.send(worker_supervisor::SetLeader(true)).await;
-        // Leader duties: cron launches of periodic jobs, garbage collection.
+        // Leader duties: cron launches of periodic jobs, garbage collection,
+        // moving work off draining nodes.
+        let drainer = NodeDrainer::new(store.clone(), periodic::system_clock()).start();
         let periodic = PeriodicLauncher::new(store.clone(), periodic::system_clock()).start();
         let gc = GarbageCollector::new(store.clone(), periodic::system_clock(), gc_config(config))
             .start();
@@ -163,6 +167,7 @@ impl Server {
                 gc,
             },
             router,
+            drainer,
             metrics,
         })
     }
@@ -175,6 +180,7 @@ impl Server {
     pub async fn stop(self) {
         let h = self.handle;
         let _ = self.router.send(StopRouting).await;
+        let _ = self.drainer.send(StopDrainer).await;
         self.metrics.do_send(StopMetrics);
         let _ = h.periodic.send(StopLauncher).await;
         let _ = h.gc.send(StopGc).await;

@@ -17,6 +17,7 @@ mod operator_routes;
 mod plan;
 pub mod query;
 mod stubs;
+mod system_routes;
 
 use crate::agent::{AgentError, AgentInfo};
 use actix_web::{web, App};
@@ -70,6 +71,7 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
             .configure(eval_alloc_routes::configure)
             .configure(node_routes::configure)
             .configure(operator_routes::configure)
+            .configure(system_routes::configure)
             .configure(event_stream::configure)
             .default_service(web::to(errors::not_found))
     })

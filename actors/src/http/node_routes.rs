@@ -254,11 +254,17 @@ async fn drain(
         force_deadline: (spec.deadline != 0).then(|| now.saturating_add(spec.deadline.max(0))),
         started_at: Some(now),
     });
-    let (trigger, message) = if drain.is_some() {
-        (TriggeredBy::NodeDrain, "Node drain strategy set")
-    } else {
-        (TriggeredBy::NodeUpdate, "Node drain strategy cleared")
+    // Nomad's drain events; cancelling a drain that is not set says nothing.
+    let (trigger, message) = match (&drain, &node.drain_strategy) {
+        (Some(_), None) => (TriggeredBy::NodeDrain, Some("Node drain strategy set")),
+        (Some(_), Some(_)) => (TriggeredBy::NodeDrain, Some("Node drain strategy updated")),
+        (None, Some(_)) => (TriggeredBy::NodeUpdate, Some("Node drain disabled")),
+        (None, None) => (TriggeredBy::NodeUpdate, None),
     };
+    let event = message.map(|m| NodeEvent {
+        subsystem: crate::node_drainer::DRAIN_SUBSYSTEM.to_string(),
+        ..node_event(m)
+    });
     // Starting a drain re-evaluates what runs there; ending one only
     // matters when the node becomes eligible again.
     let evals = if drain.is_some() || request.mark_eligible {
@@ -272,7 +278,7 @@ async fn drain(
             node_id: id,
             drain,
             mark_eligible: request.mark_eligible,
-            event: Some(node_event(message)),
+            event,
             evals: evals.clone(),
         },
     )

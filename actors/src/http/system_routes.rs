@@ -1,0 +1,45 @@
+//! `/v1/system/gc`: the operator's forced garbage collection.
+//!
+//! As Nomad's, a forced collection ignores every age threshold: every
+//! terminal evaluation and allocation, dead job and empty down node that
+//! the collector would take goes now. Nomad answers 200 with an empty body
+//! once the collection is scheduled; herder answers once it is done, so a
+//! read right after sees the result.
+
+use super::errors::ApiError;
+use super::query::server;
+use crate::agent::AgentInfo;
+use crate::gc::{ForceGc, GcError};
+use actix_web::{web, HttpResponse};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/v1/system/gc")
+            .route(web::put().to(force_gc))
+            .route(web::post().to(force_gc)),
+    );
+}
+
+async fn force_gc(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
+    let gc = &server(&info)?.gc;
+    let report = gc
+        .send(ForceGc)
+        .await
+        .map_err(|_| ApiError::Unavailable("the server is shutting down".into()))?;
+    match report {
+        Ok(report) => {
+            tracing::info!(
+                evals = report.evals,
+                allocs = report.allocs,
+                jobs = report.jobs,
+                nodes = report.nodes,
+                "forced garbage collection"
+            );
+            Ok(HttpResponse::Ok().finish())
+        }
+        Err(GcError::Busy) => Err(ApiError::Unavailable(
+            "a garbage collection is already running; retry once it is done".into(),
+        )),
+        Err(e) => Err(ApiError::Internal(format!("garbage collection: {e}"))),
+    }
+}
