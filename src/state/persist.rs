@@ -233,48 +233,94 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
     }
 }
 
-fn encode_row(row: &Row) -> Result<Vec<u8>, serde_json::Error> {
+fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
     match row {
-        Row::Job(job) | Row::JobVersion(job) => serde_json::to_vec(&**job),
-        Row::JobSummary(summary) => serde_json::to_vec(&**summary),
-        Row::Alloc(alloc) => serde_json::to_vec(&**alloc),
-        Row::Eval(eval) => serde_json::to_vec(&**eval),
-        Row::Node(node) => serde_json::to_vec(&**node),
-        Row::SchedulerConfig(config) => serde_json::to_vec(&**config),
+        Row::Job(job) | Row::JobVersion(job) => serde_json::to_writer(out, &**job),
+        Row::JobSummary(summary) => serde_json::to_writer(out, &**summary),
+        Row::Alloc(alloc) => serde_json::to_writer(out, &**alloc),
+        Row::Eval(eval) => serde_json::to_writer(out, &**eval),
+        Row::Node(node) => serde_json::to_writer(out, &**node),
+        Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
     }
 }
 
-/// Writes the rows of `changes` (later changes of a row win) and the meta
-/// row of `state` in one atomic batch, then waits until it is on disk.
-pub(crate) fn write_changes<'a>(
-    db: &sled::Db,
+/// Rows ready for sled: what the writer thread hands the persister, so
+/// that turning rows into bytes (the CPU-heavy part of persisting) runs
+/// beside the persister's disk work instead of before it.
+#[derive(Debug, Default)]
+pub(crate) struct EncodedRows {
+    /// Raw key and value (`None`: delete), later changes of a row last.
+    rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The meta row of the state after these rows.
+    meta: Vec<u8>,
+}
+
+/// Encodes the rows of `changes` (a row changed twice keeps its last
+/// value) and the meta row of `state`.
+pub(crate) fn encode_changes<'a>(
     changes: impl Iterator<Item = &'a RowChange>,
     state: &StateSnapshot,
-) -> Result<(), StoreError> {
+) -> Result<EncodedRows, StoreError> {
     let mut last: BTreeMap<&RowKey, Option<&Row>> = BTreeMap::new();
     for change in changes {
         last.insert(&change.key, change.row.as_ref());
     }
-    let mut batch = sled::Batch::default();
+    let mut rows = Vec::with_capacity(last.len());
+    // One buffer grows to the largest row once instead of every row's
+    // buffer doubling its way up from empty.
+    let mut scratch = Vec::with_capacity(4096);
     for (key, row) in last {
         let raw_key = encode_key(key);
-        match row {
+        let value = match row {
             Some(row) => {
-                let value = encode_row(row).map_err(|e| StoreError::Corrupt {
+                scratch.clear();
+                encode_row(&mut scratch, row).map_err(|e| StoreError::Corrupt {
                     key: describe_key(&raw_key),
                     reason: format!("cannot encode the row: {e}"),
                 })?;
-                batch.insert(raw_key, value);
+                Some(scratch.clone())
             }
-            None => batch.remove(raw_key),
-        }
+            None => None,
+        };
+        rows.push((raw_key, value));
     }
     let meta = serde_json::to_vec(&Meta::of(state)).map_err(|e| StoreError::Corrupt {
         key: describe_key(META_KEY),
         reason: format!("cannot encode the meta row: {e}"),
     })?;
-    batch.insert(META_KEY, meta);
+    Ok(EncodedRows { rows, meta })
+}
+
+/// Writes encoded groups (in order: a later group's row wins) and the last
+/// group's meta row in one atomic batch, then waits until it is on disk.
+pub(crate) fn write_encoded<'a>(
+    db: &sled::Db,
+    groups: impl IntoIterator<Item = &'a EncodedRows>,
+) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    let mut meta = None;
+    for group in groups {
+        for (key, value) in &group.rows {
+            match value {
+                Some(value) => batch.insert(&key[..], &value[..]),
+                None => batch.remove(&key[..]),
+            }
+        }
+        meta = Some(&group.meta);
+    }
+    if let Some(meta) = meta {
+        batch.insert(META_KEY, &meta[..]);
+    }
     db.apply_batch(batch)?;
     db.flush()?;
     Ok(())
+}
+
+/// Writes the rows of `changes` and the meta row of `state` at once.
+pub(crate) fn write_changes<'a>(
+    db: &sled::Db,
+    changes: impl Iterator<Item = &'a RowChange>,
+    state: &StateSnapshot,
+) -> Result<(), StoreError> {
+    write_encoded(db, [&encode_changes(changes, state)?])
 }

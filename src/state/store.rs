@@ -2,8 +2,9 @@
 //! blocking waits and change subscriptions.
 //!
 //! Callers queue commands on a channel. Two threads form a pipeline:
-//! the writer takes everything queued and applies it in order to its own
-//! copy of the state (cheap: persistent maps); the persister takes every
+//! the writer takes everything queued, applies it in order to its own
+//! copy of the state (cheap: persistent maps) and encodes the changed rows
+//! (the CPU-heavy part of persisting); the persister takes every
 //! applied group waiting for it, writes all their changed rows in one sled
 //! batch, flushes once, and only then publishes the newest state and
 //! answers the callers. Concurrent writers share one fsync, the next
@@ -197,6 +198,7 @@ impl StateStore {
         let writer = Writer {
             state: shared.current().clone(),
             shared: shared.clone(),
+            durable: db.is_some(),
             db,
         };
         let thread = std::thread::Builder::new()
@@ -426,12 +428,17 @@ struct Writer {
     shared: Arc<Shared>,
     state: StateSnapshot,
     db: Option<sled::Db>,
+    /// Whether groups are persisted (and so must be encoded).
+    durable: bool,
 }
 
 /// One group of commands, applied and waiting to be made durable.
 struct AppliedGroup {
     /// The state after the group.
     state: StateSnapshot,
+    /// The group's changed rows as bytes (`None` for a store without
+    /// disk), or why they could not be encoded.
+    encoded: Option<Result<persist::EncodedRows, StoreError>>,
     /// Each request's reply with its outcome, in order.
     replies: Vec<(Reply, Result<Arc<AppliedChanges>, super::ApplyError>)>,
 }
@@ -491,8 +498,16 @@ impl Writer {
             let result = self.state.apply(index, &request.command).map(Arc::new);
             replies.push((request.reply, result));
         }
+        let encoded = self.durable.then(|| {
+            let changes = replies
+                .iter()
+                .filter_map(|(_, r)| r.as_ref().ok())
+                .flat_map(|c| c.changes.iter());
+            persist::encode_changes(changes, &self.state)
+        });
         AppliedGroup {
             state: self.state.clone(),
+            encoded,
             replies,
         }
     }
@@ -544,7 +559,7 @@ impl Persister {
             return;
         };
         if !applied.is_empty() {
-            if let Err(e) = self.persist(&applied, &newest) {
+            if let Err(e) = self.persist(&groups) {
                 let reason = e.to_string();
                 tracing::error!(error = %reason, "the state store could not write; refusing further writes");
                 *self.shared.failed.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -568,17 +583,23 @@ impl Persister {
         }
     }
 
-    fn persist(
-        &self,
-        applied: &[Arc<AppliedChanges>],
-        state: &StateSnapshot,
-    ) -> Result<(), StoreError> {
-        match &self.db {
-            Some(db) => {
-                persist::write_changes(db, applied.iter().flat_map(|c| c.changes.iter()), state)
+    fn persist(&self, groups: &[AppliedGroup]) -> Result<(), StoreError> {
+        let Some(db) = &self.db else {
+            return Ok(());
+        };
+        let mut encoded = Vec::with_capacity(groups.len());
+        for group in groups {
+            match &group.encoded {
+                Some(Ok(rows)) => encoded.push(rows),
+                Some(Err(e)) => return Err(StoreError::Failed(e.to_string())),
+                None => {
+                    return Err(StoreError::Failed(
+                        "a group reached the disk without its rows".into(),
+                    ))
+                }
             }
-            None => Ok(()),
         }
+        persist::write_encoded(db, encoded)
     }
 
     fn publish(&self, state: StateSnapshot, applied: &[Arc<AppliedChanges>]) {
