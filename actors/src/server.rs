@@ -137,9 +137,12 @@ impl Server {
         };
         let server_id = format!("{}.{}", config.name_or_hostname(), config.region);
         let workers = WorkerSupervisor::new(server_id, cpus, deps, pool)?.start();
-        // As Nomad's leader: keep a quarter of the workers so the plan
-        // applier has CPU left.
-        let _ = workers.send(worker_supervisor::SetLeader(true)).await;
+        // Nomad's leader pauses three quarters of its workers to leave CPU
+        // to the plan applier, which is right when followers schedule too.
+        // A single server is the whole cluster: pausing would leave one
+        // worker for everything (placements 1.36x slower in
+        // docs/PERFORMANCE.md, "Workers on a single server"), so the
+        // supervisor's `SetLeader` waits for the day there are followers.
         // Leader duties: cron launches of periodic jobs, garbage collection,
         // moving work off draining nodes.
         let drainer = NodeDrainer::new(store.clone(), periodic::system_clock()).start();
