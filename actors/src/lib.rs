@@ -22,5 +22,6 @@ pub mod periodic;
 pub mod plan_applier;
 pub mod server;
 pub mod server_metrics;
+pub mod sim;
 pub mod worker;
 pub mod worker_supervisor;
