@@ -24,5 +24,6 @@ pub mod plan_applier;
 pub mod server;
 pub mod server_api;
 pub mod server_metrics;
+pub mod sim;
 pub mod worker;
 pub mod worker_supervisor;

@@ -27,7 +27,7 @@ pub use changes::{AppliedChanges, JobKey, Row, RowChange, RowKey, Table, TableSe
 pub use command::{AllocClientUpdate, Command, CommandEnvelope, PlanResults, COMMAND_VERSION};
 pub use persist::FORMAT_VERSION;
 pub use snapshot::StateSnapshot;
-pub use store::{ApplyOutcome, StateStore, StoreOptions, Subscription};
+pub use store::{node_allocs_index, ApplyOutcome, StateStore, StoreOptions, Subscription};
 
 use crate::structs::NodeId;
 

@@ -20,8 +20,9 @@ use super::command::Command;
 use super::persist;
 use super::snapshot::StateSnapshot;
 use super::StoreError;
+use crate::structs::NodeId;
 use futures::channel::{mpsc as async_mpsc, oneshot};
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -87,10 +88,108 @@ struct Watcher {
     reply: oneshot::Sender<u64>,
 }
 
+/// A pending `watch_node_allocs`: answered with the node's allocation
+/// index once it passes `after`.
+struct NodeWatcher {
+    after: u64,
+    reply: oneshot::Sender<u64>,
+}
+
+/// Watchers of single nodes' allocations, keyed by node so that applying a
+/// command costs O(nodes it touched), whatever the number of watchers (a
+/// client per node long-polls its allocations: thousands of them).
+#[derive(Default)]
+struct NodeWatchers {
+    by_node: HashMap<NodeId, Vec<NodeWatcher>>,
+    /// When the map has this many nodes, the next insert sweeps out
+    /// watchers whose caller went away (disconnected, timed out), so nodes
+    /// that stopped polling do not pile up. Doubling it after each sweep
+    /// keeps the sweeps' cost amortised O(1) per insert.
+    sweep_at: usize,
+}
+
+/// The map size under which sweeping is not worth it.
+const MIN_NODE_WATCHER_SWEEP: usize = 1024;
+
+impl NodeWatchers {
+    fn insert(&mut self, node_id: NodeId, watcher: NodeWatcher) {
+        if self.by_node.len() >= self.sweep_at.max(MIN_NODE_WATCHER_SWEEP) {
+            self.by_node.retain(|_, list| {
+                list.retain(|w| !w.reply.is_canceled());
+                !list.is_empty()
+            });
+            self.sweep_at = self.by_node.len() * 2;
+        }
+        let list = self.by_node.entry(node_id).or_default();
+        // A client that re-polls after each timeout leaves its old, closed
+        // watcher behind: drop those here rather than let the list grow.
+        list.retain(|w| !w.reply.is_canceled());
+        list.push(watcher);
+    }
+
+    /// Answers the watchers of `node_id` whose index has passed.
+    fn wake(&mut self, node_id: &NodeId, state: &StateSnapshot) {
+        let Some(list) = self.by_node.get_mut(node_id) else {
+            return;
+        };
+        let now = node_allocs_index(state, node_id);
+        let pending = std::mem::take(list);
+        for w in pending {
+            if w.reply.is_canceled() {
+                continue;
+            }
+            if now > w.after {
+                let _ = w.reply.send(now);
+            } else {
+                list.push(w);
+            }
+        }
+        if list.is_empty() {
+            self.by_node.remove(node_id);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.by_node.values().map(Vec::len).sum()
+    }
+}
+
+/// The index a node's allocations are at, as Nomad's client allocation
+/// query answers it: the highest modify index among the node's
+/// allocations, or the allocations table's index when it has none.
+pub fn node_allocs_index(state: &StateSnapshot, node_id: &NodeId) -> u64 {
+    state
+        .allocs_by_node(node_id)
+        .map(|a| a.modify_index)
+        .max()
+        .unwrap_or_else(|| state.table_index(super::Table::Allocs))
+}
+
+/// The nodes whose allocations `applied` changed. A deleted allocation is
+/// no longer in the new state; the state before tells whose it was.
+fn touched_nodes(applied: &[Arc<AppliedChanges>], before: &StateSnapshot) -> HashSet<NodeId> {
+    let mut nodes = HashSet::new();
+    for change in applied.iter().flat_map(|c| c.changes.iter()) {
+        match (&change.key, &change.row) {
+            (_, Some(super::Row::Alloc(alloc))) => {
+                nodes.insert(alloc.node_id);
+            }
+            (super::RowKey::Alloc { id, .. }, None) => {
+                if let Some(alloc) = before.alloc(id) {
+                    nodes.insert(alloc.node_id);
+                }
+            }
+            _ => {}
+        }
+    }
+    nodes
+}
+
 /// Who is told about new changes.
 #[derive(Default)]
 struct Notifiers {
     watchers: Vec<Watcher>,
+    node_watchers: NodeWatchers,
     events: VecDeque<Arc<AppliedChanges>>,
     subscribers: Vec<async_mpsc::Sender<Arc<AppliedChanges>>>,
 }
@@ -324,6 +423,36 @@ impl StateStore {
             });
         }
         receiver
+    }
+
+    /// Resolves with the node's allocation index (see [`node_allocs_index`])
+    /// once it passes `after_index`: only a change to one of this node's
+    /// allocations wakes it, never another node's. The caller owns the
+    /// timeout (drop the receiver to stop watching; it is cleaned up).
+    pub fn watch_node_allocs(&self, node_id: NodeId, after_index: u64) -> oneshot::Receiver<u64> {
+        let (reply, receiver) = oneshot::channel();
+        // Lock order as in `watch`: the notifiers first, so a state
+        // published after the read below wakes this watcher.
+        let mut notifiers = self.shared().notifiers();
+        let now = node_allocs_index(&self.shared().current(), &node_id);
+        if now > after_index {
+            let _ = reply.send(now);
+        } else {
+            notifiers.node_watchers.insert(
+                node_id,
+                NodeWatcher {
+                    after: after_index,
+                    reply,
+                },
+            );
+        }
+        receiver
+    }
+
+    /// How many node allocation watchers are parked (for tests and
+    /// metrics; closed ones count until they are swept).
+    pub fn node_watcher_count(&self) -> usize {
+        self.shared().notifiers().node_watchers.len()
     }
 
     /// Subscribes to applied changes from `from_index` on (buffered ones
@@ -605,8 +734,12 @@ impl Persister {
     fn publish(&self, state: StateSnapshot, applied: &[Arc<AppliedChanges>]) {
         let previous = std::mem::replace(&mut *self.shared.current(), state.clone());
         self.shared.changed.notify_all();
+        let touched = touched_nodes(applied, &previous);
         self.reclaimer.reclaim(previous);
         let mut notifiers = self.shared.notifiers();
+        for node_id in &touched {
+            notifiers.node_watchers.wake(node_id, &state);
+        }
         notifiers.watchers.retain_mut(|w| {
             if w.reply.is_canceled() {
                 return false;

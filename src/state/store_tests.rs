@@ -174,3 +174,108 @@ fn close_applies_what_was_queued_and_refuses_the_rest() {
     let reopened = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
     assert!(reopened.snapshot().job("default", "a").is_some());
 }
+
+/// Places one allocation of job "web" on `node` (registering the job the
+/// first time) and returns its ID and the plan's index.
+fn place_on(store: &StateStore, node: crate::structs::NodeId) -> (crate::structs::AllocId, u64) {
+    use crate::state::PlanResults;
+    let job = fixtures::job("default", "web", &[("g", 1)]);
+    if store.snapshot().job("default", "web").is_none() {
+        store.apply(register("web")).unwrap();
+    }
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    let alloc = fixtures::AllocBuilder::new(&job, "g").build(0, node, eval.id, 1);
+    let id = alloc.id;
+    let index = store
+        .apply(Command::ApplyPlanResults(PlanResults {
+            eval_id: eval.id,
+            node_allocation: [(node, vec![alloc])].into_iter().collect(),
+            updated_at: 1,
+            ..Default::default()
+        }))
+        .unwrap()
+        .index;
+    (id, index)
+}
+
+#[test]
+fn a_node_watch_wakes_only_for_that_nodes_allocations() {
+    let store = StateStore::in_memory();
+    let (a, b) = (crate::structs::new_id(), crate::structs::new_id());
+    let (_, first) = place_on(&store, a);
+    let watch_a = store.watch_node_allocs(a, first);
+    let mut watch_b = store.watch_node_allocs(b, store.latest_index());
+    let (_, second) = place_on(&store, a);
+    assert_eq!(
+        futures::executor::block_on(watch_a).unwrap(),
+        second,
+        "woken with the node's newest allocation index"
+    );
+    assert_eq!(
+        watch_b.try_recv().unwrap(),
+        None,
+        "a change on another node does not wake this one"
+    );
+    let (_, third) = place_on(&store, b);
+    assert_eq!(futures::executor::block_on(watch_b).unwrap(), third);
+}
+
+#[test]
+fn a_node_watch_answers_at_once_with_the_node_index_or_the_table_index() {
+    let store = StateStore::in_memory();
+    let (a, empty) = (crate::structs::new_id(), crate::structs::new_id());
+    let (_, placed) = place_on(&store, a);
+    store.apply(register("other")).unwrap();
+    // Later commands that touch no allocation of `a` leave its index.
+    assert_eq!(super::node_allocs_index(&store.snapshot(), &a), placed);
+    let already = store.watch_node_allocs(a, placed - 1);
+    assert_eq!(futures::executor::block_on(already).unwrap(), placed);
+    // A node without allocations is at the allocations table's index.
+    let table = store.snapshot().table_index(Table::Allocs);
+    assert_eq!(super::node_allocs_index(&store.snapshot(), &empty), table);
+    let none_yet = store.watch_node_allocs(empty, 0);
+    assert_eq!(futures::executor::block_on(none_yet).unwrap(), table);
+}
+
+#[test]
+fn dropped_node_watchers_are_cleaned_up() {
+    let store = StateStore::in_memory();
+    let a = crate::structs::new_id();
+    let (_, placed) = place_on(&store, a);
+    for _ in 0..5 {
+        drop(store.watch_node_allocs(a, placed));
+    }
+    // Re-polling after timeouts prunes the node's closed watchers.
+    let live = store.watch_node_allocs(a, placed);
+    assert_eq!(store.node_watcher_count(), 1);
+    // Nodes that stopped polling are swept once the map grows.
+    for _ in 0..3000 {
+        drop(store.watch_node_allocs(crate::structs::new_id(), u64::MAX));
+    }
+    assert!(
+        store.node_watcher_count() < 2100,
+        "closed watchers of other nodes were swept: {} left",
+        store.node_watcher_count()
+    );
+    let (_, again) = place_on(&store, a);
+    assert_eq!(futures::executor::block_on(live).unwrap(), again);
+}
+
+#[test]
+fn deleting_a_nodes_last_allocation_wakes_its_watcher() {
+    let store = StateStore::in_memory();
+    let (a, b) = (crate::structs::new_id(), crate::structs::new_id());
+    let (gone, placed) = place_on(&store, a);
+    let watch = store.watch_node_allocs(a, placed);
+    let mut other = store.watch_node_allocs(b, store.latest_index());
+    let deleted = store
+        .apply(Command::EvalDelete {
+            eval_ids: vec![],
+            alloc_ids: vec![gone],
+        })
+        .unwrap()
+        .index;
+    // With no allocation left, the node is at the table's index.
+    assert_eq!(futures::executor::block_on(watch).unwrap(), deleted);
+    assert_eq!(other.try_recv().unwrap(), None);
+}

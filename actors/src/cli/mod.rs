@@ -17,6 +17,7 @@ pub mod node;
 pub mod operator;
 pub mod output;
 pub mod server;
+pub mod sim;
 pub mod views;
 
 #[cfg(test)]
@@ -57,6 +58,8 @@ pub enum Command {
     Operator(operator::OperatorArgs),
     /// The server's scheduling workers.
     Server(server::ServerArgs),
+    /// Simulated nodes for scale tests (`sim nodes -count N -servers ADDR`).
+    Sim(sim::SimArgs),
 }
 
 /// Runs a parsed command and returns the process exit status.
@@ -69,6 +72,7 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::Alloc(args) => alloc::run(args, out),
         Command::Operator(args) => operator::run(args, out),
         Command::Server(args) => server::run(args, out),
+        Command::Sim(args) => sim::run(args),
     }
 }
 

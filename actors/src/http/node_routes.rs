@@ -15,7 +15,7 @@ use super::query::{
 use super::stubs::{alloc_with_job, node_read, node_stub};
 use crate::agent::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::state::{Command, StateSnapshot, Table, TableSet};
+use herder::state::{node_allocs_index, Command, StateSnapshot, Table, TableSet};
 use herder::structs::{
     DrainStrategy, Evaluation, Node, NodeEvent, NodeId, SchedulingEligibility, TriggeredBy,
 };
@@ -91,6 +91,11 @@ async fn read_node(
     Ok(json_with_index(index, &node))
 }
 
+/// A node's allocations, with each one's job. The blocking form is what
+/// every client long-polls, so it wakes only when one of *this* node's
+/// allocations changes (Nomad's `Node.GetClientAllocs`), never on another
+/// node's, and answers with the node's own index: the highest modify index
+/// of its allocations, or the allocations table's index when it has none.
 async fn node_allocs(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
@@ -99,13 +104,17 @@ async fn node_allocs(
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
     let id = parse_id(&id, "node")?;
-    let (list, index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
-        Ok(snap
-            .allocs_by_node(&id)
-            .map(|a| alloc_with_job(snap, a))
-            .collect::<Vec<_>>())
-    })
-    .await?;
+    if q.index > 0 {
+        let changed = store.watch_node_allocs(id, q.index);
+        // A timeout answers with the current list, as any blocking query.
+        let _ = tokio::time::timeout(q.wait_with_jitter(), changed).await;
+    }
+    let snap = store.snapshot();
+    let index = node_allocs_index(&snap, &id).max(1);
+    let list: Vec<_> = snap
+        .allocs_by_node(&id)
+        .map(|a| alloc_with_job(&snap, a))
+        .collect();
     Ok(json_with_index(index, &list))
 }
 

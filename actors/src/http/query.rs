@@ -103,7 +103,7 @@ impl QueryOptions {
     }
 
     /// The wait with its random jitter (up to wait/16).
-    fn wait_with_jitter(&self) -> Duration {
+    pub fn wait_with_jitter(&self) -> Duration {
         let jitter_ceiling = self.wait.as_nanos() as u64 / 16;
         let jitter = if jitter_ceiling > 0 {
             rand::thread_rng().gen_range(0..jitter_ceiling)
