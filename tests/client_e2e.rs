@@ -560,7 +560,10 @@ fn of_two_clients_the_killed_one_goes_down_and_its_work_moves_to_the_other() {
 
     // Two copies, spread over the two nodes. (With distinct_hosts the lost
     // copy could not be replaced on the one node left, in Nomad as here.)
-    let script = format!("echo $$ > {m}/$NOMAD_ALLOC_ID.pid; while :; do sleep 0.2; done");
+    let script = format!(
+        "echo $$ > {m}/$NOMAD_ALLOC_ID.pid; echo serving $NOMAD_ALLOC_ID; \
+         while :; do sleep 0.2; done"
+    );
     let mut job = shell_job("pair", &script);
     job["TaskGroups"][0]["Count"] = json!(2);
     job["TaskGroups"][0]["Spreads"] = json!([{"Attribute": "${node.unique.id}", "Weight": 100}]);
@@ -629,6 +632,26 @@ fn of_two_clients_the_killed_one_goes_down_and_its_work_moves_to_the_other() {
         .filter(|a| a["ClientStatus"] == "running" && a["DesiredStatus"] == "run")
         .count();
     assert_eq!(running, 2, "two copies run again, both on the survivor");
+
+    // Its logs come from the survivor's agent, which `herder alloc logs`
+    // finds through the node's HTTPAddr; the server runs no client.
+    let replacement_id = id_of(&replacement);
+    let printed = wait_for(WAIT, || {
+        let out = Command::new(herder_bin())
+            .args(["alloc", "logs", "-address", &base, &replacement_id])
+            .output()
+            .expect("run herder alloc logs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (text == format!("serving {replacement_id}\n")).then_some(())
+    });
+    assert!(
+        printed.is_some(),
+        "herder alloc logs reads from the survivor"
+    );
+    let (code, _) = get(&format!(
+        "{base}/v1/client/fs/logs/{replacement_id}?task=t&type=stdout"
+    ));
+    assert_eq!(code, 404, "a server-only agent serves no logs");
 
     // The survivor still obeys: stopping the job ends its processes.
     stop_job(&base, "pair");
