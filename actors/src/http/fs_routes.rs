@@ -329,6 +329,12 @@ fn encode_frame(frame: &StreamFrame) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{AgentConfig, ConfigSources, FlagOverrides};
+    use actix_web::body::MessageBody;
+    use actix_web::{test as web_test, App};
+    use herder::state::{fixtures, Command, PlanResults};
+    use herder::structs::{NodeStatus, TaskState, TriggeredBy};
+    use std::sync::Arc;
 
     fn parse(query: &str) -> Result<LogsRequest, String> {
         let req = actix_web::test::TestRequest::get()
@@ -378,5 +384,206 @@ mod tests {
             b"{\"Offset\":5,\"Data\":\"aGVsbG8=\",\"File\":\"alloc/logs/web.stdout.0\"}\n"
         );
         assert_eq!(&encode_frame(&StreamFrame::default())[..], b"{}\n");
+    }
+
+    /// A server agent whose store holds one job with an allocation on this
+    /// node (persisted by its runner, with a log) and one on another node.
+    struct Fixture {
+        info: Arc<AgentInfo>,
+        server: crate::server::Server,
+        local: Allocation,
+        remote: Allocation,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn fixture(task_state: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let mut flags = FlagOverrides::default();
+        flags.server.insert("enabled".into(), true.into());
+        flags.server.insert("num_schedulers".into(), 0.into());
+        flags.data_dir = Some(dir.path().to_path_buf());
+        let config = AgentConfig::load(&ConfigSources {
+            env: Some(Vec::new()),
+            flags,
+            ..Default::default()
+        })
+        .unwrap();
+        let server = crate::server::Server::start(&config, dir.path())
+            .await
+            .unwrap();
+        let store = server.handle().store.clone();
+        let (mut here, mut there) = (fixtures::node("here"), fixtures::node("there"));
+        for node in [&mut here, &mut there] {
+            node.status = NodeStatus::Ready;
+            store
+                .apply(Command::NodeRegister {
+                    node: Arc::new(node.clone()),
+                })
+                .unwrap();
+        }
+        let mut job = fixtures::job("default", "web", &[("g", 2)]);
+        job.canonicalize();
+        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+        store
+            .apply(Command::JobRegister {
+                job: Arc::new(job.clone()),
+                eval: Some(eval.clone()),
+                enforce_index: None,
+            })
+            .unwrap();
+        let builder = fixtures::AllocBuilder::new(&job, "g");
+        let mut local = builder.build(0, here.id, eval.id, 1);
+        let remote = builder.build(1, there.id, eval.id, 1);
+        let mut node_allocation = std::collections::HashMap::new();
+        node_allocation.insert(here.id, vec![local.clone()]);
+        node_allocation.insert(there.id, vec![remote.clone()]);
+        store
+            .apply(Command::ApplyPlanResults(PlanResults {
+                eval_id: eval.id,
+                job: Some(Arc::new(job.clone())),
+                node_allocation,
+                updated_at: 1,
+                ..Default::default()
+            }))
+            .unwrap();
+
+        // What the client keeps: its node ID, the runner's copy, the log.
+        std::fs::create_dir_all(dir.path().join("client")).unwrap();
+        std::fs::write(dir.path().join("client/node-id"), here.id.to_string()).unwrap();
+        local.task_states.insert(
+            "main".into(),
+            TaskState {
+                state: task_state.into(),
+                started_at: Some(1),
+                ..Default::default()
+            },
+        );
+        let root = AllocDir::new(dir.path(), &local.id).root;
+        std::fs::create_dir_all(log_dir(&root)).unwrap();
+        std::fs::write(log_dir(&root).join("main.stdout.0"), "hello\n").unwrap();
+        std::fs::write(
+            root.join(crate::client::alloc_runner::ALLOC_STATE_FILE),
+            serde_json::to_vec(&serde_json::json!({ "alloc": local, "job": job })).unwrap(),
+        )
+        .unwrap();
+        let info = Arc::new(AgentInfo {
+            config,
+            data_dir: dir.path().to_path_buf(),
+            started_at: std::time::SystemTime::now(),
+            http_addr: std::sync::OnceLock::new(),
+            server: Some(server.handle().clone()),
+        });
+        Fixture {
+            info,
+            server,
+            local,
+            remote,
+            _dir: dir,
+        }
+    }
+
+    async fn call(f: &Fixture, uri: &str) -> (u16, String) {
+        let app = web_test::init_service(
+            App::new()
+                .app_data(web::Data::from(f.info.clone()))
+                .configure(configure),
+        )
+        .await;
+        let resp =
+            web_test::call_service(&app, web_test::TestRequest::get().uri(uri).to_request()).await;
+        let status = resp.status().as_u16();
+        let body = web_test::read_body(resp).await;
+        (status, String::from_utf8_lossy(&body).to_string())
+    }
+
+    #[actix_rt::test]
+    async fn serves_this_nodes_allocations_and_names_the_node_of_others() {
+        let f = fixture("dead").await;
+        let (code, body) = call(
+            &f,
+            &format!("/v1/client/fs/logs/{}?task=main&type=stdout", f.remote.id),
+        )
+        .await;
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            body.starts_with(&format!("Unknown allocation \"{}\"", f.remote.id))
+                && body.contains(&f.remote.node_id.to_string()),
+            "{body}"
+        );
+        let unknown = herder::structs::new_id();
+        let (code, body) = call(
+            &f,
+            &format!("/v1/client/fs/logs/{unknown}?task=main&type=stdout"),
+        )
+        .await;
+        assert_eq!(
+            (code, body),
+            (404, format!("Unknown allocation \"{unknown}\""))
+        );
+
+        let local = f.local.id;
+        let (code, body) = call(
+            &f,
+            &format!("/v1/client/fs/logs/{local}?task=main&type=stdout"),
+        )
+        .await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            body,
+            "{\"Offset\":6,\"Data\":\"aGVsbG8K\",\"File\":\"alloc/logs/main.stdout.0\"}\n"
+        );
+        // Following a dead task: the backlog, the caught-up heartbeat, end.
+        let (code, body) = call(
+            &f,
+            &format!("/v1/client/fs/logs/{local}?task=main&type=stdout&follow=true&plain=true"),
+        )
+        .await;
+        assert_eq!((code, body.as_str()), (200, "hello\n"));
+        let (code, body) = call(
+            &f,
+            &format!("/v1/client/fs/logs/{local}?task=other&type=stdout"),
+        )
+        .await;
+        assert_eq!(code, 404, "{body}");
+        f.server.stop().await;
+    }
+
+    /// The next piece of a streamed body, waiting at most 20 s.
+    async fn next_frame<B>(body: &mut B) -> String
+    where
+        B: MessageBody + Unpin,
+        B::Error: std::fmt::Debug,
+    {
+        let chunk = tokio::time::timeout(
+            Duration::from_secs(20),
+            futures::future::poll_fn(|cx| std::pin::Pin::new(&mut *body).poll_next(cx)),
+        )
+        .await
+        .expect("a frame within 20 s")
+        .expect("the stream goes on")
+        .unwrap();
+        String::from_utf8(chunk.to_vec()).unwrap()
+    }
+
+    #[actix_rt::test]
+    async fn a_running_tasks_follower_gets_new_output_and_heartbeats() {
+        let f = fixture("running").await;
+        let app = web_test::init_service(
+            App::new()
+                .app_data(web::Data::from(f.info.clone()))
+                .configure(configure),
+        )
+        .await;
+        let uri = format!(
+            "/v1/client/fs/logs/{}?task=main&type=stdout&follow=true&origin=end&offset=0",
+            f.local.id
+        );
+        let resp =
+            web_test::call_service(&app, web_test::TestRequest::get().uri(&uri).to_request()).await;
+        assert_eq!(resp.status().as_u16(), 200);
+        let mut body = resp.into_body();
+        assert_eq!(next_frame(&mut body).await, "{}\n");
+        drop(body);
+        f.server.stop().await;
     }
 }
