@@ -170,6 +170,9 @@ fn start_client(
     }
     let mut config = info.config.clone();
     config.data_dir = info.data_dir.clone();
+    // The node advertises the port actually bound (with `-http-port 0` the
+    // configured one is 0), so `alloc logs` can reach this agent.
+    config.ports.http = local.port();
     let node = crate::client::fingerprint::fingerprint(&config, &drivers)
         .map_err(|e| AgentError::Client(format!("fingerprinting this machine: {e}")))?;
     let server = match c.servers.first() {

@@ -203,6 +203,27 @@ impl ApiClient {
         self.send("DELETE", path, query, None, self.timeout)
     }
 
+    /// A GET whose answer is a stream (the logs API): the body is read as
+    /// it arrives, with no overall timeout (a followed log never ends on
+    /// its own); only connecting is bounded.
+    pub fn get_stream(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<Box<dyn Read + Send + Sync>, ApiError> {
+        let response = self.call("GET", path, query, None, None)?;
+        Ok(Box::new(response.into_reader()))
+    }
+
+    /// The same client (token, timeouts) talking to another agent, such as
+    /// the one whose client runs an allocation.
+    pub fn at_address(&self, address: &str) -> Result<ApiClient, ApiError> {
+        Ok(ApiClient {
+            base: normalize_address(address)?,
+            ..self.clone()
+        })
+    }
+
     fn send(
         &self,
         method: &str,
@@ -211,10 +232,22 @@ impl ApiClient {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<Answer, ApiError> {
-        let mut request = self
-            .agent
-            .request(method, &format!("{}{path}", self.base))
-            .timeout(timeout);
+        let response = self.call(method, path, query, body, Some(timeout))?;
+        self.read_answer(method, path, response)
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        timeout: Option<Duration>,
+    ) -> Result<ureq::Response, ApiError> {
+        let mut request = self.agent.request(method, &format!("{}{path}", self.base));
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
         if let Some(token) = &self.token {
             request = request.set("X-Nomad-Token", token);
         }
@@ -226,7 +259,7 @@ impl ApiClient {
             None => request.call(),
         };
         match result {
-            Ok(response) => self.read_answer(method, path, response),
+            Ok(response) => Ok(response),
             Err(ureq::Error::Status(status, response)) => Err(ApiError::Status {
                 method: method.to_string(),
                 path: path.to_string(),

@@ -737,11 +737,33 @@ impl Txn {
                 alloc.task_states = old.task_states.clone();
                 alloc.node_failure = old.node_failure;
             }
-            None => alloc.create_index = self.index,
+            None => {
+                alloc.create_index = self.index;
+                self.link_previous(&alloc);
+            }
         }
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
         self.put_alloc(alloc, old.as_deref());
+    }
+
+    /// A replacement marks the allocation it replaces with its ID (Nomad's
+    /// `NextAllocation`): the schedulers skip a finished allocation that has
+    /// a successor, so it is rescheduled once, not on every evaluation.
+    fn link_previous(&mut self, alloc: &Allocation) {
+        let Some(prev_id) = alloc.previous_allocation else {
+            return;
+        };
+        let Some(old) = self.t.allocs.get(&prev_id).cloned() else {
+            return; // collected meanwhile
+        };
+        if old.next_allocation == Some(alloc.id) {
+            return;
+        }
+        let mut prev = (*old).clone();
+        prev.next_allocation = Some(alloc.id);
+        prev.modify_index = self.index;
+        self.put_alloc(prev, Some(&old));
     }
 
     fn alloc_client_updates(&mut self, updates: &[AllocClientUpdate]) {

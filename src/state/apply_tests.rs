@@ -378,6 +378,29 @@ fn stops_and_client_updates_change_the_right_fields() {
 }
 
 #[test]
+fn a_replacement_links_the_allocation_it_replaces() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let job = web();
+    let (_, eval) = h.register(&job);
+    let first = allocs_for(&h.job("web"), &node, &eval, 1);
+    h.place(&first, &job);
+    h.client_status(&first[0], ClientStatus::Failed);
+    let mut next = allocs_for(&h.job("web"), &node, &eval, 1);
+    next[0].id = crate::structs::new_id();
+    next[0].previous_allocation = Some(first[0].id);
+    let placed = h.place(&next, &job);
+    let prev = h.state.alloc(&first[0].id).unwrap();
+    assert_eq!(prev.next_allocation, Some(next[0].id));
+    assert_eq!(prev.modify_index, placed);
+    assert_eq!(
+        prev.client_status,
+        ClientStatus::Failed,
+        "client fields kept"
+    );
+}
+
+#[test]
 fn desired_transitions_merge_and_bump_alloc_modify_index() {
     let mut h = Harness::new();
     let node = h.add_node("n1");

@@ -1,5 +1,7 @@
-//! `herder alloc status|stop`: inspect and stop single allocations.
+//! `herder alloc status|stop|logs`: inspect and stop single allocations
+//! and read their tasks' logs (see [`super::alloc_logs`]).
 
+use super::alloc_logs::{self, AllocLogsArgs};
 use super::monitor::{monitor, MonitorOptions};
 use super::views::{AllocView, WriteResponse};
 use super::{now_nanos, output, resolve_uuid_prefix, ApiFlags, ViewFlags};
@@ -22,6 +24,8 @@ pub enum AllocCommand {
     Status(AllocStatusArgs),
     /// Stop an allocation; the scheduler replaces it if its job still wants it.
     Stop(AllocStopArgs),
+    /// Print or follow a task's stdout or stderr.
+    Logs(AllocLogsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +53,7 @@ pub fn run(args: AllocArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     match args.command {
         AllocCommand::Status(a) => status(&client, &a, out),
         AllocCommand::Stop(a) => stop(&client, &a, out),
+        AllocCommand::Logs(a) => alloc_logs::run(&client, &a, out),
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod alloc;
+pub mod alloc_logs;
 pub mod eval;
 pub mod job;
 pub mod monitor;

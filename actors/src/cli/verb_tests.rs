@@ -122,6 +122,10 @@ fn every_verb_parses_in_nomad_spelling() {
         &["eval", "status", "-json", "9253"],
         &["alloc", "status", "-verbose", "9aa2"],
         &["alloc", "stop", "-detach", "9aa2"],
+        &[
+            "alloc", "logs", "-stderr", "-f", "-tail", "-n", "20", "-task", "t", "9aa2",
+        ],
+        &["alloc", "logs", "-c", "512", "9aa2", "t"],
         &["operator", "scheduler", "get-config", "-json"],
         &[
             "operator",
@@ -889,4 +893,109 @@ fn node_drain_follows_the_drain_until_the_strategy_clears_and_allocs_stop() {
         .filter(|r| r.path == format!("/v1/node/{node_id}") && r.query.contains_key("index"))
         .count();
     assert!(blocking >= 1);
+}
+
+/// Nomad's stream frame for `data` read from a task's stdout.
+fn log_frame(data: &str, end_offset: usize) -> String {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(data);
+    format!(r#"{{"Offset":{end_offset},"Data":"{encoded}","File":"alloc/logs/t.stdout.0"}}"#)
+}
+
+#[test]
+fn alloc_logs_reads_the_frames_from_the_agent_of_the_allocations_node() {
+    let alloc_id = "9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340";
+    // The agent of the node that runs the allocation serves its logs: a
+    // backlog, the heartbeat that ends it, then what the task wrote later.
+    let node_agent = FakeServer::start(move |req| {
+        if req.path != format!("/v1/client/fs/logs/{alloc_id}") {
+            return Reply::status(404, "not here");
+        }
+        let body = [
+            log_frame("one\ntwo\nthree\n", 14),
+            "{}".to_string(),
+            log_frame("four\n", 19),
+        ]
+        .join("\n");
+        Reply::ok(body, 0)
+    });
+    let node_addr = node_agent.address.trim_start_matches("http://").to_string();
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/allocations") => Reply::ok(fixture("job-allocations-list.json"), 12),
+        ("GET", p) if p == format!("/v1/allocation/{alloc_id}") => {
+            Reply::ok(fixture("allocation.json"), 12)
+        }
+        ("GET", "/v1/node/4380b079-b149-b4f3-5a9e-763bfe371b36") => {
+            let mut node: Value = serde_json::from_str(&fixture("node.json")).unwrap();
+            node["HTTPAddr"] = json!(node_addr);
+            Reply::ok(node.to_string(), 12)
+        }
+        _ => Reply::status(404, "alloc not found"),
+    });
+
+    let (result, out) = run_against(&server, &["alloc", "logs", "9aa2"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out, "one\ntwo\nthree\nfour\n",
+        "the group's only task, all of it"
+    );
+    let asked = node_agent.request("GET", &format!("/v1/client/fs/logs/{alloc_id}"));
+    let q = |k: &str| asked.query.get(k).cloned().unwrap_or_default();
+    assert_eq!(
+        (q("task"), q("type"), q("follow"), q("origin"), q("offset")),
+        (
+            "t".into(),
+            "stdout".into(),
+            "false".into(),
+            "start".into(),
+            "0".into()
+        )
+    );
+
+    // -n implies -tail: the last lines of the backlog, then the new output.
+    let (result, out) = run_against(
+        &server,
+        &["alloc", "logs", "-stderr", "-f", "-n", "2", "9aa2a59e", "t"],
+    );
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "two\nthree\nfour\n");
+    let asked = node_agent.requests().pop().unwrap();
+    let q = |k: &str| asked.query.get(k).cloned().unwrap_or_default();
+    assert_eq!(
+        (q("type"), q("follow"), q("origin"), q("offset")),
+        ("stderr".into(), "true".into(), "end".into(), "240".into())
+    );
+
+    let (result, _) = run_against(&server, &["alloc", "logs", "-task", "nope", "9aa2"]);
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("\"nope\" not found"), "{err}");
+}
+
+#[test]
+fn alloc_logs_falls_back_to_the_cli_agent_and_shows_its_refusal() {
+    let alloc_id = "9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340";
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/allocations") => Reply::ok(fixture("job-allocations-list.json"), 12),
+        ("GET", p) if p == format!("/v1/allocation/{alloc_id}") => {
+            Reply::ok(fixture("allocation.json"), 12)
+        }
+        ("GET", "/v1/node/4380b079-b149-b4f3-5a9e-763bfe371b36") => {
+            // An address nothing listens on.
+            let mut node: Value = serde_json::from_str(&fixture("node.json")).unwrap();
+            node["HTTPAddr"] = json!("127.0.0.1:1");
+            Reply::ok(node.to_string(), 12)
+        }
+        ("GET", p) if p == format!("/v1/client/fs/logs/{alloc_id}") => {
+            Reply::status(404, "task \"t\" not started yet. No logs available")
+        }
+        _ => Reply::status(404, "alloc not found"),
+    });
+    let (result, _) = run_against(&server, &["alloc", "logs", "-tail", "9aa2"]);
+    let err = format!("{:#}", result.unwrap_err());
+    assert!(
+        err.contains("404") && err.contains("not started yet"),
+        "{err}"
+    );
+    let asked = server.request("GET", &format!("/v1/client/fs/logs/{alloc_id}"));
+    assert_eq!(asked.query.get("offset").map(String::as_str), Some("1200"));
 }

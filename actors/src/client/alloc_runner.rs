@@ -158,6 +158,25 @@ pub fn persisted_allocs(data_dir: &std::path::Path) -> Vec<(Allocation, Arc<Job>
     out
 }
 
+/// One allocation as its runner last persisted it, with its job; `None`
+/// when this node keeps no such allocation (never ran here, or its
+/// directory was removed). Readers outside the runner (the logs API) use
+/// it to learn the allocation's task states without asking the runner.
+pub fn persisted_alloc(
+    data_dir: &std::path::Path,
+    id: &herder::structs::AllocId,
+) -> std::io::Result<Option<(Allocation, Job)>> {
+    let path = AllocDir::new(data_dir, id).root.join(ALLOC_STATE_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let p: PersistedAlloc = serde_json::from_slice(&bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok(Some((p.alloc, p.job)))
+}
+
 impl AllocRunner {
     /// A runner for a newly placed allocation.
     pub fn new(config: AllocRunnerConfig) -> Self {

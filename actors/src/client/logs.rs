@@ -317,6 +317,72 @@ pub fn read_from(
     Ok(LogChunk { data, next })
 }
 
+/// Bytes of one log file, for a stream that names the file each piece came
+/// from (the logs API's frames).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogSegment {
+    /// The file's index; `data` starts at `next.offset - data.len()` in it.
+    pub index: u32,
+    pub data: Vec<u8>,
+    pub next: LogPosition,
+}
+
+/// Reads up to `limit` bytes from the one file at `pos`. When that file is
+/// exhausted and a newer one exists (the writer rotated, so it will not
+/// grow again), reading moves on to the newer file; a file rotated away
+/// continues at the oldest one that remains. Empty `data` means the reader
+/// is at the end of what is written.
+pub fn read_segment(
+    dir: &Path,
+    task: &str,
+    kind: LogKind,
+    pos: LogPosition,
+    limit: usize,
+) -> io::Result<LogSegment> {
+    let indices = log_indices(dir, task, kind)?;
+    let mut at = pos;
+    if let Some(first) = indices.first() {
+        if at.index < *first {
+            at = LogPosition {
+                index: *first,
+                offset: 0,
+            };
+        }
+    }
+    let from = at.index;
+    for index in indices.iter().copied().filter(|i| *i >= from) {
+        if index > at.index {
+            at = LogPosition { index, offset: 0 };
+        }
+        let mut file = match File::open(log_path(dir, task, kind, index)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        file.seek(SeekFrom::Start(at.offset))?;
+        let mut data = Vec::new();
+        file.take(limit as u64).read_to_end(&mut data)?;
+        if !data.is_empty() {
+            let next = LogPosition {
+                index,
+                offset: at.offset + data.len() as u64,
+            };
+            return Ok(LogSegment { index, data, next });
+        }
+    }
+    Ok(LogSegment {
+        index: at.index,
+        data: Vec::new(),
+        next: at,
+    })
+}
+
+/// The name of a task's log file, as the logs API reports it relative to
+/// the allocation directory (`alloc/logs/<task>.<type>.<index>`).
+pub fn log_file_name(task: &str, kind: LogKind, index: u32) -> String {
+    format!("alloc/logs/{}{index}", file_prefix(task, kind))
+}
+
 /// Follows a task's log from `from`: yields new bytes as they are written,
 /// across rotations, checking every `poll`. Never ends on its own.
 pub fn follow_logs(
@@ -410,6 +476,42 @@ mod tests {
         assert_eq!(log_indices(&dir, "t", LogKind::Stderr).unwrap(), vec![0, 1]);
         let all = read_logs(tmp.path(), "t", LogKind::Stderr, 0, Origin::Start, 100).unwrap();
         assert_eq!(all.data, b"abcdefgh");
+    }
+
+    #[test]
+    fn segments_stay_within_one_file_and_move_on_after_rotation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = log_dir(tmp.path());
+        let mut log = RotatingLog::open(&dir, "s", LogKind::Stdout, &config(2))
+            .unwrap()
+            .with_max_bytes(4);
+        log.write_all(b"abcdef").unwrap(); // files 0 ("abcd") and 1 ("ef")
+        let first = read_segment(&dir, "s", LogKind::Stdout, LogPosition::default(), 100).unwrap();
+        assert_eq!((first.index, &first.data[..]), (0, &b"abcd"[..]));
+        let second = read_segment(&dir, "s", LogKind::Stdout, first.next, 100).unwrap();
+        assert_eq!((second.index, &second.data[..]), (1, &b"ef"[..]));
+        assert_eq!(
+            second.next,
+            LogPosition {
+                index: 1,
+                offset: 2
+            }
+        );
+        let idle = read_segment(&dir, "s", LogKind::Stdout, second.next, 100).unwrap();
+        assert!(idle.data.is_empty());
+        assert_eq!(
+            idle.next, second.next,
+            "waits at the end of the newest file"
+        );
+        // "gh" fills file 1; files 2 and 3 rotate 0 and 1 away: a reader
+        // left behind continues at the oldest file that remains.
+        log.write_all(b"ghijklmn").unwrap();
+        let late = read_segment(&dir, "s", LogKind::Stdout, first.next, 100).unwrap();
+        assert_eq!((late.index, &late.data[..]), (2, &b"ijkl"[..]));
+        assert_eq!(
+            log_file_name("s", LogKind::Stdout, 2),
+            "alloc/logs/s.stdout.2"
+        );
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@ mod errors;
 mod eval_alloc_routes;
 mod event_stream;
 pub mod filter;
+mod fs_routes;
 mod job_routes;
 mod metrics_routes;
 mod node_routes;
@@ -52,6 +53,7 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
     metrics_routes::install_recorder();
     let (host, port) = info.config.http_bind();
     let body_limit = info.config.limits.http_max_body_bytes;
+    let runs_client = info.config.client.enabled;
     let data = web::Data::from(info.clone());
     let server = actix_web::HttpServer::new(move || {
         App::new()
@@ -73,6 +75,11 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
             .configure(operator_routes::configure)
             .configure(system_routes::configure)
             .configure(event_stream::configure)
+            .configure(|cfg| {
+                if runs_client {
+                    fs_routes::configure(cfg)
+                }
+            })
             .default_service(web::to(errors::not_found))
     })
     .workers(2)
