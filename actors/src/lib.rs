@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod api_client;
+pub mod bench;
 pub mod blocked_evals;
 pub mod broker;
 pub mod cli;

@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod alloc;
 pub mod alloc_logs;
+pub mod bench;
 pub mod eval;
 pub mod job;
 pub mod monitor;
@@ -61,6 +62,8 @@ pub enum Command {
     Server(server::ServerArgs),
     /// Simulated nodes for scale tests (`sim nodes -count N -servers ADDR`).
     Sim(sim::SimArgs),
+    /// Load generators (`bench cluster`).
+    Bench(bench::BenchArgs),
 }
 
 /// Runs a parsed command and returns the process exit status.
@@ -74,6 +77,7 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::Operator(args) => operator::run(args, out),
         Command::Server(args) => server::run(args, out),
         Command::Sim(args) => sim::run(args),
+        Command::Bench(args) => bench::run(args, out),
     }
 }
 

@@ -71,6 +71,9 @@ pub struct SimConfig {
     pub flush_window: Duration,
     /// How long a blocking query on allocations waits at the server.
     pub watch_wait: Duration,
+    /// Whether nodes follow and run their allocations (default); off,
+    /// they only register and heartbeat.
+    pub watch_allocs: bool,
 }
 
 impl Default for SimConfig {
@@ -90,6 +93,7 @@ impl Default for SimConfig {
             max_in_flight: 128,
             flush_window: Duration::from_millis(250),
             watch_wait: Duration::from_secs(60),
+            watch_allocs: true,
         }
     }
 }
@@ -265,8 +269,12 @@ fn start_shard(
     counters: Arc<Counters>,
 ) -> std::io::Result<Shard> {
     let (tx, rx) = std::sync::mpsc::channel();
-    let (max_in_flight, watch_wait, flush_window) =
-        (config.max_in_flight, config.watch_wait, config.flush_window);
+    let (max_in_flight, watch_wait, flush_window, watch_allocs) = (
+        config.max_in_flight,
+        config.watch_wait,
+        config.flush_window,
+        config.watch_allocs,
+    );
     let thread = std::thread::Builder::new()
         .name(format!("herder-sim-{index}"))
         .spawn(move || {
@@ -277,6 +285,7 @@ fn start_shard(
                 let settings = Rc::new(node::NodeSettings {
                     watch_wait,
                     flush_window,
+                    watch_allocs,
                 });
                 for (node, server) in nodes {
                     let sim = node::SimNode::new(

@@ -26,6 +26,9 @@ pub struct NodeSettings {
     /// Status changes are batched for this long: one request per node per
     /// window at most.
     pub flush_window: Duration,
+    /// Whether nodes follow and run their allocations (a placement
+    /// benchmark's nodes only register and heartbeat).
+    pub watch_allocs: bool,
 }
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -162,7 +165,7 @@ impl SimNode {
                     }
                     let start_watch =
                         !std::mem::replace(&mut self.state.borrow_mut().watching, true);
-                    if start_watch {
+                    if start_watch && self.settings.watch_allocs {
                         actix_rt::spawn(self.clone().watch());
                     }
                     return ttl_of(&reply);

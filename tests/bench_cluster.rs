@@ -1,0 +1,48 @@
+//! The cluster load generator at CI size, as a correctness test (not a
+//! speed test): `herder bench cluster -preset ci` places 100 jobs x 200
+//! allocations on 500 simulated nodes through a real server process; every
+//! allocation must be placed, no node over-committed, and all of them
+//! still there after the server restarts on its data dir. The same for a
+//! system job fanned out onto every node.
+
+use herder_tests::herder_bin;
+use serde_json::Value;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> Value {
+    let output = Command::new(herder_bin())
+        .args(["bench", "cluster", "-verify", "-json"])
+        .args(args)
+        .output()
+        .expect("herder bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bench failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("report is JSON ({e}): {stdout}"))
+}
+
+#[test]
+fn ci_preset_places_everything_without_overcommit_and_it_survives_a_restart() {
+    let report = bench(&["-preset", "ci"]);
+    assert_eq!(report["expected_allocs"], 20_000);
+    assert_eq!(report["placed_allocs"], 20_000);
+    assert_eq!(report["all_placed"], true);
+    assert_eq!(report["overcommitted_nodes"], 0);
+    assert_eq!(report["allocs_after_restart"], 20_000);
+    assert_eq!(report["jobs_registered"], 100);
+    assert_eq!(report["evals_complete"], 100);
+    assert_eq!(report["evals_failed"], 0);
+}
+
+#[test]
+fn a_system_job_lands_once_on_every_node_and_survives_a_restart() {
+    let report = bench(&["-scenario", "system", "-nodes", "300"]);
+    assert_eq!(report["expected_allocs"], 300);
+    assert_eq!(report["placed_allocs"], 300);
+    assert_eq!(report["overcommitted_nodes"], 0);
+    assert_eq!(report["allocs_after_restart"], 300);
+}
