@@ -193,12 +193,18 @@ pub struct SimNodes {
 impl SimNodes {
     /// Builds the nodes and starts them registering (returns at once).
     pub fn start(config: SimConfig) -> Result<SimNodes, SimError> {
+        let nodes = build_nodes(&config);
+        SimNodes::start_nodes(config, nodes)
+    }
+
+    /// Starts given nodes (from [`build_nodes`]): starting the same nodes
+    /// again after `stop` is a machine that failed and came back.
+    pub fn start_nodes(config: SimConfig, nodes: Vec<Node>) -> Result<SimNodes, SimError> {
         if config.servers.is_empty() {
             return Err(SimError::Config("no server address given".into()));
         }
-        let threads = config.threads.clamp(1, config.count.max(1));
-        raise_file_limit(config.count, (config.max_in_flight * threads) as u64)?;
-        let nodes = build_nodes(&config);
+        let threads = config.threads.clamp(1, nodes.len().max(1));
+        raise_file_limit(nodes.len(), (config.max_in_flight * threads) as u64)?;
         let node_ids = nodes.iter().map(|n| n.id).collect();
         let servers: Vec<String> = config.servers.iter().map(|s| normalize(s)).collect();
         let counters = Arc::new(Counters::default());
