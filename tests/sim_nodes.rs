@@ -119,3 +119,46 @@ fn two_hundred_simulated_nodes_run_jobs_and_go_down_when_stopped() {
     wait_for(Duration::from_secs(30), || (down() == NODES).then_some(()))
         .unwrap_or_else(|| panic!("{} of {NODES} nodes down", down()));
 }
+
+#[test]
+fn simulated_nodes_register_again_with_a_server_that_lost_them() {
+    let short_heartbeats = |dir: &std::path::Path, port: u16| {
+        let mut config = server_config(dir);
+        config.ports.http = port;
+        config.server.min_heartbeat_ttl = Duration::from_secs(1);
+        config.server.heartbeat_grace = Duration::from_secs(1);
+        config.server.max_heartbeats_per_second = 1000.0;
+        config
+    };
+    let first_dir = temp_dir();
+    let first = TestAgent::start(short_heartbeats(first_dir.path(), 0), false);
+    let port = first.addr.port();
+    let sim = SimNodes::start(SimConfig {
+        count: 20,
+        servers: vec![first.url("")],
+        ..SimConfig::default()
+    })
+    .expect("simulation starts");
+    wait_for(Duration::from_secs(30), || {
+        (sim.stats().registered == 20).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}", sim.stats()));
+    first.stop();
+
+    // A new server on the same address with fresh state: heartbeats get
+    // 404 and every node registers again.
+    let second_dir = temp_dir();
+    let second = TestAgent::start(short_heartbeats(second_dir.path(), port), false);
+    let store = second.server.as_ref().unwrap().store.clone();
+    wait_for(Duration::from_secs(60), || {
+        let snap = store.snapshot();
+        let ready = snap
+            .nodes()
+            .filter(|n| n.status == NodeStatus::Ready)
+            .count();
+        (ready == 20).then_some(())
+    })
+    .unwrap_or_else(|| panic!("nodes at the new server: {}", store.snapshot().node_count()));
+    assert!(sim.stats().reregistrations >= 20, "{}", sim.stats());
+    sim.stop();
+}

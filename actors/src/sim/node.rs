@@ -102,9 +102,11 @@ impl SimNode {
         let mut ttl = self.register_until_accepted().await;
         let mut failures = 0;
         loop {
-            // Spread over [0.35, 0.5) of the TTL: well before it expires,
-            // and nodes registered together drift apart.
-            let factor = rand::thread_rng().gen_range(0.35..0.5);
+            // Spread over [0.5, 0.9) of the TTL: before it expires (the
+            // server adds its grace on top), close enough to it that the
+            // rate stays near what the server sized the TTL for, and nodes
+            // registered together drift apart.
+            let factor = rand::thread_rng().gen_range(0.5..0.9);
             tokio::time::sleep(ttl.mul_f64(factor)).await;
             match self.heartbeat().await {
                 Ok(new_ttl) => {
