@@ -3,7 +3,8 @@
 //! allocations on 500 simulated nodes through a real server process; every
 //! allocation must be placed, no node over-committed, and all of them
 //! still there after the server restarts on its data dir. The same for a
-//! system job fanned out onto every node.
+//! system job fanned out onto every node, and with 5% of the nodes failing
+//! and returning mid-run (every lost allocation replaced).
 
 use herder_tests::herder_bin;
 use serde_json::Value;
@@ -45,4 +46,21 @@ fn a_system_job_lands_once_on_every_node_and_survives_a_restart() {
     assert_eq!(report["placed_allocs"], 300);
     assert_eq!(report["overcommitted_nodes"], 0);
     assert_eq!(report["allocs_after_restart"], 300);
+}
+
+#[test]
+fn churn_loses_allocations_that_are_all_replaced_without_overcommit() {
+    let report = bench(&["-preset", "ci", "-churn", "5"]);
+    assert_eq!(report["churned_nodes"], 25);
+    assert!(
+        report["lost_allocs"].as_u64().unwrap_or(0) > 0,
+        "failed nodes lose their allocations: {report}"
+    );
+    assert_eq!(report["placed_allocs"], 20_000, "every lost one replaced");
+    assert_eq!(report["all_placed"], true);
+    assert_eq!(report["overcommitted_nodes"], 0);
+    assert_eq!(
+        report["allocs_after_restart"],
+        report["allocs_before_restart"]
+    );
 }

@@ -71,6 +71,10 @@ pub struct BenchConfig {
     pub verify: bool,
     /// Restart the started server on its data dir and check what survived.
     pub restart: bool,
+    /// Percent of the nodes that fail (stop heartbeating) once half the
+    /// jobs are sent and come back once the server has marked them down
+    /// (0: none).
+    pub churn_percent: u32,
 }
 
 impl BenchConfig {
@@ -124,7 +128,13 @@ pub struct Report {
     pub server_cpu_secs: Option<f64>,
     pub server_peak_rss_mib: Option<f64>,
     pub overcommitted_nodes: Option<usize>,
+    /// Nodes that failed and came back during the run.
+    pub churned_nodes: usize,
+    /// Allocations the server marked lost on failed nodes.
+    pub lost_allocs: u64,
     pub restart_secs: Option<f64>,
+    /// Rows in the allocations table when the run ended (lost ones too).
+    pub allocs_before_restart: u64,
     pub allocs_after_restart: Option<u64>,
 }
 
@@ -153,9 +163,10 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
             temp.path().to_path_buf()
         }
     };
+    let env = server_env(config);
     let server = match &config.address {
         Some(_) => None,
-        None => Some(ServerProcess::start(&config.binary, &data_dir, &[])?),
+        None => Some(ServerProcess::start(&config.binary, &data_dir, &env)?),
     };
     let address = match (&server, &config.address) {
         (Some(s), _) => s.address.clone(),
@@ -170,13 +181,22 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
         expected_allocs: config.expected_allocs(),
         ..Report::default()
     };
-    let sim = register_nodes(config, &address, &client, &mut report, progress)?;
+    let (sim, mut churn) = register_nodes(config, &address, &client, &mut report, progress)?;
     let base = MetricsView::read(&client)?;
     let bodies = job_bodies(config);
-    let placed = place(config, &client, &bodies, &base, &mut report, progress)?;
+    let placed = place(
+        config,
+        &client,
+        &bodies,
+        &base,
+        &mut churn,
+        &mut report,
+        progress,
+    )?;
     report.placed_allocs = placed;
     read_evaluations(&client, &mut report)?;
     read_metrics(&client, &base, &mut report)?;
+    report.allocs_before_restart = MetricsView::read(&client)?.gauge("herder_state_allocs") as u64;
     if config.verify {
         report.overcommitted_nodes = Some(observe::overcommitted_nodes(
             &client,
@@ -185,13 +205,14 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
         )?);
     }
     sim.stop();
+    drop(churn);
     if let Some(server) = server {
         report.server_cpu_secs = server.cpu_time().map(|d| d.as_secs_f64());
         report.server_peak_rss_mib = server.peak_rss_bytes().map(|b| b as f64 / 1048576.0);
         if config.restart {
             progress("restarting the server on its data dir");
             server.stop();
-            let again = ServerProcess::start(&config.binary, &data_dir, &[])?;
+            let again = ServerProcess::start(&config.binary, &data_dir, &env)?;
             report.restart_secs = Some(again.start_time.as_secs_f64());
             let view = MetricsView::read(&api_client(&again.address)?)?;
             report.allocs_after_restart = Some(view.gauge("herder_state_allocs") as u64);
@@ -210,46 +231,153 @@ fn api_client(address: &str) -> Result<ApiClient, BenchError> {
     })?)
 }
 
-/// Starts the simulated nodes and waits until the server holds them all
-/// ready.
-fn register_nodes(
-    config: &BenchConfig,
-    address: &str,
-    client: &ApiClient,
-    report: &mut Report,
-    progress: &dyn Fn(&str),
-) -> Result<SimNodes, BenchError> {
-    let started = Instant::now();
-    let sim = SimNodes::start(SimConfig {
-        count: config.nodes,
+/// Server settings of a run: with churn, short heartbeats so failed nodes
+/// are noticed in seconds, at a heartbeat rate the server can carry.
+fn server_env(config: &BenchConfig) -> Vec<(String, String)> {
+    if config.churn_percent == 0 {
+        return Vec::new();
+    }
+    let rate = (config.nodes / 5).max(50);
+    vec![
+        ("HERDER_SERVER__MIN_HEARTBEAT_TTL".into(), "5s".into()),
+        ("HERDER_SERVER__HEARTBEAT_GRACE".into(), "2s".into()),
+        (
+            "HERDER_SERVER__MAX_HEARTBEATS_PER_SECOND".into(),
+            rate.to_string(),
+        ),
+    ]
+}
+
+fn sim_config(config: &BenchConfig, address: &str, count: usize, prefix: &str) -> SimConfig {
+    SimConfig {
+        count,
         servers: vec![address.to_string()],
         datacenters: config.shape.datacenters.clone(),
         classes: config.shape.classes.clone(),
         racks: config.shape.racks,
         cpu_mhz: config.node_cpu_mhz,
         memory_mb: config.node_memory_mb,
-        name_prefix: "bench".into(),
+        name_prefix: prefix.into(),
         threads: config.sim_threads,
         watch_allocs: false,
         ..SimConfig::default()
-    })?;
-    let deadline = started + config.timeout;
+    }
+}
+
+/// Starts the simulated nodes (the churning ones apart) and waits until
+/// the server holds them all ready.
+fn register_nodes(
+    config: &BenchConfig,
+    address: &str,
+    client: &ApiClient,
+    report: &mut Report,
+    progress: &dyn Fn(&str),
+) -> Result<(SimNodes, Churn), BenchError> {
+    let started = Instant::now();
+    let churning = config.nodes * config.churn_percent as usize / 100;
+    let sim = SimNodes::start(sim_config(
+        config,
+        address,
+        config.nodes - churning,
+        "bench",
+    ))?;
+    let churn = Churn::start(sim_config(config, address, churning, "churn"))?;
+    wait_for_ready(client, config.nodes, started + config.timeout, progress)?;
+    report.node_registration_secs = started.elapsed().as_secs_f64();
+    Ok((sim, churn))
+}
+
+fn wait_for_ready(
+    client: &ApiClient,
+    nodes: usize,
+    deadline: Instant,
+    progress: &dyn Fn(&str),
+) -> Result<(), BenchError> {
     loop {
         let ready = observe::ready_nodes(client)?;
-        progress(&format!("nodes ready {ready}/{}", config.nodes));
-        if ready >= config.nodes {
-            break;
+        progress(&format!("nodes ready {ready}/{nodes}"));
+        if ready >= nodes {
+            return Ok(());
         }
         if Instant::now() > deadline {
             return Err(BenchError::Setup(format!(
-                "only {ready} of {} nodes were ready after {:?}",
-                config.nodes, config.timeout
+                "only {ready} of {nodes} nodes were ready in time"
             )));
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    report.node_registration_secs = started.elapsed().as_secs_f64();
-    Ok(sim)
+}
+
+/// The nodes that fail and come back: running, failed (silent until the
+/// server marks them down), back.
+struct Churn {
+    config: SimConfig,
+    nodes: Vec<herder::structs::Node>,
+    running: Option<SimNodes>,
+    phase: ChurnPhase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChurnPhase {
+    Up,
+    Failed,
+    Back,
+}
+
+impl Churn {
+    fn start(config: SimConfig) -> Result<Churn, BenchError> {
+        let nodes = crate::sim::build_nodes(&config);
+        let running = if nodes.is_empty() {
+            None
+        } else {
+            Some(SimNodes::start_nodes(config.clone(), nodes.clone())?)
+        };
+        Ok(Churn {
+            config,
+            nodes,
+            running,
+            phase: ChurnPhase::Up,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Advances the churn: fail once half the jobs are sent; come back
+    /// once the server shows every failed node down.
+    fn step(
+        &mut self,
+        jobs_sent: usize,
+        jobs: usize,
+        client: &ApiClient,
+    ) -> Result<(), BenchError> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        match self.phase {
+            ChurnPhase::Up if jobs_sent * 2 >= jobs => {
+                if let Some(sim) = self.running.take() {
+                    sim.stop();
+                }
+                self.phase = ChurnPhase::Failed;
+            }
+            ChurnPhase::Failed if observe::down_nodes(client)? >= self.nodes.len() => {
+                self.running = Some(SimNodes::start_nodes(
+                    self.config.clone(),
+                    self.nodes.clone(),
+                )?);
+                self.phase = ChurnPhase::Back;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the churn has run its course.
+    fn settled(&self) -> bool {
+        self.is_empty() || self.phase == ChurnPhase::Back
+    }
 }
 
 fn job_bodies(config: &BenchConfig) -> Vec<serde_json::Value> {
@@ -271,6 +399,7 @@ fn place(
     client: &ApiClient,
     bodies: &[serde_json::Value],
     base: &MetricsView,
+    churn: &mut Churn,
     report: &mut Report,
     progress: &dyn Fn(&str),
 ) -> Result<u64, BenchError> {
@@ -282,17 +411,27 @@ fn place(
     let mut placed;
     loop {
         let view = MetricsView::read(client)?;
-        placed = (view.gauge("herder_state_allocs") as u64).saturating_sub(already);
+        let sent = submitted.done.load(Ordering::Relaxed);
+        churn.step(sent, bodies.len(), client)?;
+        placed = if churn.is_empty() {
+            (view.gauge("herder_state_allocs") as u64).saturating_sub(already)
+        } else {
+            // Lost allocations and their replacements both count in the
+            // table: count what runs (or is starting) instead.
+            observe::live_allocs(client)?
+        };
         queue_max = queue_max.max(view.gauge("herder_plan_queue_depth"));
         let secs = started.elapsed().as_secs_f64();
         progress(&format!(
             "{} placed {placed}/{expected} ({:.0}/s), jobs sent {}/{}",
             observe::bar(placed, expected),
             placed as f64 / secs.max(1e-9),
-            submitted.done.load(Ordering::Relaxed),
+            sent,
             bodies.len()
         ));
-        if placed >= expected || started.elapsed() > config.timeout {
+        if (placed >= expected && churn.settled() && sent == bodies.len())
+            || started.elapsed() > config.timeout
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -306,6 +445,10 @@ fn place(
     report.job_register_secs = register_secs;
     report.jobs_per_sec = sent as f64 / register_secs.max(1e-9);
     report.all_placed = placed >= expected;
+    report.churned_nodes = churn.nodes.len();
+    if !churn.is_empty() {
+        report.lost_allocs = observe::lost_allocs(client)?;
+    }
     report.placement_secs = elapsed;
     report.placements_per_sec = placed as f64 / elapsed.max(1e-9);
     report.plan_queue_depth_max = queue_max;

@@ -106,6 +106,55 @@ pub fn ready_nodes(client: &ApiClient) -> Result<usize, ApiError> {
     Ok(nodes.iter().filter(|n| n.status == "ready").count())
 }
 
+/// How many nodes the server holds down.
+pub fn down_nodes(client: &ApiClient) -> Result<usize, ApiError> {
+    let nodes: Vec<NodeStub> = get_json(client, "/v1/nodes")?;
+    Ok(nodes.iter().filter(|n| n.status == "down").count())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct GroupSummary {
+    starting: u64,
+    running: u64,
+    lost: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+struct JobSummaryView {
+    summary: HashMap<String, GroupSummary>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobStub {
+    #[serde(default)]
+    job_summary: Option<JobSummaryView>,
+}
+
+fn group_summaries(client: &ApiClient) -> Result<Vec<GroupSummary>, ApiError> {
+    let jobs: Vec<JobStub> = get_json(client, "/v1/jobs")?;
+    Ok(jobs
+        .into_iter()
+        .filter_map(|j| j.job_summary)
+        .flat_map(|s| s.summary.into_values())
+        .collect())
+}
+
+/// Allocations starting or running, over every job's summary.
+pub fn live_allocs(client: &ApiClient) -> Result<u64, ApiError> {
+    Ok(group_summaries(client)?
+        .iter()
+        .map(|g| g.starting + g.running)
+        .sum())
+}
+
+/// Allocations marked lost, over every job's summary.
+pub fn lost_allocs(client: &ApiClient) -> Result<u64, ApiError> {
+    Ok(group_summaries(client)?.iter().map(|g| g.lost).sum())
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct EvalView {

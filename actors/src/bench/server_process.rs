@@ -43,6 +43,14 @@ impl ServerProcess {
         env: &[(String, String)],
     ) -> Result<ServerProcess, ServerProcessError> {
         let started = Instant::now();
+        // The server's own log (warnings such as nodes marked down during
+        // churn) goes into its data dir, not over the progress line.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(data_dir.join("server.log"))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null());
         let mut child = Command::new(binary)
             .args(["agent", "-server", "-http-port", "0", "-log-level", "warn"])
             .arg("-data-dir")
@@ -50,7 +58,7 @@ impl ServerProcess {
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .map_err(|source| ServerProcessError::Spawn {
                 binary: binary.to_path_buf(),

@@ -88,6 +88,10 @@ pub struct ClusterArgs {
     /// Read every allocation back and check no node is over-committed.
     #[arg(long)]
     pub verify: bool,
+    /// Percent of nodes that fail once half the jobs are sent and return
+    /// once the server has marked them down.
+    #[arg(long, default_value_t = 0)]
+    pub churn: u32,
     /// Do not restart the server on its data dir at the end.
     #[arg(long = "no-restart")]
     pub no_restart: bool,
@@ -124,7 +128,11 @@ fn cluster(args: ClusterArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     } else {
         write_table(&report, out)?;
     }
-    let ok = report.all_placed && report.overcommitted_nodes.unwrap_or(0) == 0;
+    let ok = report.all_placed
+        && report.overcommitted_nodes.unwrap_or(0) == 0
+        && report
+            .allocs_after_restart
+            .is_none_or(|n| n == report.allocs_before_restart);
     Ok(if ok { 0 } else { 1 })
 }
 
@@ -157,6 +165,7 @@ fn config_of(args: &ClusterArgs) -> anyhow::Result<BenchConfig> {
         timeout: args.timeout,
         verify: args.verify,
         restart: !args.no_restart,
+        churn_percent: args.churn.min(100),
     })
 }
 
@@ -223,13 +232,21 @@ fn write_table(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
         ("Server CPU", opt(r.server_cpu_secs, "s")),
         ("Server peak RSS", opt(r.server_peak_rss_mib, " MiB")),
         (
+            "Churned nodes (allocations lost)",
+            format!("{} ({})", r.churned_nodes, r.lost_allocs),
+        ),
+        (
             "Over-committed nodes",
             r.overcommitted_nodes.map_or("-".into(), |n| n.to_string()),
         ),
         ("Restart", opt(r.restart_secs, "s")),
         (
-            "Allocations after restart",
-            r.allocs_after_restart.map_or("-".into(), |n| n.to_string()),
+            "Allocations before / after restart",
+            format!(
+                "{} / {}",
+                r.allocs_before_restart,
+                r.allocs_after_restart.map_or("-".into(), |n| n.to_string())
+            ),
         ),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
