@@ -238,6 +238,8 @@ impl<'p> GenericScheduler<'p> {
         place: Vec<PlaceRequest>,
     ) {
         let (nodes, by_dc) = ready_nodes(&*ctx.state, job);
+        // One copy per evaluation, shared by every placement's metrics.
+        let by_dc = Arc::new(by_dc);
         ctx.reserve_usage(nodes.len().min(32 * (place.len() + destructive.len())));
         stack.set_nodes(nodes);
         let template = AllocTemplate::new(job, eval);

@@ -21,12 +21,12 @@ use super::rank::{assign_ports, fit_score, GroupAsk};
 use super::util::FastMap;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
-    NodeScoreMeta, SchedulerAlgorithm, TaskGroup,
+    NodeScoreMeta, SchedulerAlgorithm, ScoreMap, TaskGroup,
 };
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Candidates with a final score at or below this may be skipped.
@@ -83,23 +83,17 @@ impl Scores {
         present.iter().sum::<f64>() / present.len() as f64
     }
 
-    fn to_map(self, final_score: f64) -> BTreeMap<String, f64> {
-        let mut m = BTreeMap::new();
-        m.insert("binpack".to_string(), self.binpack);
+    fn to_map(self, final_score: f64) -> ScoreMap {
         let named = [
+            ("binpack", Some(self.binpack)),
             ("job-anti-affinity", self.job_anti_affinity),
             ("node-reschedule-penalty", self.reschedule_penalty),
             ("node-affinity", self.node_affinity),
             ("allocation-spread", self.spread),
             ("preemption", self.preemption),
+            ("normalized-score", Some(final_score)),
         ];
-        for (name, v) in named {
-            if let Some(v) = v {
-                m.insert(name.to_string(), v);
-            }
-        }
-        m.insert("normalized-score".to_string(), final_score);
-        m
+        ScoreMap::from_entries(named.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))))
     }
 }
 

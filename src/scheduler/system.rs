@@ -118,6 +118,8 @@ impl<'p> SystemScheduler<'p> {
             Some(j) => ready_nodes(&*self.state, j),
             None => (Vec::new(), BTreeMap::new()),
         };
+        // One copy per evaluation, shared by every placement's metrics.
+        let by_dc = Arc::new(by_dc);
         let index = self.state.latest_index();
         let plan = make_plan(eval, job.as_ref(), index);
         let mut ctx = EvalContext::new(self.state.clone(), plan, job.as_deref(), self.now);
@@ -162,7 +164,7 @@ impl<'p> SystemScheduler<'p> {
         ctx: &mut EvalContext,
         stack: Option<&mut Stack>,
         nodes: Vec<Arc<Node>>,
-        by_dc: &BTreeMap<String, u64>,
+        by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
         let state = ctx.state.clone();
         let allocs = state.allocs_by_job(&eval.namespace, &eval.job_id);
@@ -263,7 +265,7 @@ impl<'p> SystemScheduler<'p> {
         ctx: &mut EvalContext,
         stack: &mut Stack,
         place: &[AllocTuple],
-        by_dc: &BTreeMap<String, u64>,
+        by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
         let template = AllocTemplate::new(job, eval);
         let opts = SelectOptions {
@@ -320,7 +322,7 @@ impl<'p> SystemScheduler<'p> {
         ctx: &mut EvalContext,
         tg: &TaskGroup,
         node: &Node,
-        by_dc: &BTreeMap<String, u64>,
+        by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
         if ctx.metrics.nodes_filtered > 0 {
             if let Some(q) = self.queued.get_mut(&tg.name) {

@@ -20,7 +20,7 @@ pub mod version;
 
 pub use alloc::{
     AllocMetric, Allocation, ClientStatus, DesiredStatus, DesiredTransition, NodeScoreMeta,
-    RescheduleEvent, RescheduleTracker, TaskEvent, TaskState,
+    RescheduleEvent, RescheduleTracker, ScoreMap, TaskEvent, TaskState,
 };
 pub use eval::{EvalStatus, Evaluation, TriggeredBy};
 pub use job::{

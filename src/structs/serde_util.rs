@@ -33,6 +33,11 @@ pub mod nullable {
             self.is_empty()
         }
     }
+    impl<T: IsEmpty> IsEmpty for std::sync::Arc<T> {
+        fn is_empty_collection(&self) -> bool {
+            (**self).is_empty_collection()
+        }
+    }
     impl<K, V> IsEmpty for super::super::VecMap<K, V> {
         fn is_empty_collection(&self) -> bool {
             self.is_empty()
