@@ -720,10 +720,15 @@ impl WorkerLoop {
         let start = Instant::now();
         let joined = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
+            let cpu_before = thread_cpu_time();
             let state: Arc<dyn State> = Arc::new(snapshot);
             let result = factory
                 .build(&eval, state, &mut bridge, unix_nanos_now())
                 .and_then(|mut scheduler| scheduler.process(&eval));
+            // On-CPU time of this thread: the scheduling itself, without
+            // the waits for plans and evaluation writes to be durable.
+            metrics::histogram!("herder.worker.scheduler_cpu_seconds")
+                .record(thread_cpu_time().saturating_sub(cpu_before).as_secs_f64());
             (result, bridge.backoff)
         })
         .await;
@@ -751,6 +756,22 @@ impl WorkerLoop {
             Err(e) => tracing::error!(error = %e, "failed to nack evaluation"),
         }
     }
+}
+
+/// CPU time the calling thread has used so far.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// Waits on a blocking thread for the store to apply `index`.
