@@ -105,71 +105,197 @@ fn format_version(raw_meta: &[u8]) -> Result<u32, StoreError> {
         })
 }
 
+/// One row read back and decoded.
+enum LoadedRow {
+    Meta(Meta),
+    Job(JobKey, Job),
+    JobVersion(JobVersionKey, Job),
+    JobSummary(JobKey, JobSummary),
+    Alloc(Allocation),
+    Eval(Evaluation),
+    Node(Node),
+    SchedulerConfig(SchedulerConfiguration),
+}
+
+/// Rows per batch handed between the loading threads.
+const LOAD_BATCH: usize = 512;
+
+/// Reads every row back into tables. Decoding JSON is most of a restart's
+/// work, so it runs on one thread per CPU: one thread walks the tree in
+/// batches, decoders turn batches into rows, and this thread inserts them
+/// (the tables are maps, so arrival order does not matter).
 fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
+    let decoders = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    let (raw_tx, raw_rx) =
+        std::sync::mpsc::sync_channel::<Vec<(sled::IVec, sled::IVec)>>(decoders * 2);
+    let raw_rx = std::sync::Mutex::new(raw_rx);
+    let (rows_tx, rows_rx) =
+        std::sync::mpsc::sync_channel::<Result<Vec<LoadedRow>, StoreError>>(decoders * 2);
     let mut t = Tables::default();
-    for entry in db.iter() {
-        let (key, value) = entry?;
-        let Some((&prefix, rest)) = key.split_first() else {
-            return Err(corrupt(&key, "empty key"));
-        };
-        match prefix {
-            b'm' => {
-                let meta: Meta = parse(&key, &value)?;
-                t.latest_index = meta.last_index;
-                for table in Table::ALL {
-                    let index = meta.table_indexes.get(table.name()).copied();
-                    t.table_indexes[table.slot()] = index.unwrap_or(0);
+    let mut failure = None;
+    std::thread::scope(|scope| {
+        let reader_tx = rows_tx.clone();
+        scope.spawn(move || read_batches(db, raw_tx, reader_tx));
+        for _ in 0..decoders {
+            let (raw_rx, rows_tx) = (&raw_rx, rows_tx.clone());
+            scope.spawn(move || decode_batches(raw_rx, rows_tx));
+        }
+        drop(rows_tx);
+        // Keep draining after a failure so no thread blocks on a full
+        // channel; the first error is the answer.
+        for batch in rows_rx {
+            match batch {
+                Ok(rows) if failure.is_none() => {
+                    rows.into_iter().for_each(|r| insert_row(&mut t, r))
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    failure.get_or_insert(e);
                 }
             }
-            JOB => {
-                let job: Job = parse(&key, &value)?;
-                check_key(&key, &encode_key(&RowKey::Job(JobKey::of_job(&job))))?;
-                t.jobs.insert(JobKey::of_job(&job), Arc::new(job));
-            }
-            JOB_VERSION => {
-                let job: Job = parse(&key, &value)?;
-                let version_key = JobVersionKey {
-                    job: JobKey::of_job(&job),
-                    version: job.version,
-                };
-                check_key(&key, &encode_key(&RowKey::JobVersion(version_key.clone())))?;
-                t.job_versions.insert(version_key, Arc::new(job));
-            }
-            JOB_SUMMARY => {
-                let summary: JobSummary = parse(&key, &value)?;
-                let job = JobKey::new(&summary.namespace, &summary.job_id);
-                check_key(&key, &encode_key(&RowKey::JobSummary(job.clone())))?;
-                t.job_summaries.insert(job, Arc::new(summary));
-            }
-            ALLOC => {
-                let alloc: Allocation = parse(&key, &value)?;
-                let expected = RowKey::Alloc {
-                    create_index: alloc.create_index,
-                    id: alloc.id,
-                };
-                check_key(&key, &encode_key(&expected))
-                    .map_err(|_| corrupt(&key, "the row's ID does not match its key"))?;
-                t.allocs.insert(alloc.id, Arc::new(alloc));
-            }
-            EVAL => {
-                let eval: Evaluation = parse(&key, &value)?;
-                check_id(&key, rest, eval.id)?;
-                t.evals.insert(eval.id, Arc::new(eval));
-            }
-            NODE => {
-                let node: Node = parse(&key, &value)?;
-                check_id(&key, rest, node.id)?;
-                t.nodes.insert(node.id, Arc::new(node));
-            }
-            SCHEDULER_CONFIG => {
-                let config: SchedulerConfiguration = parse(&key, &value)?;
-                t.scheduler_config = Some(Arc::new(config));
-            }
-            _ => return Err(corrupt(&key, "unknown table prefix")),
         }
+    });
+    if let Some(e) = failure {
+        return Err(e);
     }
     t.rebuild_indexes();
     Ok(t)
+}
+
+/// Walks the tree and hands out raw rows in batches.
+fn read_batches(
+    db: &sled::Db,
+    raw_tx: std::sync::mpsc::SyncSender<Vec<(sled::IVec, sled::IVec)>>,
+    errors: std::sync::mpsc::SyncSender<Result<Vec<LoadedRow>, StoreError>>,
+) {
+    let mut batch = Vec::with_capacity(LOAD_BATCH);
+    for entry in db.iter() {
+        match entry {
+            Ok(row) => batch.push(row),
+            Err(e) => {
+                let _ = errors.send(Err(e.into()));
+                return;
+            }
+        }
+        if batch.len() == LOAD_BATCH {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(LOAD_BATCH));
+            if raw_tx.send(full).is_err() {
+                return;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = raw_tx.send(batch);
+    }
+}
+
+/// Decodes raw batches until the reader is done.
+fn decode_batches(
+    raw_rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Vec<(sled::IVec, sled::IVec)>>>,
+    rows_tx: std::sync::mpsc::SyncSender<Result<Vec<LoadedRow>, StoreError>>,
+) {
+    loop {
+        // The lock is held only to take the next batch.
+        let next = match raw_rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(batch) = next else {
+            return;
+        };
+        let decoded = batch
+            .iter()
+            .map(|(key, value)| decode_row(key, value))
+            .collect::<Result<Vec<_>, _>>();
+        if rows_tx.send(decoded).is_err() {
+            return;
+        }
+    }
+}
+
+fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
+    let Some((&prefix, rest)) = key.split_first() else {
+        return Err(corrupt(key, "empty key"));
+    };
+    Ok(match prefix {
+        b'm' => LoadedRow::Meta(parse(key, value)?),
+        JOB => {
+            let job: Job = parse(key, value)?;
+            let job_key = JobKey::of_job(&job);
+            check_key(key, &encode_key(&RowKey::Job(job_key.clone())))?;
+            LoadedRow::Job(job_key, job)
+        }
+        JOB_VERSION => {
+            let job: Job = parse(key, value)?;
+            let version_key = JobVersionKey {
+                job: JobKey::of_job(&job),
+                version: job.version,
+            };
+            check_key(key, &encode_key(&RowKey::JobVersion(version_key.clone())))?;
+            LoadedRow::JobVersion(version_key, job)
+        }
+        JOB_SUMMARY => {
+            let summary: JobSummary = parse(key, value)?;
+            let job = JobKey::new(&summary.namespace, &summary.job_id);
+            check_key(key, &encode_key(&RowKey::JobSummary(job.clone())))?;
+            LoadedRow::JobSummary(job, summary)
+        }
+        ALLOC => {
+            let alloc: Allocation = parse(key, value)?;
+            let expected = RowKey::Alloc {
+                create_index: alloc.create_index,
+                id: alloc.id,
+            };
+            check_key(key, &encode_key(&expected))
+                .map_err(|_| corrupt(key, "the row's ID does not match its key"))?;
+            LoadedRow::Alloc(alloc)
+        }
+        EVAL => {
+            let eval: Evaluation = parse(key, value)?;
+            check_id(key, rest, eval.id)?;
+            LoadedRow::Eval(eval)
+        }
+        NODE => {
+            let node: Node = parse(key, value)?;
+            check_id(key, rest, node.id)?;
+            LoadedRow::Node(node)
+        }
+        SCHEDULER_CONFIG => LoadedRow::SchedulerConfig(parse(key, value)?),
+        _ => return Err(corrupt(key, "unknown table prefix")),
+    })
+}
+
+fn insert_row(t: &mut Tables, row: LoadedRow) {
+    match row {
+        LoadedRow::Meta(meta) => {
+            t.latest_index = meta.last_index;
+            for table in Table::ALL {
+                let index = meta.table_indexes.get(table.name()).copied();
+                t.table_indexes[table.slot()] = index.unwrap_or(0);
+            }
+        }
+        LoadedRow::Job(key, job) => {
+            t.jobs.insert(key, Arc::new(job));
+        }
+        LoadedRow::JobVersion(key, job) => {
+            t.job_versions.insert(key, Arc::new(job));
+        }
+        LoadedRow::JobSummary(key, summary) => {
+            t.job_summaries.insert(key, Arc::new(summary));
+        }
+        LoadedRow::Alloc(alloc) => {
+            t.allocs.insert(alloc.id, Arc::new(alloc));
+        }
+        LoadedRow::Eval(eval) => {
+            t.evals.insert(eval.id, Arc::new(eval));
+        }
+        LoadedRow::Node(node) => {
+            t.nodes.insert(node.id, Arc::new(node));
+        }
+        LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
+    }
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {

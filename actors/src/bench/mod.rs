@@ -72,8 +72,8 @@ pub struct BenchConfig {
     /// Restart the started server on its data dir and check what survived.
     pub restart: bool,
     /// Percent of the nodes that fail (stop heartbeating) once half the
-    /// jobs are sent and come back once the server has marked them down
-    /// (0: none).
+    /// allocations are placed and come back once the server has marked
+    /// them down (0: none).
     pub churn_percent: u32,
 }
 
@@ -349,19 +349,14 @@ impl Churn {
         self.nodes.is_empty()
     }
 
-    /// Advances the churn: fail once half the jobs are sent; come back
-    /// once the server shows every failed node down.
-    fn step(
-        &mut self,
-        jobs_sent: usize,
-        jobs: usize,
-        client: &ApiClient,
-    ) -> Result<(), BenchError> {
+    /// Advances the churn: fail once half the allocations are placed;
+    /// come back once the server shows every failed node down.
+    fn step(&mut self, placed: u64, expected: u64, client: &ApiClient) -> Result<(), BenchError> {
         if self.is_empty() {
             return Ok(());
         }
         match self.phase {
-            ChurnPhase::Up if jobs_sent * 2 >= jobs => {
+            ChurnPhase::Up if placed * 2 >= expected => {
                 if let Some(sim) = self.running.take() {
                     sim.stop();
                 }
@@ -417,7 +412,6 @@ fn place(
     loop {
         let view = MetricsView::read(client)?;
         let sent = submitted.done.load(Ordering::Relaxed);
-        churn.step(sent, bodies.len(), client)?;
         placed = if churn.is_empty() {
             (view.gauge("herder_state_allocs") as u64).saturating_sub(already)
         } else {
@@ -425,6 +419,7 @@ fn place(
             // table: count what runs (or is starting) instead.
             observe::live_allocs(client)?
         };
+        churn.step(placed, expected, client)?;
         queue_max = queue_max.max(view.gauge("herder_plan_queue_depth"));
         let secs = started.elapsed().as_secs_f64();
         progress(&format!(

@@ -88,8 +88,8 @@ pub struct ClusterArgs {
     /// Read every allocation back and check no node is over-committed.
     #[arg(long)]
     pub verify: bool,
-    /// Percent of nodes that fail once half the jobs are sent and return
-    /// once the server has marked them down.
+    /// Percent of nodes that fail once half the allocations are placed and
+    /// return once the server has marked them down.
     #[arg(long, default_value_t = 0)]
     pub churn: u32,
     /// Do not restart the server on its data dir at the end.
