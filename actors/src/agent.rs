@@ -46,6 +46,10 @@ pub struct AgentInfo {
     pub http_addr: std::sync::OnceLock<SocketAddr>,
     /// The server's parts, when this agent runs a server.
     pub server: Option<ServerHandle>,
+    /// Turns true when the agent starts shutting down: parked blocking
+    /// queries answer at once instead of holding the HTTP server's
+    /// graceful stop for their whole wait.
+    pub shutting_down: tokio::sync::watch::Sender<bool>,
 }
 
 /// A running agent.
@@ -77,6 +81,7 @@ impl Agent {
             started_at: SystemTime::now(),
             http_addr: std::sync::OnceLock::new(),
             server: server.as_ref().map(|s| s.handle().clone()),
+            shutting_down: tokio::sync::watch::Sender::new(false),
         });
         let http = match http::start(info.clone()).await {
             Ok(http) => http,
@@ -143,6 +148,7 @@ impl Agent {
                 })
                 .await;
         }
+        self.info.shutting_down.send_replace(true);
         self.http.stop().await;
         if let Some(server) = self.server {
             server.stop().await;

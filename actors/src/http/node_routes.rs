@@ -107,7 +107,7 @@ async fn node_allocs(
     if q.index > 0 {
         let changed = store.watch_node_allocs(id, q.index);
         // A timeout answers with the current list, as any blocking query.
-        let _ = tokio::time::timeout(q.wait_with_jitter(), changed).await;
+        q.park(changed).await;
     }
     let snap = store.snapshot();
     let index = node_allocs_index(&snap, &id).max(1);

@@ -35,6 +35,8 @@ pub struct QueryOptions {
     /// `*` lists every namespace.
     pub namespace: String,
     params: HashMap<String, String>,
+    /// The agent's shutdown signal: ends a parked blocking query early.
+    shutting_down: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl QueryOptions {
@@ -44,6 +46,9 @@ impl QueryOptions {
         let mut q = QueryOptions {
             wait: MAX_WAIT,
             namespace: herder::structs::job::DEFAULT_NAMESPACE.to_string(),
+            shutting_down: req
+                .app_data::<actix_web::web::Data<AgentInfo>>()
+                .map(|info| info.shutting_down.subscribe()),
             ..Default::default()
         };
         if let Some(v) = params.get("index") {
@@ -102,6 +107,24 @@ impl QueryOptions {
         self.namespace == "*" || self.namespace == namespace
     }
 
+    /// Parks a blocking query until `changed` fires, its wait (with
+    /// jitter) runs out, or the agent starts shutting down; whichever
+    /// comes first, the caller answers with the state at that moment.
+    pub async fn park<T>(&self, changed: impl std::future::Future<Output = T>) {
+        let wait = tokio::time::timeout(self.wait_with_jitter(), changed);
+        match self.shutting_down.clone() {
+            Some(mut shutting_down) => {
+                tokio::select! {
+                    _ = wait => {}
+                    _ = shutting_down.wait_for(|down| *down) => {}
+                }
+            }
+            None => {
+                let _ = wait.await;
+            }
+        }
+    }
+
     /// The wait with its random jitter (up to wait/16).
     pub fn wait_with_jitter(&self) -> Duration {
         let jitter_ceiling = self.wait.as_nanos() as u64 / 16;
@@ -138,9 +161,9 @@ pub async fn blocking_read<T>(
 ) -> Result<(T, u64), ApiError> {
     if q.index > 0 {
         let changed = store.watch(tables, q.index);
-        // Either outcome answers with the current state: a timeout is not
+        // Every outcome answers with the current state: a timeout is not
         // an error for a blocking query.
-        let _ = tokio::time::timeout(q.wait_with_jitter(), changed).await;
+        q.park(changed).await;
     }
     let snap = store.snapshot();
     let index = tables
