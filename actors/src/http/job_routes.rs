@@ -13,7 +13,7 @@ use super::query::{
 };
 use super::stubs::{alloc_stub, job_stub};
 use crate::agent::AgentInfo;
-use crate::server_api::{JobWriteResult, RegisterJob, ServerApi};
+use crate::server_api::{check_job, JobWriteResult, RegisterJob, ServerApi};
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::jobspec;
 use herder::state::{Command, StateSnapshot, Table, TableSet};
@@ -217,6 +217,14 @@ struct RegisterOptions {
 /// Reads `{"Job": {...}, ...}`: the job with Nomad's defaults filled in
 /// and validated, or the 400 that says what to fix.
 pub(super) fn decode_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Value), ApiError> {
+    let (job, value) = parse_job_body(info, body)?;
+    check_job(&job)?;
+    Ok((job, value))
+}
+
+/// As [`decode_job_body`] without the validation, for registration,
+/// where `ServerApi::register_job` validates (once) for every transport.
+fn parse_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Value), ApiError> {
     let value: Value = decode_json(body)?;
     match value.get("Job") {
         None | Some(Value::Null) => {
@@ -233,11 +241,6 @@ pub(super) fn decode_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Val
     let text = std::str::from_utf8(body)
         .map_err(|e| ApiError::BadRequest(format!("Request body is not UTF-8: {e}")))?;
     let job = jobspec::parse_json(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if job.id.is_empty() {
-        return Err(ApiError::BadRequest("Job ID hasn't been provided".into()));
-    }
-    job.validate()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     Ok((job, value))
 }
 
@@ -266,7 +269,7 @@ async fn register(
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
     let api = ServerApi::new(server(&info)?.clone());
-    let (job, value) = decode_job_body(&info, &body)?;
+    let (job, value) = parse_job_body(&info, &body)?;
     if path_id.as_ref().is_some_and(|id| *id != job.id) {
         return Err(ApiError::BadRequest("Job ID does not match name".into()));
     }
