@@ -11,6 +11,7 @@
 
 use crate::blocked_evals::{Block, BlockedEvals, Unblock, UnblockNode};
 use crate::broker::{Enqueue, EnqueueAll, EvalBroker};
+use crate::feed::FeedFollower;
 use actix::prelude::*;
 use herder::state::{AppliedChanges, StateSnapshot, StateStore};
 use herder::structs::{EvalStatus, Evaluation};
@@ -67,20 +68,6 @@ impl EvalRouter {
         );
         self.broker.do_send(EnqueueAll { evals: pending });
         self.last_index = snap.latest_index();
-    }
-
-    /// Subscribes to changes after `last_index`, resyncing first when the
-    /// feed no longer holds them.
-    fn follow(&mut self, ctx: &mut Context<Self>) {
-        let mut sub = self.store.subscribe(self.last_index + 1);
-        if sub.missed {
-            self.resync(&self.store.snapshot());
-            sub = self.store.subscribe(self.last_index + 1);
-        }
-        for changes in sub.backlog {
-            self.route(&changes);
-        }
-        ctx.add_stream(sub.receiver);
     }
 
     fn route(&mut self, changes: &AppliedChanges) {
@@ -141,23 +128,37 @@ impl Actor for EvalRouter {
     }
 }
 
+impl FeedFollower for EvalRouter {
+    const NAME: &'static str = "the eval router";
+
+    fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stopping
+    }
+
+    fn resync(&mut self, _ctx: &mut Context<Self>, snap: &StateSnapshot) {
+        EvalRouter::resync(self, snap);
+    }
+
+    fn on_changes(&mut self, _ctx: &mut Context<Self>, changes: &AppliedChanges) {
+        self.route(changes);
+    }
+}
+
 impl StreamHandler<Arc<AppliedChanges>> for EvalRouter {
     fn handle(&mut self, changes: Arc<AppliedChanges>, _ctx: &mut Context<Self>) {
         self.route(&changes);
     }
 
-    /// The feed ended: the store closed, or this router fell too far behind
-    /// and was dropped. In the second case, follow again.
     fn finished(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping || self.store.is_closed() {
-            ctx.stop();
-        } else {
-            tracing::warn!(
-                index = self.last_index,
-                "fell behind the change feed; resubscribing"
-            );
-            self.follow(ctx);
-        }
+        self.feed_ended(ctx);
     }
 }
 

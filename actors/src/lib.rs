@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod eval_router;
 pub mod eval_writer;
+pub mod feed;
 pub mod gc;
 pub mod http;
 pub mod logging;

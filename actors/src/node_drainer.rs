@@ -24,6 +24,7 @@
 //! restarted server resumes the drains in progress with their stored
 //! deadlines. Time comes from an injected clock so tests can drive it.
 
+use crate::feed::FeedFollower;
 use crate::periodic::Clock;
 use actix::prelude::*;
 use herder::state::{AppliedChanges, Command, JobKey, Row, RowKey, StateSnapshot, StateStore};
@@ -529,20 +530,6 @@ impl NodeDrainer {
         self.publish_gauge();
         dirty
     }
-
-    fn follow(&mut self, ctx: &mut Context<Self>) {
-        let mut sub = self.store.subscribe(self.last_index + 1);
-        if sub.missed {
-            let dirty = self.resync(ctx, &self.store.snapshot());
-            self.run_pass(ctx, dirty);
-            sub = self.store.subscribe(self.last_index + 1);
-        }
-        for changes in sub.backlog {
-            let dirty = self.note_changes(ctx, &changes);
-            self.run_pass(ctx, dirty);
-        }
-        ctx.add_stream(sub.receiver);
-    }
 }
 
 impl Actor for NodeDrainer {
@@ -555,24 +542,39 @@ impl Actor for NodeDrainer {
     }
 }
 
-impl StreamHandler<Arc<AppliedChanges>> for NodeDrainer {
-    fn handle(&mut self, changes: Arc<AppliedChanges>, ctx: &mut Context<Self>) {
-        let dirty = self.note_changes(ctx, &changes);
+impl FeedFollower for NodeDrainer {
+    const NAME: &'static str = "the node drainer";
+
+    fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stopping
+    }
+
+    fn resync(&mut self, ctx: &mut Context<Self>, snap: &StateSnapshot) {
+        let dirty = NodeDrainer::resync(self, ctx, snap);
         self.run_pass(ctx, dirty);
     }
 
-    /// The feed ended: the store closed, or this drainer fell too far
-    /// behind and was dropped. In the second case, follow again.
+    fn on_changes(&mut self, ctx: &mut Context<Self>, changes: &AppliedChanges) {
+        let dirty = self.note_changes(ctx, changes);
+        self.run_pass(ctx, dirty);
+    }
+}
+
+impl StreamHandler<Arc<AppliedChanges>> for NodeDrainer {
+    fn handle(&mut self, changes: Arc<AppliedChanges>, ctx: &mut Context<Self>) {
+        self.on_changes(ctx, &changes);
+    }
+
     fn finished(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping || self.store.is_closed() {
-            ctx.stop();
-        } else {
-            tracing::warn!(
-                index = self.last_index,
-                "node drainer fell behind the change feed; resubscribing"
-            );
-            self.follow(ctx);
-        }
+        self.feed_ended(ctx);
     }
 }
 

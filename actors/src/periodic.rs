@@ -14,6 +14,7 @@
 //! restarts or forced launches happen around it. Time comes from an
 //! injected clock so tests can drive it.
 
+use crate::feed::FeedFollower;
 use actix::prelude::*;
 use chrono::{DateTime, Utc};
 use herder::state::{Command, JobKey, Row, RowKey, StateSnapshot, StateStore, StoreError};
@@ -197,18 +198,6 @@ impl PeriodicLauncher {
                 }
             }
         }));
-    }
-
-    fn follow(&mut self, ctx: &mut Context<Self>) {
-        let mut sub = self.store.subscribe(self.last_index + 1);
-        if sub.missed {
-            self.resync(&self.store.snapshot());
-            sub = self.store.subscribe(self.last_index + 1);
-        }
-        for changes in sub.backlog {
-            self.apply_changes(&changes);
-        }
-        ctx.add_stream(sub.receiver);
     }
 
     fn apply_changes(&mut self, changes: &herder::state::AppliedChanges) -> bool {
@@ -436,6 +425,30 @@ impl Actor for PeriodicLauncher {
     }
 }
 
+impl FeedFollower for PeriodicLauncher {
+    const NAME: &'static str = "the periodic launcher";
+
+    fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    fn stop_requested(&self) -> bool {
+        self.stopping
+    }
+
+    fn resync(&mut self, _ctx: &mut Context<Self>, snap: &StateSnapshot) {
+        PeriodicLauncher::resync(self, snap);
+    }
+
+    fn on_changes(&mut self, _ctx: &mut Context<Self>, changes: &herder::state::AppliedChanges) {
+        self.apply_changes(changes);
+    }
+}
+
 impl StreamHandler<Arc<herder::state::AppliedChanges>> for PeriodicLauncher {
     fn handle(&mut self, changes: Arc<herder::state::AppliedChanges>, ctx: &mut Context<Self>) {
         if self.apply_changes(&changes) {
@@ -443,17 +456,8 @@ impl StreamHandler<Arc<herder::state::AppliedChanges>> for PeriodicLauncher {
         }
     }
 
-    /// The feed ended: the store closed, or the launcher fell behind and
-    /// was dropped; in the second case follow again.
     fn finished(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping || self.store.is_closed() {
-            ctx.stop();
-        } else {
-            tracing::warn!(
-                index = self.last_index,
-                "periodic launcher fell behind the change feed; resubscribing"
-            );
-            self.follow(ctx);
+        if self.feed_ended(ctx) {
             self.arm(ctx);
         }
     }
