@@ -14,7 +14,7 @@ use super::StoreError;
 use crate::structs::{Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration};
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -134,6 +134,7 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
     let (rows_tx, rows_rx) =
         std::sync::mpsc::sync_channel::<Result<Vec<LoadedRow>, StoreError>>(decoders * 2);
     let mut t = Tables::default();
+    let mut shared = SharedValues::default();
     let mut failure = None;
     std::thread::scope(|scope| {
         let reader_tx = rows_tx.clone();
@@ -147,9 +148,9 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
         // channel; the first error is the answer.
         for batch in rows_rx {
             match batch {
-                Ok(rows) if failure.is_none() => {
-                    rows.into_iter().for_each(|r| insert_row(&mut t, r))
-                }
+                Ok(rows) if failure.is_none() => rows
+                    .into_iter()
+                    .for_each(|r| insert_row(&mut t, &mut shared, r)),
                 Ok(_) => {}
                 Err(e) => {
                     failure.get_or_insert(e);
@@ -267,7 +268,44 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
     })
 }
 
-fn insert_row(t: &mut Tables, row: LoadedRow) {
+/// One copy of each value many allocations repeat. The scheduler shares
+/// them between the allocations it makes; rows read back from disk would
+/// each get their own copy, so a restarted server would hold more memory
+/// than the one that wrote them.
+#[derive(Default)]
+struct SharedValues {
+    strings: HashSet<Arc<str>>,
+    nodes_available: HashMap<BTreeMap<String, u64>, Arc<BTreeMap<String, u64>>>,
+}
+
+impl SharedValues {
+    fn string(&mut self, value: &Arc<str>) -> Arc<str> {
+        if let Some(shared) = self.strings.get(&**value) {
+            return shared.clone();
+        }
+        self.strings.insert(value.clone());
+        value.clone()
+    }
+
+    fn share(&mut self, alloc: &mut Allocation) {
+        alloc.namespace = self.string(&alloc.namespace);
+        alloc.job_id = self.string(&alloc.job_id);
+        alloc.task_group = self.string(&alloc.task_group);
+        alloc.node_name = self.string(&alloc.node_name);
+        // Freshly decoded, the metrics are not shared yet.
+        if let Some(metrics) = alloc.metrics.as_mut().and_then(Arc::get_mut) {
+            match self.nodes_available.get(&*metrics.nodes_available) {
+                Some(shared) => metrics.nodes_available = shared.clone(),
+                None => {
+                    let first = metrics.nodes_available.clone();
+                    self.nodes_available.insert((*first).clone(), first);
+                }
+            }
+        }
+    }
+}
+
+fn insert_row(t: &mut Tables, shared: &mut SharedValues, row: LoadedRow) {
     match row {
         LoadedRow::Meta(meta) => {
             t.latest_index = meta.last_index;
@@ -285,7 +323,8 @@ fn insert_row(t: &mut Tables, row: LoadedRow) {
         LoadedRow::JobSummary(key, summary) => {
             t.job_summaries.insert(key, Arc::new(summary));
         }
-        LoadedRow::Alloc(alloc) => {
+        LoadedRow::Alloc(mut alloc) => {
+            shared.share(&mut alloc);
             t.allocs.insert(alloc.id, Arc::new(alloc));
         }
         LoadedRow::Eval(eval) => {
