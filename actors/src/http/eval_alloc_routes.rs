@@ -6,8 +6,7 @@
 
 use super::errors::ApiError;
 use super::query::{
-    blocking_read, json_with_index, list_response, now_nanos, paginate, server, submit,
-    QueryOptions,
+    blocking_read, list_response, now_nanos, paginate, read_json, server, submit, QueryOptions,
 };
 use super::stubs::{alloc_stub, alloc_with_job};
 use crate::agent::AgentInfo;
@@ -60,16 +59,13 @@ async fn read_eval(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let id = parse_id(&id, "evaluation")?;
-    let (eval, index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
+    read_json(&info, &req, TableSet::of(&[Table::Evals]), |snap, _q| {
         snap.eval(&id)
             .cloned()
             .ok_or_else(|| ApiError::NotFound("eval not found".into()))
     })
-    .await?;
-    Ok(json_with_index(index, &eval))
+    .await
 }
 
 async fn eval_allocs(
@@ -77,17 +73,14 @@ async fn eval_allocs(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let id = parse_id(&id, "evaluation")?;
-    let (list, index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
+    read_json(&info, &req, TableSet::of(&[Table::Allocs]), |snap, _q| {
         Ok(snap
             .allocs_by_eval(&id)
             .map(|a| alloc_stub(snap, a))
             .collect::<Vec<_>>())
     })
-    .await?;
-    Ok(json_with_index(index, &list))
+    .await
 }
 
 async fn list_allocs(
@@ -109,16 +102,13 @@ async fn read_alloc(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let id = parse_id(&id, "allocation")?;
-    let (alloc, index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
+    read_json(&info, &req, TableSet::of(&[Table::Allocs]), |snap, _q| {
         snap.alloc(&id)
             .map(|a| alloc_with_job(snap, a))
             .ok_or_else(|| ApiError::NotFound("alloc not found".into()))
     })
-    .await?;
-    Ok(json_with_index(index, &alloc))
+    .await
 }
 
 /// Stops one allocation by asking for its migration, with an `alloc-stop`

@@ -8,8 +8,8 @@
 use super::errors::ApiError;
 use super::plan;
 use super::query::{
-    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, server,
-    submit, QueryOptions,
+    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, read_json,
+    server, submit, QueryOptions,
 };
 use super::stubs::{alloc_stub, job_stub};
 use crate::agent::AgentInfo;
@@ -101,13 +101,10 @@ async fn read_job(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
-    let (job, index) = blocking_read(store, TableSet::of(&[Table::Jobs]), &q, |snap| {
-        find_job(snap, &q, &id).cloned()
+    read_json(&info, &req, TableSet::of(&[Table::Jobs]), |snap, q| {
+        find_job(snap, q, &id).cloned()
     })
-    .await?;
-    Ok(json_with_index(index, &job))
+    .await
 }
 
 async fn job_allocations(
@@ -115,10 +112,8 @@ async fn job_allocations(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let tables = TableSet::of(&[Table::Allocs, Table::Jobs]);
-    let (list, index) = blocking_read(store, tables, &q, |snap| {
+    read_json(&info, &req, tables, |snap, q| {
         let all = q.flag("all")?;
         let current = snap.job(&q.namespace, &id).map(|j| j.create_index);
         Ok(snap
@@ -129,8 +124,7 @@ async fn job_allocations(
             .map(|a| alloc_stub(snap, a))
             .collect::<Vec<_>>())
     })
-    .await?;
-    Ok(json_with_index(index, &list))
+    .await
 }
 
 async fn job_evaluations(
@@ -138,16 +132,13 @@ async fn job_evaluations(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
-    let (list, index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
+    read_json(&info, &req, TableSet::of(&[Table::Evals]), |snap, q| {
         Ok(snap
             .evals_by_job(&q.namespace, &id)
             .cloned()
             .collect::<Vec<_>>())
     })
-    .await?;
-    Ok(json_with_index(index, &list))
+    .await
 }
 
 async fn job_summary(
@@ -155,16 +146,13 @@ async fn job_summary(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let tables = TableSet::of(&[Table::JobSummaries]);
-    let (summary, index) = blocking_read(store, tables, &q, |snap| {
+    read_json(&info, &req, tables, |snap, q| {
         snap.job_summary(&q.namespace, &id)
             .cloned()
             .ok_or_else(|| ApiError::NotFound("job not found".into()))
     })
-    .await?;
-    Ok(json_with_index(index, &summary))
+    .await
 }
 
 async fn job_versions(
@@ -460,11 +448,9 @@ async fn scale_status(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let tables = TableSet::of(&[Table::Jobs, Table::Allocs]);
-    let (body, index) = blocking_read(store, tables, &q, |snap| {
-        let job = find_job(snap, &q, &id)?;
+    read_json(&info, &req, tables, |snap, q| {
+        let job = find_job(snap, q, &id)?;
         let mut groups = serde_json::Map::new();
         for tg in &job.task_groups {
             let allocs: Vec<_> = snap
@@ -486,8 +472,7 @@ async fn scale_status(
             "JobModifyIndex": job.job_modify_index, "JobStopped": job.stop, "TaskGroups": groups,
         }))
     })
-    .await?;
-    Ok(json_with_index(index, &body))
+    .await
 }
 
 #[derive(Debug, Deserialize)]

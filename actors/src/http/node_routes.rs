@@ -9,8 +9,8 @@ use super::errors::ApiError;
 use super::eval_alloc_routes::parse_id;
 use super::job_routes::write_answer;
 use super::query::{
-    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, server,
-    submit, QueryOptions,
+    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, read_json,
+    server, submit, QueryOptions,
 };
 use super::stubs::{alloc_with_job, node_read, node_stub};
 use crate::agent::AgentInfo;
@@ -81,14 +81,11 @@ async fn read_node(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let id = parse_id(&id, "node")?;
-    let (node, index) = blocking_read(store, TableSet::of(&[Table::Nodes]), &q, |snap| {
+    read_json(&info, &req, TableSet::of(&[Table::Nodes]), |snap, _q| {
         find_node(snap, &id).map(node_read)
     })
-    .await?;
-    Ok(json_with_index(index, &node))
+    .await
 }
 
 /// A node's allocations, with each one's job. The blocking form is what

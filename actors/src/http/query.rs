@@ -175,6 +175,21 @@ pub async fn blocking_read<T>(
     Ok((read(&snap)?, index))
 }
 
+/// A whole read route: reads the query options, blocks on `tables` as
+/// asked, and answers `read`'s value as JSON with the blocking-query
+/// headers.
+pub async fn read_json<T: Serialize>(
+    info: &AgentInfo,
+    req: &HttpRequest,
+    tables: TableSet,
+    read: impl FnOnce(&StateSnapshot, &QueryOptions) -> Result<T, ApiError>,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(req)?;
+    let store = &server(info)?.store;
+    let (value, index) = blocking_read(store, tables, &q, |snap| read(snap, &q)).await?;
+    Ok(json_with_index(index, &value))
+}
+
 /// A 200 with the blocking-query headers.
 pub fn ok_with_index(index: u64) -> HttpResponseBuilder {
     let mut b = HttpResponse::Ok();
