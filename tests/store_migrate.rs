@@ -1,13 +1,16 @@
 //! The on-disk format: a data dir written in format 1 (allocations
 //! embedding their whole job) is upgraded at open, through format 2, to
-//! today's format (allocations keyed by create index); newer, corrupt or
+//! today's format (allocations keyed by create index, rewritten in the
+//! binary encoding when they change); newer, corrupt or
 //! unversioned data dirs are refused with an error naming the problem.
 //!
 //! The fixture `tests/fixtures/datadir-v1` was written once by
 //! `write_v1_fixture` below (run it with `--ignored` to regenerate).
 
 use herder::state::fixtures;
-use herder::state::{StateStore, StoreError, StoreOptions, FORMAT_VERSION};
+use herder::state::{
+    AllocClientUpdate, Command, StateStore, StoreError, StoreOptions, FORMAT_VERSION,
+};
 use herder::structs::{ClientStatus, EvalStatus, Evaluation, TriggeredBy};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -186,6 +189,38 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
     }
     let meta: Value = serde_json::from_slice(&db.get(b"m").unwrap().unwrap()).unwrap();
     assert_eq!(meta["FormatVersion"], FORMAT_VERSION);
+    drop(db);
+
+    // Format 4 reads those JSON rows as they are and writes an allocation
+    // it changes in the binary encoding; both read back after a restart.
+    let store = StateStore::open(tmp.path(), StoreOptions::default()).unwrap();
+    let changed = uuid::Uuid::parse_str(ALLOC_IDS[0]).unwrap();
+    store
+        .apply(Command::AllocClientUpdate {
+            updates: vec![AllocClientUpdate {
+                id: changed,
+                client_status: ClientStatus::Running,
+                client_description: "Tasks are running".into(),
+                task_states: Default::default(),
+                node_failure: false,
+                modify_time: 5,
+            }],
+            evals: vec![],
+        })
+        .unwrap();
+    store.close();
+    drop(store);
+    let db = sled::open(tmp.path()).unwrap();
+    let encodings: Vec<u8> = db.scan_prefix(b"a").map(|row| row.unwrap().1[0]).collect();
+    assert_eq!(encodings.iter().filter(|b| **b == b'{').count(), 1);
+    assert_eq!(encodings.iter().filter(|b| **b != b'{').count(), 1);
+    drop(db);
+    let store = StateStore::open(tmp.path(), StoreOptions::default()).unwrap();
+    let state = store.snapshot();
+    let running = state.alloc(&changed).expect("the rewritten row reads back");
+    assert_eq!(running.client_status, ClientStatus::Running);
+    assert_eq!(running.client_description, "Tasks are running");
+    assert_eq!(state.allocs_by_job("default", "web").count(), 2);
 }
 
 fn write_raw(dir: &Path, key: &[u8], value: &[u8]) {

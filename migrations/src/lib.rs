@@ -1,7 +1,8 @@
 //! Upgrade steps of herder's on-disk format.
 //!
 //! The data dir is one sled tree of rows (key = table prefix byte + key
-//! bytes, value = the row as JSON) plus a meta row holding the format
+//! bytes, value = the row as JSON; from format 4, allocation rows in a
+//! binary encoding) plus a meta row holding the format
 //! version. Each step `vN_to_vN1` rewrites raw JSON rows from format N to
 //! N+1 in one atomic batch that also moves the meta row's version, so an
 //! interrupted upgrade leaves either the old or the new format, never a
@@ -10,11 +11,12 @@
 
 mod v1_to_v2;
 mod v2_to_v3;
+mod v3_to_v4;
 
 use serde_json::Value;
 
 /// The format version this build writes.
-pub const CURRENT: u32 = 3;
+pub const CURRENT: u32 = 4;
 
 /// The key of the meta row (the same in every format).
 pub const META_KEY: &[u8] = b"m";
@@ -40,6 +42,7 @@ pub fn migrate(db: &sled::Db, from: u32) -> Result<(), MigrationError> {
         match version {
             1 => v1_to_v2::run(db)?,
             2 => v2_to_v3::run(db)?,
+            3 => v3_to_v4::run(db)?,
             _ => {
                 return Err(MigrationError::NoPath {
                     from: version,

@@ -242,7 +242,7 @@ impl<'p> GenericScheduler<'p> {
         let by_dc = Arc::new(by_dc);
         ctx.reserve_usage(nodes.len().min(32 * (place.len() + destructive.len())));
         stack.set_nodes(nodes);
-        let template = AllocTemplate::new(job, eval);
+        let mut template = AllocTemplate::new(job, eval);
         let requests = destructive
             .into_iter()
             .map(|d| (d.name, d.group, Some(d.alloc), false, true))

@@ -267,7 +267,7 @@ impl<'p> SystemScheduler<'p> {
         place: &[AllocTuple],
         by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
-        let template = AllocTemplate::new(job, eval);
+        let mut template = AllocTemplate::new(job, eval);
         let opts = SelectOptions {
             penalty_nodes: Vec::new(),
             preempt: stack.preemption_enabled(),

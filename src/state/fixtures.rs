@@ -137,7 +137,7 @@ impl AllocBuilder {
             job_id: self.job_id.clone(),
             job_version: self.job_version,
             task_group: self.group.clone(),
-            allocated_resources: self.resources.clone(),
+            allocated_resources: Arc::new(self.resources.clone()),
             create_time: now,
             modify_time: now,
             ..Default::default()

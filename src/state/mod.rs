@@ -8,6 +8,7 @@
 //! - [`store`]: `StateStore`, the single writer, waits and subscriptions.
 //! - [`persist`]: the sled layout, loading and format checks.
 
+mod alloc_row;
 mod apply;
 pub mod changes;
 pub mod command;

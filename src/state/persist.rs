@@ -3,15 +3,19 @@
 //! One sled tree holds every row: key = table prefix byte + key bytes,
 //! value = the row as JSON (JSON because our structs skip empty fields and
 //! default missing ones, which non-self-describing encodings cannot
-//! follow). A meta row holds the format version, the last applied index
+//! follow), except allocations, nearly all of the data, which have their
+//! own compact binary encoding (`alloc_row`). A meta row holds the format version, the last applied index
 //! and the per-table indexes; it is written in the same atomic batch as
 //! the rows, so the data dir always describes one applied index exactly.
 //! Only primary rows are stored; secondary indexes are rebuilt at load.
 
+use super::alloc_row;
 use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, Table};
 use super::snapshot::{StateSnapshot, Tables};
 use super::StoreError;
-use crate::structs::{Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration};
+use crate::structs::{
+    AllocatedResources, Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration,
+};
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -244,7 +248,7 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
             LoadedRow::JobSummary(job, summary)
         }
         ALLOC => {
-            let alloc: Allocation = parse(key, value)?;
+            let alloc = parse_alloc(key, value)?;
             let expected = RowKey::Alloc {
                 create_index: alloc.create_index,
                 id: alloc.id,
@@ -276,6 +280,9 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
 struct SharedValues {
     strings: HashSet<Arc<str>>,
     nodes_available: HashMap<BTreeMap<String, u64>, Arc<BTreeMap<String, u64>>>,
+    /// Rows come back in creation order, so the allocations of one plan,
+    /// which share their grant in memory, arrive one after another.
+    last_resources: Option<Arc<AllocatedResources>>,
 }
 
 impl SharedValues {
@@ -292,6 +299,12 @@ impl SharedValues {
         alloc.job_id = self.string(&alloc.job_id);
         alloc.task_group = self.string(&alloc.task_group);
         alloc.node_name = self.string(&alloc.node_name);
+        match &self.last_resources {
+            Some(last) if **last == *alloc.allocated_resources => {
+                alloc.allocated_resources = last.clone();
+            }
+            _ => self.last_resources = Some(alloc.allocated_resources.clone()),
+        }
         // Freshly decoded, the metrics are not shared yet.
         if let Some(metrics) = alloc.metrics.as_mut().and_then(Arc::get_mut) {
             match self.nodes_available.get(&*metrics.nodes_available) {
@@ -335,6 +348,14 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, row: LoadedRow) {
         }
         LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
     }
+}
+
+/// An allocation row: binary (format 4) or, written by format 3, JSON.
+fn parse_alloc(key: &[u8], value: &[u8]) -> Result<Allocation, StoreError> {
+    if value.first() == Some(&b'{') {
+        return parse(key, value);
+    }
+    alloc_row::decode(value).map_err(|e| corrupt(key, &e.to_string()))
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
@@ -402,7 +423,7 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
     match row {
         Row::Job(job) | Row::JobVersion(job) => serde_json::to_writer(out, &**job),
         Row::JobSummary(summary) => serde_json::to_writer(out, &**summary),
-        Row::Alloc(alloc) => serde_json::to_writer(out, &**alloc),
+        Row::Alloc(alloc) => alloc_row::encode(out, alloc),
         Row::Eval(eval) => serde_json::to_writer(out, &**eval),
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),

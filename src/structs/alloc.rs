@@ -6,11 +6,11 @@
 //! answers with Nomad's shape. Strings shared by many allocations (job ID,
 //! group name, namespace) are `Arc<str>`, so a clone is a pointer copy.
 
-use super::resources::{AllocatedResources, Resources};
+use super::metrics::AllocMetric;
+use super::resources::AllocatedResources;
 use super::serde_util::{id_or_nil, is_false, null_default, nullable, opt_id, rfc3339_opt};
 use super::{AllocId, EvalId, NodeId, VecMap};
 use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,168 +179,6 @@ pub struct TaskState {
     pub events: Vec<TaskEvent>,
 }
 
-/// How a placement was scored on one node.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct NodeScoreMeta {
-    #[serde(rename = "NodeID")]
-    pub node_id: NodeId,
-    #[serde(with = "nullable")]
-    pub scores: ScoreMap,
-    pub norm_score: f64,
-}
-
-/// A node's score components by name (Nomad's `Scores` map, same JSON).
-///
-/// Every allocation keeps the scores of its top five candidate nodes; as
-/// a `BTreeMap<String, f64>` each set costs a tree node and a string per
-/// name, more than the rest of the allocation. The names come from a
-/// small fixed set, so they are kept as static strings (any other name
-/// read back from JSON is owned) in one boxed slice sorted by name.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ScoreMap(Box<[(Cow<'static, str>, f64)]>);
-
-/// The score names herder's ranker writes.
-const SCORE_NAMES: [&str; 7] = [
-    "allocation-spread",
-    "binpack",
-    "job-anti-affinity",
-    "node-affinity",
-    "node-reschedule-penalty",
-    "normalized-score",
-    "preemption",
-];
-
-impl ScoreMap {
-    /// A map of `entries` (a name given twice keeps its last value).
-    pub fn from_entries<N: AsRef<str>>(entries: impl IntoIterator<Item = (N, f64)>) -> ScoreMap {
-        let mut list: Vec<(Cow<'static, str>, f64)> = Vec::new();
-        for (name, value) in entries {
-            let name = name.as_ref();
-            match list.binary_search_by(|(n, _)| (**n).cmp(name)) {
-                Ok(at) => list[at].1 = value,
-                Err(at) => list.insert(at, (intern(name), value)),
-            }
-        }
-        ScoreMap(list.into_boxed_slice())
-    }
-
-    pub fn get(&self, name: &str) -> Option<f64> {
-        self.0
-            .binary_search_by(|(n, _)| (**n).cmp(name))
-            .ok()
-            .map(|at| self.0[at].1)
-    }
-
-    pub fn contains_key(&self, name: &str) -> bool {
-        self.get(name).is_some()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
-        self.0.iter().map(|(n, v)| (&**n, *v))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-fn intern(name: &str) -> Cow<'static, str> {
-    match SCORE_NAMES.iter().find(|n| **n == name) {
-        Some(known) => Cow::Borrowed(known),
-        None => Cow::Owned(name.to_string()),
-    }
-}
-
-impl super::serde_util::nullable::IsEmpty for ScoreMap {
-    fn is_empty_collection(&self) -> bool {
-        self.is_empty()
-    }
-}
-
-impl Serialize for ScoreMap {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (name, value) in self.0.iter() {
-            map.serialize_entry(&**name, value)?;
-        }
-        map.end()
-    }
-}
-
-impl<'de> Deserialize<'de> for ScoreMap {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ScoreMap, D::Error> {
-        let map = BTreeMap::<String, f64>::deserialize(d)?;
-        Ok(ScoreMap::from_entries(map))
-    }
-}
-
-/// What the scheduler saw while placing (or failing to place) an allocation.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct AllocMetric {
-    pub nodes_evaluated: u64,
-    pub nodes_filtered: u64,
-    /// Shared by every placement of one evaluation (the same counts).
-    #[serde(with = "nullable")]
-    pub nodes_available: Arc<BTreeMap<String, u64>>,
-    #[serde(with = "nullable")]
-    pub class_filtered: BTreeMap<String, u64>,
-    #[serde(with = "nullable")]
-    pub constraint_filtered: BTreeMap<String, u64>,
-    pub nodes_exhausted: u64,
-    #[serde(with = "nullable")]
-    pub class_exhausted: BTreeMap<String, u64>,
-    #[serde(with = "nullable")]
-    pub dimension_exhausted: BTreeMap<String, u64>,
-    #[serde(with = "nullable")]
-    pub quota_exhausted: Vec<String>,
-    #[serde(with = "nullable")]
-    pub resources_exhausted: BTreeMap<String, Resources>,
-    #[serde(with = "nullable")]
-    pub score_meta_data: Vec<NodeScoreMeta>,
-    /// Nanoseconds spent placing.
-    pub allocation_time: i64,
-    pub coalesced_failures: u64,
-}
-
-impl AllocMetric {
-    pub fn evaluate_node(&mut self) {
-        self.nodes_evaluated += 1;
-    }
-
-    pub fn filter_node(&mut self, class: &str, constraint: &str) {
-        self.nodes_filtered += 1;
-        if !class.is_empty() {
-            *self.class_filtered.entry(class.to_string()).or_default() += 1;
-        }
-        if !constraint.is_empty() {
-            *self
-                .constraint_filtered
-                .entry(constraint.to_string())
-                .or_default() += 1;
-        }
-    }
-
-    pub fn exhausted_node(&mut self, class: &str, dimension: &str) {
-        self.nodes_exhausted += 1;
-        if !class.is_empty() {
-            *self.class_exhausted.entry(class.to_string()).or_default() += 1;
-        }
-        if !dimension.is_empty() {
-            *self
-                .dimension_exhausted
-                .entry(dimension.to_string())
-                .or_default() += 1;
-        }
-    }
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct Allocation {
@@ -360,7 +198,9 @@ pub struct Allocation {
     /// reference, not a copy; the API attaches the job as `Job`).
     pub job_version: u64,
     pub task_group: Arc<str>,
-    pub allocated_resources: AllocatedResources,
+    /// Shared between the allocations of a group placed with the same
+    /// grant (no ports of their own): most of a job's allocations.
+    pub allocated_resources: Arc<AllocatedResources>,
     /// Shared between allocations placed by the same decision when equal.
     pub metrics: Option<Arc<AllocMetric>>,
     pub desired_status: DesiredStatus,
@@ -459,33 +299,5 @@ impl Allocation {
     /// The name Nomad gives the i-th allocation of a group.
     pub fn name_for(job_id: &str, group: &str, index: u32) -> String {
         format!("{job_id}.{group}[{index}]")
-    }
-}
-
-#[cfg(test)]
-mod score_map_tests {
-    use super::*;
-
-    #[test]
-    fn scores_read_and_write_as_nomads_sorted_map_keeping_unknown_names() {
-        let json = r#"{"NodeID":"00000000-0000-0000-0000-000000000001","Scores":{"normalized-score":0.5,"binpack":0.25,"custom-score":1.0},"NormScore":0.5}"#;
-        let meta: NodeScoreMeta = serde_json::from_str(json).expect("reads");
-        assert_eq!(meta.scores.get("binpack"), Some(0.25));
-        assert_eq!(meta.scores.get("custom-score"), Some(1.0));
-        assert!(!meta.scores.contains_key("preemption"));
-        let written = serde_json::to_string(&meta).expect("writes");
-        assert!(
-            written
-                .contains(r#""Scores":{"binpack":0.25,"custom-score":1.0,"normalized-score":0.5}"#),
-            "{written}"
-        );
-        let empty: NodeScoreMeta = serde_json::from_str(
-            r#"{"NodeID":"00000000-0000-0000-0000-000000000001","Scores":null}"#,
-        )
-        .expect("null scores read as empty");
-        assert!(empty.scores.is_empty());
-        assert!(serde_json::to_string(&empty)
-            .unwrap()
-            .contains(r#""Scores":null"#));
     }
 }

@@ -5,8 +5,8 @@
 //! it and answers with a plan. Empty fields are left out of the JSON, as
 //! Nomad's evaluation answers leave them out.
 
-use super::alloc::AllocMetric;
 use super::job::JobType;
+use super::metrics::AllocMetric;
 use super::serde_util::{
     is_false, is_zero_duration, is_zero_i64, is_zero_u64, nanos, opt_id, rfc3339_opt,
 };

@@ -160,7 +160,9 @@ mod tests {
                 ..Default::default()
             });
         }
-        a.allocated_resources.tasks.insert("t".into(), task);
+        std::sync::Arc::make_mut(&mut a.allocated_resources)
+            .tasks
+            .insert("t".into(), task);
         a
     }
 
@@ -197,11 +199,17 @@ mod tests {
             value: 29437,
             ..Default::default()
         };
-        a.allocated_resources.shared.networks.push(NetworkResource {
-            dynamic_ports: vec![port.clone()],
-            ..Default::default()
-        });
-        a.allocated_resources.shared.ports.push(port);
+        std::sync::Arc::make_mut(&mut a.allocated_resources)
+            .shared
+            .networks
+            .push(NetworkResource {
+                dynamic_ports: vec![port.clone()],
+                ..Default::default()
+            });
+        std::sync::Arc::make_mut(&mut a.allocated_resources)
+            .shared
+            .ports
+            .push(port);
         assert!(allocs_fit(&n, [&a]).is_ok());
         let mut b = a.clone();
         b.id = new_id();

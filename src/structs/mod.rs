@@ -8,6 +8,7 @@ pub mod alloc;
 pub mod eval;
 pub mod fit;
 pub mod job;
+pub mod metrics;
 pub mod node;
 pub mod operator;
 pub mod plan;
@@ -19,8 +20,8 @@ pub mod vecmap;
 pub mod version;
 
 pub use alloc::{
-    AllocMetric, Allocation, ClientStatus, DesiredStatus, DesiredTransition, NodeScoreMeta,
-    RescheduleEvent, RescheduleTracker, ScoreMap, TaskEvent, TaskState,
+    Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker,
+    TaskEvent, TaskState,
 };
 pub use eval::{EvalStatus, Evaluation, TriggeredBy};
 pub use job::{
@@ -28,6 +29,7 @@ pub use job::{
     ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
     Task, TaskGroup, UpdateStrategy,
 };
+pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, ScoreMap};
 pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
 pub use operator::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
 pub use plan::{AllocStop, DesiredUpdates, Plan, PlanAnnotations, PlanResult};

@@ -372,12 +372,15 @@ mod tests {
             name: "web.front[2]".into(),
             ..Default::default()
         };
-        alloc.allocated_resources.shared.ports.push(Port {
-            label: "http".into(),
-            value: 25000,
-            to: 8080,
-            host_network: String::new(),
-        });
+        std::sync::Arc::make_mut(&mut alloc.allocated_resources)
+            .shared
+            .ports
+            .push(Port {
+                label: "http".into(),
+                value: 25000,
+                to: 8080,
+                host_network: String::new(),
+            });
         let mut t = AllocatedTaskResources::default();
         t.cpu.cpu_shares = 250;
         t.memory.memory_mb = 128;
@@ -390,7 +393,9 @@ mod tests {
             }],
             ..Default::default()
         });
-        alloc.allocated_resources.tasks.insert("server".into(), t);
+        std::sync::Arc::make_mut(&mut alloc.allocated_resources)
+            .tasks
+            .insert("server".into(), t);
         let mut node = Node {
             datacenter: "dc1".into(),
             name: "n1".into(),

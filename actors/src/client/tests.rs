@@ -175,11 +175,14 @@ fn alloc_for(job: &Job) -> Allocation {
         namespace: "default".into(),
         ..Default::default()
     };
-    alloc.allocated_resources.shared.ports.push(Port {
-        label: "http".into(),
-        value: 23456,
-        ..Default::default()
-    });
+    Arc::make_mut(&mut alloc.allocated_resources)
+        .shared
+        .ports
+        .push(Port {
+            label: "http".into(),
+            value: 23456,
+            ..Default::default()
+        });
     alloc
 }
 

@@ -1,0 +1,380 @@
+//! What the scheduler saw while placing an allocation (Nomad's
+//! `AllocMetric`), kept compact.
+//!
+//! Every allocation carries one of these, so at a million allocations each
+//! byte here is a megabyte of server memory. Nomad's maps are Go maps;
+//! herder keeps the same JSON but stores the small maps as sorted vectors
+//! (`CountMap`) and the score names as two-byte indexes (`ScoreMap`): a
+//! `BTreeMap` allocates a node of eleven slots for its first entry.
+
+use super::resources::Resources;
+use super::serde_util::nullable;
+use super::NodeId;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+/// Counts by name, sorted by name (Nomad's `map[string]int`, same JSON).
+///
+/// Metrics count filtered and exhausted nodes per class, constraint and
+/// dimension; a map holds a handful of names at most, so a sorted vector
+/// that grows one slot at a time costs what it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CountMap(Vec<(Box<str>, u64)>);
+
+impl CountMap {
+    /// Adds `n` to the count of `name` (allocating only for a new name).
+    pub fn add(&mut self, name: &str, n: u64) {
+        match self.0.binary_search_by(|(k, _)| (**k).cmp(name)) {
+            Ok(at) => self.0[at].1 += n,
+            Err(at) => {
+                self.0.reserve_exact(1);
+                self.0.insert(at, (name.into(), n));
+            }
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&u64> {
+        self.0
+            .binary_search_by(|(k, _)| (**k).cmp(name))
+            .ok()
+            .map(|at| &self.0[at].1)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.0.iter().map(|(k, v)| (&**k, *v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<N: AsRef<str>> FromIterator<(N, u64)> for CountMap {
+    /// Counts of one name given twice add up.
+    fn from_iter<I: IntoIterator<Item = (N, u64)>>(entries: I) -> Self {
+        let mut map = CountMap::default();
+        for (name, n) in entries {
+            map.add(name.as_ref(), n);
+        }
+        map
+    }
+}
+
+impl<N: AsRef<str>, const L: usize> From<[(N, u64); L]> for CountMap {
+    fn from(entries: [(N, u64); L]) -> Self {
+        entries.into_iter().collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a CountMap {
+    type Item = (&'a str, u64);
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, (Box<str>, u64)>, CountPair>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (&**k, *v))
+    }
+}
+
+type CountPair = for<'a> fn(&'a (Box<str>, u64)) -> (&'a str, u64);
+
+impl nullable::IsEmpty for CountMap {
+    fn is_empty_collection(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl Serialize for CountMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, n) in &self.0 {
+            map.serialize_entry(&**name, n)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for CountMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<CountMap, D::Error> {
+        struct CountsVisitor;
+        impl<'de> Visitor<'de> for CountsVisitor {
+            type Value = CountMap;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of names to counts")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<CountMap, A::Error> {
+                let mut map = CountMap::default();
+                while let Some((name, n)) = access.next_entry::<std::borrow::Cow<str>, u64>()? {
+                    map.add(&name, n);
+                }
+                Ok(map)
+            }
+        }
+        d.deserialize_map(CountsVisitor)
+    }
+}
+
+/// The score names herder's ranker writes, sorted.
+const SCORE_NAMES: [&str; 7] = [
+    "allocation-spread",
+    "binpack",
+    "job-anti-affinity",
+    "node-affinity",
+    "node-reschedule-penalty",
+    "normalized-score",
+    "preemption",
+];
+
+/// How many names besides herder's own a process keeps. Other names only
+/// come from rows or JSON written by something else (a Nomad fixture, a
+/// newer herder); past this bound they are dropped, as they are
+/// informational, so a stream of odd names cannot grow memory for ever.
+const MAX_OTHER_SCORE_NAMES: usize = 1024;
+
+/// Names seen beyond `SCORE_NAMES`, each leaked once so that a name is a
+/// `&'static str` and a score entry is an index.
+static OTHER_SCORE_NAMES: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
+
+/// A score name: an index into `SCORE_NAMES`, then `OTHER_SCORE_NAMES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ScoreName(u16);
+
+impl ScoreName {
+    fn of(name: &str) -> Option<ScoreName> {
+        if let Ok(at) = SCORE_NAMES.binary_search(&name) {
+            return Some(ScoreName(at as u16));
+        }
+        let known = |others: &[&str]| others.iter().position(|n| *n == name);
+        // A poisoned lock only means another thread panicked mid-push;
+        // the vector itself is still whole.
+        let others = OTHER_SCORE_NAMES.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = known(&others) {
+            return Some(ScoreName((SCORE_NAMES.len() + at) as u16));
+        }
+        drop(others);
+        let mut others = OTHER_SCORE_NAMES.write().unwrap_or_else(|e| e.into_inner());
+        let at = match known(&others) {
+            Some(at) => at,
+            None if others.len() < MAX_OTHER_SCORE_NAMES => {
+                others.push(Box::leak(name.to_string().into_boxed_str()));
+                others.len() - 1
+            }
+            None => return None,
+        };
+        Some(ScoreName((SCORE_NAMES.len() + at) as u16))
+    }
+
+    fn as_str(self) -> &'static str {
+        let at = usize::from(self.0);
+        match SCORE_NAMES.get(at) {
+            Some(name) => name,
+            None => OTHER_SCORE_NAMES
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(at - SCORE_NAMES.len())
+                .copied()
+                .unwrap_or(""),
+        }
+    }
+}
+
+/// A node's score components by name (Nomad's `Scores` map, same JSON),
+/// as one boxed slice sorted by name of (two-byte name, value) pairs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ScoreMap(Box<[(ScoreName, f64)]>);
+
+impl ScoreMap {
+    /// A map of `entries` (a name given twice keeps its last value).
+    pub fn from_entries<N: AsRef<str>>(entries: impl IntoIterator<Item = (N, f64)>) -> ScoreMap {
+        let mut list: Vec<(ScoreName, f64)> = Vec::new();
+        for (name, value) in entries {
+            let name = name.as_ref();
+            match list.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
+                Ok(at) => list[at].1 = value,
+                Err(at) => {
+                    if let Some(id) = ScoreName::of(name) {
+                        list.insert(at, (id, value));
+                    }
+                }
+            }
+        }
+        ScoreMap(list.into_boxed_slice())
+    }
+
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.0
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|at| self.0[at].1)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), *v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl nullable::IsEmpty for ScoreMap {
+    fn is_empty_collection(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl Serialize for ScoreMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.iter() {
+            map.serialize_entry(name, &value)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ScoreMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ScoreMap, D::Error> {
+        let map = BTreeMap::<String, f64>::deserialize(d)?;
+        Ok(ScoreMap::from_entries(map))
+    }
+}
+
+/// How a placement was scored on one node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NodeScoreMeta {
+    #[serde(rename = "NodeID")]
+    pub node_id: NodeId,
+    #[serde(with = "nullable")]
+    pub scores: ScoreMap,
+    pub norm_score: f64,
+}
+
+/// What the scheduler saw while placing (or failing to place) an allocation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocMetric {
+    pub nodes_evaluated: u64,
+    pub nodes_filtered: u64,
+    /// Shared by every placement of one evaluation (the same counts).
+    #[serde(with = "nullable")]
+    pub nodes_available: Arc<BTreeMap<String, u64>>,
+    #[serde(with = "nullable")]
+    pub class_filtered: CountMap,
+    #[serde(with = "nullable")]
+    pub constraint_filtered: CountMap,
+    pub nodes_exhausted: u64,
+    #[serde(with = "nullable")]
+    pub class_exhausted: CountMap,
+    #[serde(with = "nullable")]
+    pub dimension_exhausted: CountMap,
+    #[serde(with = "nullable")]
+    pub quota_exhausted: Vec<String>,
+    #[serde(with = "nullable")]
+    pub resources_exhausted: BTreeMap<String, Resources>,
+    #[serde(with = "nullable")]
+    pub score_meta_data: Vec<NodeScoreMeta>,
+    /// Nanoseconds spent placing.
+    pub allocation_time: i64,
+    pub coalesced_failures: u64,
+}
+
+impl AllocMetric {
+    pub fn evaluate_node(&mut self) {
+        self.nodes_evaluated += 1;
+    }
+
+    pub fn filter_node(&mut self, class: &str, constraint: &str) {
+        self.nodes_filtered += 1;
+        if !class.is_empty() {
+            self.class_filtered.add(class, 1);
+        }
+        if !constraint.is_empty() {
+            self.constraint_filtered.add(constraint, 1);
+        }
+    }
+
+    pub fn exhausted_node(&mut self, class: &str, dimension: &str) {
+        self.nodes_exhausted += 1;
+        if !class.is_empty() {
+            self.class_exhausted.add(class, 1);
+        }
+        if !dimension.is_empty() {
+            self.dimension_exhausted.add(dimension, 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_read_and_write_as_nomads_sorted_map_keeping_unknown_names() {
+        let json = r#"{"NodeID":"00000000-0000-0000-0000-000000000001","Scores":{"normalized-score":0.5,"binpack":0.25,"custom-score":1.0},"NormScore":0.5}"#;
+        let meta: NodeScoreMeta = serde_json::from_str(json).expect("reads");
+        assert_eq!(meta.scores.get("binpack"), Some(0.25));
+        assert_eq!(meta.scores.get("custom-score"), Some(1.0));
+        assert!(!meta.scores.contains_key("preemption"));
+        let written = serde_json::to_string(&meta).expect("writes");
+        assert!(
+            written
+                .contains(r#""Scores":{"binpack":0.25,"custom-score":1.0,"normalized-score":0.5}"#),
+            "{written}"
+        );
+        let empty: NodeScoreMeta = serde_json::from_str(
+            r#"{"NodeID":"00000000-0000-0000-0000-000000000001","Scores":null}"#,
+        )
+        .expect("null scores read as empty");
+        assert!(empty.scores.is_empty());
+        assert!(serde_json::to_string(&empty)
+            .unwrap()
+            .contains(r#""Scores":null"#));
+    }
+
+    #[test]
+    fn a_score_entry_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<(ScoreName, f64)>(), 16);
+    }
+
+    #[test]
+    fn counts_stay_sorted_add_up_and_read_and_write_as_a_map() {
+        let mut m = CountMap::default();
+        m.add("memory", 1);
+        m.add("cpu", 2);
+        m.add("memory", 3);
+        assert_eq!(m.get("memory"), Some(&4));
+        assert_eq!(m.iter().collect::<Vec<_>>(), [("cpu", 2), ("memory", 4)]);
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(json, r#"{"cpu":2,"memory":4}"#);
+        let back: CountMap = serde_json::from_str(r#"{"memory":4,"cpu":2}"#).unwrap();
+        assert_eq!(back, m);
+        let metric: AllocMetric =
+            serde_json::from_str(r#"{"ClassFiltered":null,"DimensionExhausted":{"cpu":1}}"#)
+                .unwrap();
+        assert!(metric.class_filtered.is_empty());
+        assert_eq!(metric.dimension_exhausted.get("cpu"), Some(&1));
+        assert!(serde_json::to_string(&metric)
+            .unwrap()
+            .contains(r#""ClassFiltered":null"#));
+    }
+}
