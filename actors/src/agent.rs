@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("data dir {path}: {source}")]
+    #[error("data dir {path}")]
     DataDir {
         path: PathBuf,
         source: std::io::Error,
@@ -29,7 +29,7 @@ pub enum AgentError {
     Server(#[from] ServerError),
     #[error("client: {0}")]
     Client(String),
-    #[error("HTTP API on {addr}: {source}")]
+    #[error("HTTP API on {addr}")]
     Bind {
         addr: String,
         source: std::io::Error,

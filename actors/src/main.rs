@@ -10,7 +10,8 @@ use std::process::ExitCode;
 /// mimalloc instead of glibc's malloc: the server allocates and frees
 /// small objects on many threads (workers, plan applier, store writer and
 /// persister); at cluster scale mimalloc spends about 15% less CPU on the
-/// same work (docs/PERFORMANCE.md, "Allocator").
+/// same work (docs/PERFORMANCE.md, "Allocator"). Built without transparent
+/// huge pages (see Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -28,13 +28,13 @@ use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("state store at {path}: {source}")]
+    #[error("state store at {path}")]
     Store { path: PathBuf, source: StoreError },
     #[error("state store at {path}: opening was interrupted")]
     OpenInterrupted { path: PathBuf },
-    #[error("server.num_schedulers / enabled_schedulers: {0}")]
+    #[error("server.num_schedulers / enabled_schedulers")]
     Workers(#[from] WorkerConfigError),
-    #[error("data dir {path}: {source}")]
+    #[error("data dir {path}")]
     DataDir {
         path: PathBuf,
         source: std::io::Error,
@@ -106,6 +106,14 @@ impl Server {
     /// Opens the state under `data_dir/server` and starts the actors. Must
     /// run inside an actix system.
     pub async fn start(config: &AgentConfig, data_dir: &Path) -> Result<Server, ServerError> {
+        // Checked before anything starts: an actor started and then
+        // dropped with a half-built server panics in actix's teardown.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = WorkerPoolConfig::validate(
+            config.effective_num_schedulers() as i64,
+            &config.server.enabled_schedulers,
+            cpus,
+        )?;
         let path = data_dir.join("server");
         let store = open_store(path).await?;
         let writer = EvalWriter::new(store.clone()).start();
@@ -121,12 +129,6 @@ impl Server {
         let _ = blocked.send(broker::SetEnabled(true)).await;
         let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
         let nodes = NodeTracker::new(store.clone(), tracker_config(config)).start();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = WorkerPoolConfig::validate(
-            config.effective_num_schedulers() as i64,
-            &config.server.enabled_schedulers,
-            cpus,
-        )?;
         let deps = WorkerDeps {
             store: store.clone(),
             broker: broker.clone(),
