@@ -229,6 +229,81 @@ mod tests {
         node
     }
 
+    fn stop(id: crate::structs::AllocId) -> AllocStop {
+        AllocStop {
+            id,
+            desired_status: DesiredStatus::Stop,
+            desired_description: "replaced".into(),
+            client_status: None,
+            followup_eval_id: None,
+            preempted_by: None,
+        }
+    }
+
+    #[test]
+    fn the_plan_appliers_cheap_view_judges_the_next_plan_as_a_full_apply_would() {
+        let (a, b, c) = (node_fitting(3), node_fitting(3), node_fitting(3));
+        let mut w = World::new(&[&a, &b, &c]);
+        let (on_a, on_b) = (w.alloc(&a, 0), w.alloc(&b, 1));
+        let moved = w.alloc(&c, 2);
+        w.commit(vec![on_a.clone(), on_b.clone(), moved.clone()]);
+        // The plan in flight: stops on_a, evicts on_b, updates `moved` in
+        // place with twice the CPU, and places two more on a.
+        let mut bigger = moved.clone();
+        std::sync::Arc::make_mut(&mut bigger.allocated_resources)
+            .tasks
+            .iter_mut()
+            .for_each(|(_, t)| t.cpu.cpu_shares *= 2);
+        let mut in_flight = PlanResults {
+            job: Some(w.job.clone()),
+            ..Default::default()
+        };
+        in_flight.node_update.insert(a.id, vec![stop(on_a.id)]);
+        in_flight.node_preemptions.insert(b.id, vec![stop(on_b.id)]);
+        in_flight.node_allocation.insert(c.id, vec![bigger]);
+        in_flight
+            .node_allocation
+            .insert(a.id, vec![w.alloc(&a, 3), w.alloc(&a, 4)]);
+        let mut full = w.snap.clone();
+        full.apply(w.index + 1, &Command::ApplyPlanResults(in_flight.clone()))
+            .unwrap();
+        let mut view = w.snap.clone();
+        view.apply_plan_usage(&in_flight);
+        for node in [&a, &b, &c] {
+            assert_eq!(view.node_usage(&node.id), full.node_usage(&node.id));
+        }
+        // What verification reads of an allocation (not its descriptions
+        // or indexes, which the view leaves alone).
+        let seen = |s: &StateSnapshot, id| {
+            s.alloc(&id).map(|a| {
+                (
+                    a.node_id,
+                    a.desired_status,
+                    a.client_status,
+                    a.allocated_resources.clone(),
+                )
+            })
+        };
+        for id in [on_a.id, on_b.id, moved.id] {
+            assert_eq!(seen(&view, id), seen(&full, id));
+        }
+        // The next plan: a has room for one more, b for three, c for one.
+        let cases = [
+            (&a, 1, true),
+            (&a, 2, false),
+            (&b, 3, true),
+            (&c, 1, true),
+            (&c, 2, false),
+        ];
+        for (node, n, fits) in cases {
+            let allocs = (10..10 + n).map(|i| w.alloc(node, i)).collect();
+            let plan = w.plan(allocs);
+            let (on_view, on_full) = (evaluate_plan(&view, &plan), evaluate_plan(&full, &plan));
+            assert_eq!(on_view.rejected, on_full.rejected);
+            assert_eq!(on_view.rejected.is_empty(), fits, "{n} on {}", node.id);
+        }
+    }
+
     #[test]
     fn plan_that_fits_is_committed_whole() {
         let (a, b) = (node_fitting(2), node_fitting(2));

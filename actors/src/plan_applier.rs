@@ -192,10 +192,11 @@ impl PlanApplier {
             .optimistic
             .take()
             .unwrap_or_else(|| self.store.snapshot());
-        let next_index = optimistic.latest_index() + 1;
-        // If the local apply fails the store's will too; the write's error
-        // then resets the optimistic state below.
-        let _ = optimistic.apply(next_index, &v.command);
+        // Only what verifying the next plan reads (see `apply_plan_usage`);
+        // a failed write resets the optimistic state below.
+        if let Command::ApplyPlanResults(plan) = &v.command {
+            optimistic.apply_plan_usage(plan);
+        }
         self.optimistic = Some(optimistic);
         self.writing = true;
         let rx = self.store.submit(v.command.clone());
