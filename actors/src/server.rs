@@ -122,8 +122,9 @@ impl Server {
             BlockedEvalsConfig::default(),
             writer.recipient(),
         );
-        let plan_applier =
-            PlanApplier::new(store.clone(), Some(broker.clone().recipient())).start();
+        let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
+        let in_flight_view = plan_applier.in_flight_view();
+        let plan_applier = plan_applier.start();
         // Leadership: a single server always leads.
         let _ = broker.send(broker::SetEnabled(true)).await;
         let _ = blocked.send(broker::SetEnabled(true)).await;
@@ -134,6 +135,7 @@ impl Server {
             broker: broker.clone(),
             blocked_evals: blocked.clone(),
             plan_applier: plan_applier.clone(),
+            in_flight_view,
             schedulers: Arc::new(CoreSchedulers),
             timing: WorkerTiming::default(),
         };

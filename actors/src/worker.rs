@@ -24,7 +24,7 @@ use crate::broker::{
     Ack, Delivery, Dequeue, EvalBroker, Nack, Outstanding, PauseNackTimeout, ResumeNackTimeout,
     Token,
 };
-use crate::plan_applier::{PlanApplier, SubmitPlan};
+use crate::plan_applier::{InFlightView, PlanApplier, SubmitPlan};
 use actix::prelude::*;
 use futures::executor::block_on;
 use herder::scheduler::{new_scheduler, Planner, PlannerError, Scheduler, SchedulerError, State};
@@ -108,6 +108,8 @@ pub struct WorkerDeps {
     pub broker: Addr<EvalBroker>,
     pub blocked_evals: Addr<BlockedEvals>,
     pub plan_applier: Addr<PlanApplier>,
+    /// The state with the plan being written (`InFlightView`).
+    pub in_flight_view: InFlightView,
     pub schedulers: Arc<dyn SchedulerFactory>,
     pub timing: WorkerTiming,
 }
@@ -712,9 +714,15 @@ impl WorkerLoop {
         let index = eval.modify_index;
         self.info.set_workload(WorkloadStatus::WaitingForRaft);
         let store = &self.deps.store;
-        // The usual case needs no wait and no thread hop.
+        // The usual case needs no wait and no thread hop. While a plan is
+        // being written, schedule against the state it will make, so as
+        // not to race it for the same nodes; its base must already hold
+        // the evaluation (and so the job version it was made for).
         if store.latest_index() >= index {
-            return Ok(store.snapshot());
+            let view = self.deps.in_flight_view.get();
+            return Ok(view
+                .filter(|v| v.latest_index() >= index)
+                .unwrap_or_else(|| store.snapshot()));
         }
         let start = Instant::now();
         let limit = self.deps.timing.raft_sync_limit;

@@ -134,13 +134,14 @@ impl Cluster {
         );
         broker.send(SetEnabled(true)).await.unwrap();
         blocked_evals.send(SetEnabled(true)).await.unwrap();
-        let plan_applier =
-            PlanApplier::new(store.clone(), Some(broker.clone().recipient())).start();
+        let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
+        let in_flight_view = plan_applier.in_flight_view();
         let deps = WorkerDeps {
             store: store.clone(),
             broker: broker.clone(),
             blocked_evals,
-            plan_applier,
+            plan_applier: plan_applier.start(),
+            in_flight_view,
             schedulers,
             timing: WorkerTiming::default(),
         };
