@@ -12,12 +12,13 @@
 //! Because the source resumes where the previous placement stopped,
 //! consecutive placements look at different nodes.
 
-use super::context::EvalContext;
+use super::context::{EvalContext, UsageHint};
 use super::feasible::{
     check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
 };
 use super::preemption::select_preemptions;
 use super::rank::{assign_ports, fit_score, GroupAsk};
+use super::tally::MetricTally;
 use super::util::FastMap;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
@@ -56,44 +57,85 @@ pub struct SelectOptions {
     pub preempt: bool,
 }
 
+/// A score component besides the fit, which every candidate has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    JobAntiAffinity,
+    ReschedulePenalty,
+    NodeAffinity,
+    Spread,
+    /// Set when the placement evicts allocations: fewer and lower-priority
+    /// evictions score higher.
+    Preemption,
+}
+
+impl Component {
+    /// In the order the final score sums them.
+    const ALL: [Component; 5] = [
+        Component::JobAntiAffinity,
+        Component::ReschedulePenalty,
+        Component::NodeAffinity,
+        Component::Spread,
+        Component::Preemption,
+    ];
+
+    /// The name in `ScoreMetaData`, as Nomad's.
+    fn name(self) -> &'static str {
+        match self {
+            Component::JobAntiAffinity => "job-anti-affinity",
+            Component::ReschedulePenalty => "node-reschedule-penalty",
+            Component::NodeAffinity => "node-affinity",
+            Component::Spread => "allocation-spread",
+            Component::Preemption => "preemption",
+        }
+    }
+}
+
 /// The score components of one candidate (absent ones are not averaged).
+/// Kept small and `Copy`: every candidate of a placement carries one.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Scores {
     pub binpack: f64,
-    pub job_anti_affinity: Option<f64>,
-    pub reschedule_penalty: Option<f64>,
-    pub node_affinity: Option<f64>,
-    pub spread: Option<f64>,
-    /// Set when the placement evicts allocations: fewer and lower-priority
-    /// evictions score higher.
-    pub preemption: Option<f64>,
+    /// Indexed by [`Component`]; meaningful where `present` has its bit.
+    others: [f64; 5],
+    present: u8,
 }
 
 impl Scores {
+    fn set(&mut self, component: Component, value: f64) {
+        self.others[component as usize] = value;
+        self.present |= 1 << component as u8;
+    }
+
+    pub fn get(&self, component: Component) -> Option<f64> {
+        let i = component as usize;
+        (self.present & (1 << i) != 0).then(|| self.others[i])
+    }
+
+    /// The mean of the present components. Summed in component order
+    /// starting from the fit: bit for bit what summing them as an iterator
+    /// (which starts from -0.0, the identity) gives, without collecting.
     fn final_score(&self) -> f64 {
-        let parts = [
-            Some(self.binpack),
-            self.job_anti_affinity,
-            self.reschedule_penalty,
-            self.node_affinity,
-            self.spread,
-            self.preemption,
-        ];
-        let present: Vec<f64> = parts.into_iter().flatten().collect();
-        present.iter().sum::<f64>() / present.len() as f64
+        let mut sum = self.binpack;
+        let mut present = 1u32;
+        for (i, value) in self.others.iter().enumerate() {
+            if self.present & (1 << i) != 0 {
+                sum += value;
+                present += 1;
+            }
+        }
+        sum / f64::from(present)
     }
 
     fn to_map(self, final_score: f64) -> ScoreMap {
-        let named = [
-            ("binpack", Some(self.binpack)),
-            ("job-anti-affinity", self.job_anti_affinity),
-            ("node-reschedule-penalty", self.reschedule_penalty),
-            ("node-affinity", self.node_affinity),
-            ("allocation-spread", self.spread),
-            ("preemption", self.preemption),
-            ("normalized-score", Some(final_score)),
-        ];
-        ScoreMap::from_entries(named.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))))
+        let others = Component::ALL
+            .into_iter()
+            .filter_map(|c| self.get(c).map(|v| (c.name(), v)));
+        let named = [("binpack", self.binpack)]
+            .into_iter()
+            .chain(others)
+            .chain([("normalized-score", final_score)]);
+        ScoreMap::from_entries(named)
     }
 }
 
@@ -106,15 +148,23 @@ pub struct RankedNode {
     pub preempted: Vec<Arc<Allocation>>,
 }
 
-/// A candidate that is feasible and fits, with its scores.
+/// A candidate that is feasible and fits, with its scores. Small, so
+/// that handing candidates through the limit and max-score steps is cheap.
 struct Scored {
     /// Position of the node in the candidate list.
     slot: usize,
-    id: NodeId,
     final_score: f64,
     scores: Scores,
+    /// Only for placements with ports or evictions.
+    grant: Option<Box<Grant>>,
+}
+
+/// What a candidate would be granted beyond the group's template.
+#[derive(Default)]
+struct Grant {
     /// Set when ports had to be assigned; otherwise the group's template.
     resources: Option<AllocatedResources>,
+    /// Allocations to evict for this placement.
     preempted: Vec<Arc<Allocation>>,
 }
 
@@ -210,6 +260,7 @@ impl PropertyCounter {
     }
 
     /// The interned value for the candidate at `at`.
+    #[inline]
     fn value_at(&mut self, at: SlotRef, node: &Node) -> Option<u32> {
         if self.slot_generation != at.generation || self.slot_values.len() != at.len {
             self.slot_generation = at.generation;
@@ -268,8 +319,19 @@ struct GroupInfo {
     affinity_weight_sum: f64,
     spreads: Vec<SpreadInfo>,
     spread_weight_sum: f64,
-    distinct: Vec<(DistinctProperty, PropertyCounter)>,
+    distinct: Vec<DistinctTracker>,
+    /// Why a candidate fails distinct_hosts (shared by every such filter).
+    distinct_hosts_label: Arc<str>,
     count: u32,
+}
+
+/// A `distinct_property` rule, its per-value counts, and the reasons a
+/// candidate fails it (made once, shared by every filtered candidate).
+struct DistinctTracker {
+    rule: DistinctProperty,
+    counter: PropertyCounter,
+    missing_label: Arc<str>,
+    over_label: Arc<str>,
 }
 
 impl GroupInfo {
@@ -316,7 +378,12 @@ impl GroupInfo {
             .iter()
             .map(|d| {
                 let group = d.group_scoped.then_some(tg.name.as_str());
-                (d.clone(), PropertyCounter::new(&d.attribute, group))
+                DistinctTracker {
+                    rule: d.clone(),
+                    counter: PropertyCounter::new(&d.attribute, group),
+                    missing_label: Arc::from(format!("missing property {:?}", d.attribute)),
+                    over_label: Arc::from(d.label.as_str()),
+                }
             })
             .collect();
         GroupInfo {
@@ -328,6 +395,7 @@ impl GroupInfo {
             spreads,
             spread_weight_sum,
             distinct,
+            distinct_hosts_label: Arc::from("distinct_hosts"),
             count: count.max(1),
         }
     }
@@ -340,8 +408,8 @@ impl GroupInfo {
             s.min_used = if max == 0 { 0 } else { min };
             s.max_used = max;
         }
-        for (_, c) in &mut self.distinct {
-            c.sync(ctx, job);
+        for d in &mut self.distinct {
+            d.counter.sync(ctx, job);
         }
     }
 
@@ -357,7 +425,30 @@ struct CandidateMeta {
     id: NodeId,
     /// Interned computed class (`None` when the node has none).
     class: Option<u32>,
+    /// Interned node class (see [`Stack::node_class_names`]), for metrics.
+    node_class: u32,
     capacity: ComparableResources,
+}
+
+/// What the stack remembers about a candidate between visits (a spread
+/// placement looks at the same node about every tenth placement).
+#[derive(Clone, Copy, Default)]
+struct CandidateCache {
+    /// Where the context keeps the node's usage.
+    usage: UsageHint,
+    fit: FitMemo,
+}
+
+/// The last fit score computed for a candidate and the usage it was
+/// computed for: the fit (two `powf`s) only depends on the usage and the
+/// node's fixed capacity, and a node's usage changes only when the plan
+/// places on it or takes from it.
+#[derive(Clone, Copy, Default)]
+struct FitMemo {
+    valid: bool,
+    cpu: i64,
+    memory_mb: i64,
+    score: f64,
 }
 
 pub struct Stack {
@@ -368,10 +459,17 @@ pub struct Stack {
     preemption: bool,
     nodes: Vec<Arc<Node>>,
     meta: Vec<CandidateMeta>,
+    /// Per candidate, like `meta`, but updated as candidates are scored.
+    cached: Vec<CandidateCache>,
     /// Bumped whenever the candidate list changes.
     generation: u64,
     /// Computed classes seen in this evaluation, numbered.
     classes: FastMap<String, u32>,
+    /// Node classes seen in this evaluation, numbered (for metrics).
+    node_classes: FastMap<String, u32>,
+    node_class_names: Vec<String>,
+    /// Filter and exhaustion counts of the placement being computed.
+    tally: MetricTally,
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
@@ -390,8 +488,12 @@ impl Stack {
             job,
             nodes: Vec::new(),
             meta: Vec::new(),
+            cached: Vec::new(),
             generation: 0,
             classes: FastMap::default(),
+            node_classes: FastMap::default(),
+            node_class_names: Vec::new(),
+            tally: MetricTally::default(),
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
@@ -411,6 +513,8 @@ impl Stack {
         self.meta.clear();
         let meta = self.candidate_meta(&node);
         self.meta.push(meta);
+        self.cached.clear();
+        self.cached.push(CandidateCache::default());
         self.nodes.clear();
         self.nodes.push(node);
         self.offset = 0;
@@ -433,6 +537,7 @@ impl Stack {
         };
         self.generation += 1;
         self.meta = nodes.iter().map(|n| self.candidate_meta(n)).collect();
+        self.cached = vec![CandidateCache::default(); nodes.len()];
         self.nodes = nodes;
         self.offset = 0;
     }
@@ -448,9 +553,19 @@ impl Stack {
                 }
             }
         });
+        let node_class = match self.node_classes.get(&node.node_class) {
+            Some(c) => *c,
+            None => {
+                let next = self.node_class_names.len() as u32;
+                self.node_classes.insert(node.node_class.clone(), next);
+                self.node_class_names.push(node.node_class.clone());
+                next
+            }
+        };
         CandidateMeta {
             id: node.id,
             class,
+            node_class,
             capacity: node.available(),
         }
     }
@@ -486,13 +601,16 @@ impl Stack {
         };
         info.sync(ctx, &self.job);
         let result = self.select_with(ctx, &mut info, opts);
+        self.tally
+            .flush_into(&mut ctx.metrics, &self.node_class_names);
         let result = result.map(|r| {
-            let resources = r.resources.unwrap_or_else(|| info.ask.template.clone());
+            let grant = r.grant.map(|g| *g).unwrap_or_default();
+            let resources = grant.resources.unwrap_or_else(|| info.ask.template.clone());
             let ranked = RankedNode {
                 node: self.nodes[r.slot].clone(),
                 final_score: r.final_score,
                 scores: r.scores,
-                preempted: r.preempted,
+                preempted: grant.preempted,
             };
             (ranked, resources)
         });
@@ -546,7 +664,7 @@ impl Stack {
                 None => break,
             };
             returned += 1;
-            record_top(&mut top, &candidate);
+            record_top(&mut top, &candidate, self.meta[candidate.slot].id);
             if best
                 .as_ref()
                 .is_none_or(|b| candidate.final_score > b.final_score)
@@ -615,23 +733,35 @@ impl Stack {
             len: self.meta.len(),
             generation: self.generation,
         };
-        let escaped = info.feasibility.escaped;
-        let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
-        if first_sight && !escaped {
-            ctx.eligibility
-                .record(&node.computed_class, feasible.is_ok());
+        // Most candidates share a class already checked: answer from the
+        // class cache without touching the node.
+        match info.feasibility.cached(meta.class) {
+            Some(Ok(())) => {}
+            Some(Err(label)) => {
+                self.tally.filter(meta.node_class, label);
+                return None;
+            }
+            None => {
+                let escaped = info.feasibility.escaped;
+                let (feasible, first_sight) =
+                    info.feasibility.check(node, meta.class, &mut self.cache);
+                if first_sight && !escaped {
+                    ctx.eligibility
+                        .record(&node.computed_class, feasible.is_ok());
+                }
+                if let Err(label) = feasible {
+                    self.tally.filter(meta.node_class, &label);
+                    return None;
+                }
+            }
         }
-        if let Err(label) = feasible {
-            ctx.metrics.filter_node(&node.node_class, &label);
-            return None;
-        }
-        if let Some(reason) = self.placement_conflict(ctx, info, node, at) {
-            ctx.metrics.filter_node(&node.node_class, &reason);
+        if let Some(reason) = placement_conflict(ctx, info, node, at) {
+            self.tally.filter(meta.node_class, reason);
             return None;
         }
         let capacity = meta.capacity;
         let (mut util, group_collisions) = {
-            let usage = ctx.usage_of(meta.id, node);
+            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, meta.id, node);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
@@ -650,20 +780,20 @@ impl Stack {
                     preempted = list;
                 }
                 None => {
-                    ctx.metrics.exhausted_node(&node.node_class, dimension);
+                    self.tally.exhaust(meta.node_class, dimension);
                     return None;
                 }
             }
         }
         let resources = if info.ask.has_networks() {
             let granted = {
-                let usage = ctx.usage_of(meta.id, node);
+                let usage = ctx.usage_hinted(&mut self.cached[slot].usage, meta.id, node);
                 assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
             };
             match granted {
                 Ok(r) => Some(r),
                 Err(dimension) => {
-                    ctx.metrics.exhausted_node(&node.node_class, dimension);
+                    self.tally.exhaust(meta.node_class, dimension);
                     return None;
                 }
             }
@@ -673,45 +803,20 @@ impl Stack {
         let mut scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
         if !preempted.is_empty() {
             let priorities: Vec<i32> = preempted.iter().map(|a| ctx.job_priority(a)).collect();
-            scores.preemption = Some(preemption_score(&priorities));
+            scores.set(Component::Preemption, preemption_score(&priorities));
         }
+        let grant = (resources.is_some() || !preempted.is_empty()).then(|| {
+            Box::new(Grant {
+                resources,
+                preempted,
+            })
+        });
         Some(Scored {
             final_score: scores.final_score(),
             scores,
             slot,
-            id: meta.id,
-            resources,
-            preempted,
+            grant,
         })
-    }
-
-    /// distinct_hosts and distinct_property, checked against the plan.
-    fn placement_conflict(
-        &mut self,
-        ctx: &mut EvalContext,
-        info: &mut GroupInfo,
-        node: &Node,
-        at: SlotRef,
-    ) -> Option<String> {
-        let f = &info.feasibility;
-        if f.distinct_hosts_job || f.distinct_hosts_group {
-            let usage = ctx.usage(node);
-            if f.distinct_hosts_job && usage.job_count(None) > 0 {
-                return Some("distinct_hosts".to_string());
-            }
-            if f.distinct_hosts_group && usage.job_count(Some(&info.name)) > 0 {
-                return Some("distinct_hosts".to_string());
-            }
-        }
-        for (d, counter) in &mut info.distinct {
-            let Some(value) = counter.value_at(at, node) else {
-                return Some(format!("missing property {:?}", d.attribute));
-            };
-            if counter.count(value) >= d.limit {
-                return Some(d.label.clone());
-            }
-        }
-        None
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -726,18 +831,18 @@ impl Stack {
         group_collisions: u32,
     ) -> Scores {
         let mut scores = Scores {
-            binpack: fit_score(self.algorithm, capacity, util),
+            binpack: self.fit(at.slot, capacity, util),
             ..Default::default()
         };
         if self.kind == StackKind::System {
             return scores;
         }
         if group_collisions > 0 {
-            scores.job_anti_affinity =
-                Some(-f64::from(group_collisions + 1) / f64::from(info.count));
+            let penalty = -f64::from(group_collisions + 1) / f64::from(info.count);
+            scores.set(Component::JobAntiAffinity, penalty);
         }
         if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&node.id) {
-            scores.reschedule_penalty = Some(-1.0);
+            scores.set(Component::ReschedulePenalty, -1.0);
         }
         if info.affinity_weight_sum > 0.0 {
             let total: f64 = info
@@ -747,17 +852,70 @@ impl Stack {
                 .map(|a| f64::from(a.weight))
                 .sum();
             if total != 0.0 {
-                scores.node_affinity = Some(total / info.affinity_weight_sum);
+                scores.set(Component::NodeAffinity, total / info.affinity_weight_sum);
             }
         }
         if !info.spreads.is_empty() {
             let total = spread_score(info, node, at);
             if total != 0.0 {
-                scores.spread = Some(total);
+                scores.set(Component::Spread, total);
             }
         }
         scores
     }
+}
+
+impl Stack {
+    /// The candidate's fit score, from its memo when its usage is the same
+    /// as last time.
+    fn fit(
+        &mut self,
+        slot: usize,
+        capacity: &ComparableResources,
+        util: &ComparableResources,
+    ) -> f64 {
+        let memo = &mut self.cached[slot].fit;
+        if memo.valid && memo.cpu == util.cpu && memo.memory_mb == util.memory_mb {
+            return memo.score;
+        }
+        let score = fit_score(self.algorithm, capacity, util);
+        *memo = FitMemo {
+            valid: true,
+            cpu: util.cpu,
+            memory_mb: util.memory_mb,
+            score,
+        };
+        score
+    }
+}
+
+/// distinct_hosts and distinct_property, checked against the plan; the
+/// reason a candidate conflicts.
+fn placement_conflict<'i>(
+    ctx: &mut EvalContext,
+    info: &'i mut GroupInfo,
+    node: &Node,
+    at: SlotRef,
+) -> Option<&'i Arc<str>> {
+    let f = &info.feasibility;
+    if f.distinct_hosts_job || f.distinct_hosts_group {
+        let usage = ctx.usage(node);
+        if f.distinct_hosts_job && usage.job_count(None) > 0 {
+            return Some(&info.distinct_hosts_label);
+        }
+        if f.distinct_hosts_group && usage.job_count(Some(&info.name)) > 0 {
+            return Some(&info.distinct_hosts_label);
+        }
+    }
+    for d in &mut info.distinct {
+        let Some(value) = d.counter.value_at(at, node) else {
+            return Some(&d.missing_label);
+        };
+        if d.counter.count(value) >= d.rule.limit {
+            return Some(&d.over_label);
+        }
+    }
+    None
 }
 
 fn take_skipped(skipped: &mut [Scored], next: &mut usize) -> Scored {
@@ -765,15 +923,13 @@ fn take_skipped(skipped: &mut [Scored], next: &mut usize) -> Scored {
     *next += 1;
     Scored {
         slot: skipped[i].slot,
-        id: skipped[i].id,
         final_score: skipped[i].final_score,
         scores: skipped[i].scores,
-        resources: skipped[i].resources.take(),
-        preempted: std::mem::take(&mut skipped[i].preempted),
+        grant: skipped[i].grant.take(),
     }
 }
 
-fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored) {
+fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, id: NodeId) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
     }
@@ -781,7 +937,7 @@ fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored) {
         .iter()
         .position(|t| t.0 < c.final_score)
         .unwrap_or(top.len());
-    top.insert(pos, (c.final_score, c.id, c.scores));
+    top.insert(pos, (c.final_score, id, c.scores));
     top.truncate(TOP_SCORES);
 }
 
