@@ -167,6 +167,7 @@ impl EvalContext {
     /// same node again and again (the stack, per candidate): `hint`
     /// remembers where the node's usage is kept, so later calls find it
     /// without hashing the ID.
+    #[inline]
     pub fn usage_hinted(&mut self, hint: &mut UsageHint, id: NodeId, node: &Node) -> &NodeUsage {
         let slot = match self.usage_slots.get(hint.0 as usize) {
             Some(s) if s.id == id => hint.0,
@@ -194,22 +195,29 @@ impl EvalContext {
         slot
     }
 
+    #[inline]
     fn fresh_usage(&mut self, slot: u32, node: &Node) -> &NodeUsage {
-        let entry = &mut self.usage_slots[slot as usize];
-        if !entry.fresh {
-            let job_allocs = self.job_allocs.get_or_insert_with(|| {
-                live_job_allocs_by_node(&*self.state, self.job_key.as_ref())
-            });
-            entry.usage = compute_usage(
-                &*self.state,
-                &self.plan,
-                job_allocs,
-                self.job_key.as_ref(),
-                node,
-            );
-            entry.fresh = true;
+        if !self.usage_slots[slot as usize].fresh {
+            self.recompute_usage(slot, node);
         }
-        &entry.usage
+        &self.usage_slots[slot as usize].usage
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recompute_usage(&mut self, slot: u32, node: &Node) {
+        let job_allocs = self
+            .job_allocs
+            .get_or_insert_with(|| live_job_allocs_by_node(&*self.state, self.job_key.as_ref()));
+        let entry = &mut self.usage_slots[slot as usize];
+        entry.usage = compute_usage(
+            &*self.state,
+            &self.plan,
+            job_allocs,
+            self.job_key.as_ref(),
+            node,
+        );
+        entry.fresh = true;
     }
 
     /// Adds a planned allocation to its node's cached usage when that is

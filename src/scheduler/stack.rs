@@ -99,12 +99,33 @@ pub struct Scores {
     /// Indexed by [`Component`]; meaningful where `present` has its bit.
     others: [f64; 5],
     present: u8,
+    /// The sum of the present components and how many there are, kept as
+    /// they are set (in component order, so the sum is the same as adding
+    /// them up afterwards).
+    sum: f64,
+    count: u8,
 }
 
 impl Scores {
+    fn with_fit(binpack: f64) -> Self {
+        Scores {
+            binpack,
+            sum: binpack,
+            count: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Sets a component; components are set in [`Component`] order.
     fn set(&mut self, component: Component, value: f64) {
+        debug_assert!(
+            self.present >> component as u8 == 0,
+            "{component:?} set out of order"
+        );
         self.others[component as usize] = value;
         self.present |= 1 << component as u8;
+        self.sum += value;
+        self.count += 1;
     }
 
     pub fn get(&self, component: Component) -> Option<f64> {
@@ -114,17 +135,9 @@ impl Scores {
 
     /// The mean of the present components. Summed in component order
     /// starting from the fit: bit for bit what summing them as an iterator
-    /// (which starts from -0.0, the identity) gives, without collecting.
+    /// (which starts from -0.0, the identity) gives.
     fn final_score(&self) -> f64 {
-        let mut sum = self.binpack;
-        let mut present = 1u32;
-        for (i, value) in self.others.iter().enumerate() {
-            if self.present & (1 << i) != 0 {
-                sum += value;
-                present += 1;
-            }
-        }
-        sum / f64::from(present)
+        self.sum / f64::from(self.count)
     }
 
     fn to_map(self, final_score: f64) -> ScoreMap {
@@ -148,13 +161,13 @@ pub struct RankedNode {
     pub preempted: Vec<Arc<Allocation>>,
 }
 
-/// A candidate that is feasible and fits, with its scores. Small, so
-/// that handing candidates through the limit and max-score steps is cheap.
+/// A candidate that is feasible and fits, with its final score. Small, so
+/// that handing candidates through the limit and max-score steps is cheap;
+/// the score components stay in [`Stack::last_scores`] unless needed.
 struct Scored {
     /// Position of the node in the candidate list.
     slot: usize,
     final_score: f64,
-    scores: Scores,
     /// Only for placements with ports or evictions.
     grant: Option<Box<Grant>>,
 }
@@ -470,6 +483,8 @@ pub struct Stack {
     node_class_names: Vec<String>,
     /// Filter and exhaustion counts of the placement being computed.
     tally: MetricTally,
+    /// The score components of the candidate ranked last.
+    last_scores: Scores,
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
@@ -494,6 +509,7 @@ impl Stack {
             node_classes: FastMap::default(),
             node_class_names: Vec::new(),
             tally: MetricTally::default(),
+            last_scores: Scores::default(),
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
@@ -603,13 +619,13 @@ impl Stack {
         let result = self.select_with(ctx, &mut info, opts);
         self.tally
             .flush_into(&mut ctx.metrics, &self.node_class_names);
-        let result = result.map(|r| {
+        let result = result.map(|(r, scores)| {
             let grant = r.grant.map(|g| *g).unwrap_or_default();
             let resources = grant.resources.unwrap_or_else(|| info.ask.template.clone());
             let ranked = RankedNode {
                 node: self.nodes[r.slot].clone(),
                 final_score: r.final_score,
-                scores: r.scores,
+                scores,
                 preempted: grant.preempted,
             };
             (ranked, resources)
@@ -627,51 +643,54 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-    ) -> Option<Scored> {
+    ) -> Option<(Scored, Scores)> {
         let limit = if info.has_soft_preferences() && self.kind != StackKind::System {
             (info.count as usize).max(100)
         } else {
             self.base_limit
         };
         let mut seen = 0usize;
-        let mut returned = 0usize;
-        let mut skipped: Vec<Scored> = Vec::new();
+        let mut skipped: Vec<(Scored, Scores)> = Vec::new();
         let mut skipped_next = 0usize;
-        let mut best: Option<Scored> = None;
-        let mut top: Vec<(f64, NodeId, Scores)> = Vec::new();
-        while returned < limit {
-            let mut option = self.next_ranked(ctx, info, opts, &mut seen);
-            if option.is_none() && skipped_next < skipped.len() {
-                option = Some(take_skipped(&mut skipped, &mut skipped_next));
+        let mut chosen = Chosen::default();
+        // Nomad's limit iterator: up to MAX_SKIP candidates with low scores
+        // are put aside while later ones are pulled, and handed out once
+        // the source runs dry. One loop with a single pull from the source
+        // (so the per-candidate path is inlined once); `skipping` is set
+        // while pulling in place of a candidate just put aside.
+        let mut skipping = false;
+        loop {
+            if !skipping && chosen.returned >= limit {
+                break;
             }
-            let Some(first) = option else { break };
-            // Skip ahead past low scores (up to MAX_SKIP), as Nomad's limit
-            // iterator does; the skipped ones are used if nothing better comes.
-            let mut current = Some(first);
-            while let Some(c) = current.take() {
-                if c.final_score > SKIP_SCORE_THRESHOLD || skipped.len() >= MAX_SKIP {
-                    current = Some(c);
-                    break;
-                }
-                skipped.push(c);
-                current = self.next_ranked(ctx, info, opts, &mut seen);
-            }
-            let candidate = match current {
+            let candidate = match self.next_ranked(ctx, info, opts, &mut seen) {
                 Some(c) => c,
                 None if skipped_next < skipped.len() => {
-                    take_skipped(&mut skipped, &mut skipped_next)
+                    let (c, scores) = take_skipped(&mut skipped, &mut skipped_next);
+                    if skipping {
+                        // In place of a skipped candidate, a put-aside one
+                        // is taken whatever its score.
+                        skipping = false;
+                        let id = self.meta[c.slot].id;
+                        chosen.accept(c, &scores, id);
+                        continue;
+                    }
+                    self.last_scores = scores;
+                    c
                 }
                 None => break,
             };
-            returned += 1;
-            record_top(&mut top, &candidate, self.meta[candidate.slot].id);
-            if best
-                .as_ref()
-                .is_none_or(|b| candidate.final_score > b.final_score)
-            {
-                best = Some(candidate);
+            let keep = candidate.final_score > SKIP_SCORE_THRESHOLD || skipped.len() >= MAX_SKIP;
+            if !keep {
+                skipped.push((candidate, self.last_scores));
+                skipping = true;
+                continue;
             }
+            skipping = false;
+            let id = self.meta[candidate.slot].id;
+            chosen.accept(candidate, &self.last_scores, id);
         }
+        let Chosen { top, best, .. } = chosen;
         ctx.metrics.score_meta_data = top
             .into_iter()
             .map(|(score, node_id, scores)| NodeScoreMeta {
@@ -684,6 +703,9 @@ impl Stack {
     }
 
     /// Pulls nodes from the source until one is feasible and fits.
+    /// Inlined into its one caller so that what the per-candidate path
+    /// needs is set up once per placement, not once per candidate.
+    #[inline(always)]
     fn next_ranked(
         &mut self,
         ctx: &mut EvalContext,
@@ -694,7 +716,10 @@ impl Stack {
         let n = self.nodes.len();
         while *seen < n {
             let slot = self.offset;
-            self.offset = (self.offset + 1) % n;
+            self.offset += 1;
+            if self.offset == n {
+                self.offset = 0;
+            }
             *seen += 1;
             ctx.metrics.evaluate_node();
             if let Some(ranked) = self.rank_node(ctx, info, opts, slot) {
@@ -805,6 +830,7 @@ impl Stack {
             let priorities: Vec<i32> = preempted.iter().map(|a| ctx.job_priority(a)).collect();
             scores.set(Component::Preemption, preemption_score(&priorities));
         }
+        self.last_scores = scores;
         let grant = (resources.is_some() || !preempted.is_empty()).then(|| {
             Box::new(Grant {
                 resources,
@@ -813,7 +839,6 @@ impl Stack {
         });
         Some(Scored {
             final_score: scores.final_score(),
-            scores,
             slot,
             grant,
         })
@@ -830,10 +855,7 @@ impl Stack {
         util: &ComparableResources,
         group_collisions: u32,
     ) -> Scores {
-        let mut scores = Scores {
-            binpack: self.fit(at.slot, capacity, util),
-            ..Default::default()
-        };
+        let mut scores = Scores::with_fit(self.fit(at.slot, capacity, util));
         if self.kind == StackKind::System {
             return scores;
         }
@@ -918,18 +940,41 @@ fn placement_conflict<'i>(
     None
 }
 
-fn take_skipped(skipped: &mut [Scored], next: &mut usize) -> Scored {
-    let i = *next;
-    *next += 1;
-    Scored {
-        slot: skipped[i].slot,
-        final_score: skipped[i].final_score,
-        scores: skipped[i].scores,
-        grant: skipped[i].grant.take(),
+/// The candidates a placement has taken so far: how many, the best, and
+/// the top scores for the metrics.
+#[derive(Default)]
+struct Chosen {
+    returned: usize,
+    best: Option<(Scored, Scores)>,
+    top: Vec<(f64, NodeId, Scores)>,
+}
+
+impl Chosen {
+    fn accept(&mut self, candidate: Scored, scores: &Scores, id: NodeId) {
+        self.returned += 1;
+        record_top(&mut self.top, &candidate, scores, id);
+        if self
+            .best
+            .as_ref()
+            .is_none_or(|(b, _)| candidate.final_score > b.final_score)
+        {
+            self.best = Some((candidate, *scores));
+        }
     }
 }
 
-fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, id: NodeId) {
+fn take_skipped(skipped: &mut [(Scored, Scores)], next: &mut usize) -> (Scored, Scores) {
+    let (c, scores) = &mut skipped[*next];
+    *next += 1;
+    let taken = Scored {
+        slot: c.slot,
+        final_score: c.final_score,
+        grant: c.grant.take(),
+    };
+    (taken, *scores)
+}
+
+fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, scores: &Scores, id: NodeId) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
     }
@@ -937,7 +982,7 @@ fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, id: NodeId) {
         .iter()
         .position(|t| t.0 < c.final_score)
         .unwrap_or(top.len());
-    top.insert(pos, (c.final_score, id, c.scores));
+    top.insert(pos, (c.final_score, id, *scores));
     top.truncate(TOP_SCORES);
 }
 
