@@ -426,6 +426,12 @@ impl GroupInfo {
         }
     }
 
+    /// distinct_hosts or distinct_property: checked against the plan.
+    fn has_placement_rules(&self) -> bool {
+        let f = &self.feasibility;
+        f.distinct_hosts_job || f.distinct_hosts_group || !self.distinct.is_empty()
+    }
+
     fn has_soft_preferences(&self) -> bool {
         !self.affinities.is_empty() || !self.spreads.is_empty()
     }
@@ -722,14 +728,21 @@ impl Stack {
             }
             *seen += 1;
             ctx.metrics.evaluate_node();
-            if let Some(ranked) = self.rank_node(ctx, info, opts, slot) {
+            if let Some(ranked) = self.rank_candidate(ctx, info, opts, slot) {
                 return Some(ranked);
             }
         }
         None
     }
 
-    fn rank_node(
+    /// Ranks the candidate at `slot`: `None` when it is filtered or
+    /// exhausted (counted in the tally), else its final score, with its
+    /// components left in `last_scores`. The common path (class already
+    /// checked, fits, no ports) touches only the stack's per-candidate
+    /// vectors, the usage cache and the spread counters; the rest is out of
+    /// line.
+    #[inline(always)]
+    fn rank_candidate(
         &mut self,
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
@@ -737,29 +750,11 @@ impl Stack {
         slot: usize,
     ) -> Option<Scored> {
         let meta = self.meta[slot];
-        // A cheap handle: the node is only dereferenced on the slow paths.
-        let nodes = std::mem::take(&mut self.nodes);
-        let ranked = self.rank_candidate(ctx, info, opts, slot, meta, &nodes[slot]);
-        self.nodes = nodes;
-        ranked
-    }
-
-    fn rank_candidate(
-        &mut self,
-        ctx: &mut EvalContext,
-        info: &mut GroupInfo,
-        opts: &SelectOptions,
-        slot: usize,
-        meta: CandidateMeta,
-        node: &Arc<Node>,
-    ) -> Option<Scored> {
         let at = SlotRef {
             slot,
             len: self.meta.len(),
             generation: self.generation,
         };
-        // Most candidates share a class already checked: answer from the
-        // class cache without touching the node.
         match info.feasibility.cached(meta.class) {
             Some(Ok(())) => {}
             Some(Err(label)) => {
@@ -767,76 +762,47 @@ impl Stack {
                 return None;
             }
             None => {
-                let escaped = info.feasibility.escaped;
-                let (feasible, first_sight) =
-                    info.feasibility.check(node, meta.class, &mut self.cache);
-                if first_sight && !escaped {
-                    ctx.eligibility
-                        .record(&node.computed_class, feasible.is_ok());
-                }
-                if let Err(label) = feasible {
-                    self.tally.filter(meta.node_class, &label);
+                if !self.check_feasibility(ctx, info, slot) {
                     return None;
                 }
             }
         }
-        if let Some(reason) = placement_conflict(ctx, info, node, at) {
-            self.tally.filter(meta.node_class, reason);
-            return None;
+        if info.has_placement_rules() {
+            if let Some(reason) = placement_conflict(ctx, info, &self.nodes[slot], at) {
+                self.tally.filter(meta.node_class, reason);
+                return None;
+            }
         }
-        let capacity = meta.capacity;
         let (mut util, group_collisions) = {
-            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, meta.id, node);
+            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, meta.id, &self.nodes[slot]);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
-        let mut preempted = Vec::new();
-        if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
-            let evicted = if opts.preempt {
-                select_preemptions(ctx, node, self.job.priority, &info.ask.resources)
-            } else {
-                None
-            };
-            match evicted {
-                Some(list) => {
-                    for a in &list {
-                        util.sub(&a.allocated_resources.comparable());
-                    }
-                    preempted = list;
-                }
+        let mut grant: Option<Box<Grant>> = None;
+        if let Err(dimension) = ComparableResources::superset_of(&meta.capacity, &util) {
+            match self.preempt_for(ctx, info, opts, slot, &mut util) {
+                Some(g) => grant = Some(g),
                 None => {
                     self.tally.exhaust(meta.node_class, dimension);
                     return None;
                 }
             }
         }
-        let resources = if info.ask.has_networks() {
-            let granted = {
-                let usage = ctx.usage_hinted(&mut self.cached[slot].usage, meta.id, node);
-                assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
-            };
-            match granted {
-                Ok(r) => Some(r),
+        if info.ask.has_networks() {
+            match self.grant_ports(ctx, info, slot) {
+                Ok(r) => grant.get_or_insert_with(Box::default).resources = Some(r),
                 Err(dimension) => {
                     self.tally.exhaust(meta.node_class, dimension);
                     return None;
                 }
             }
-        } else {
-            None
-        };
-        let mut scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
-        if !preempted.is_empty() {
-            let priorities: Vec<i32> = preempted.iter().map(|a| ctx.job_priority(a)).collect();
+        }
+        let mut scores = self.score(info, opts, at, &meta.capacity, &util, group_collisions);
+        if let Some(g) = grant.as_ref().filter(|g| !g.preempted.is_empty()) {
+            let priorities: Vec<i32> = g.preempted.iter().map(|a| ctx.job_priority(a)).collect();
             scores.set(Component::Preemption, preemption_score(&priorities));
         }
         self.last_scores = scores;
-        let grant = (resources.is_some() || !preempted.is_empty()).then(|| {
-            Box::new(Grant {
-                resources,
-                preempted,
-            })
-        });
         Some(Scored {
             final_score: scores.final_score(),
             slot,
@@ -844,12 +810,78 @@ impl Stack {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Feasibility of a candidate the class cache cannot answer for (a new
+    /// class, no class, or a group that escapes the cache).
+    #[cold]
+    #[inline(never)]
+    fn check_feasibility(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        slot: usize,
+    ) -> bool {
+        let node = &self.nodes[slot];
+        let meta = &self.meta[slot];
+        let escaped = info.feasibility.escaped;
+        let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
+        if first_sight && !escaped {
+            ctx.eligibility
+                .record(&node.computed_class, feasible.is_ok());
+        }
+        match feasible {
+            Ok(()) => true,
+            Err(label) => {
+                self.tally.filter(meta.node_class, &label);
+                false
+            }
+        }
+    }
+
+    /// When the group does not fit: the evictions that would make room
+    /// (taken off `util`), if preemption is on and finds any.
+    #[cold]
+    #[inline(never)]
+    fn preempt_for(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        opts: &SelectOptions,
+        slot: usize,
+        util: &mut ComparableResources,
+    ) -> Option<Box<Grant>> {
+        if !opts.preempt {
+            return None;
+        }
+        let node = &self.nodes[slot];
+        let list = select_preemptions(ctx, node, self.job.priority, &info.ask.resources)?;
+        for a in &list {
+            util.sub(&a.allocated_resources.comparable());
+        }
+        Some(Box::new(Grant {
+            resources: None,
+            preempted: list,
+        }))
+    }
+
+    /// The group's networks granted on the candidate, given the ports the
+    /// plan leaves in use there.
+    #[inline(never)]
+    fn grant_ports(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        slot: usize,
+    ) -> Result<AllocatedResources, &'static str> {
+        let node = &self.nodes[slot];
+        let usage = ctx.usage_hinted(&mut self.cached[slot].usage, node.id, node);
+        assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
+    }
+
+    #[inline(always)]
     fn score(
         &mut self,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-        node: &Node,
         at: SlotRef,
         capacity: &ComparableResources,
         util: &ComparableResources,
@@ -863,16 +895,12 @@ impl Stack {
             let penalty = -f64::from(group_collisions + 1) / f64::from(info.count);
             scores.set(Component::JobAntiAffinity, penalty);
         }
+        let node = &self.nodes[at.slot];
         if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&node.id) {
             scores.set(Component::ReschedulePenalty, -1.0);
         }
         if info.affinity_weight_sum > 0.0 {
-            let total: f64 = info
-                .affinities
-                .iter()
-                .filter(|a| affinity_matches(a, node, &mut self.cache))
-                .map(|a| f64::from(a.weight))
-                .sum();
+            let total = affinity_total(info, node, &mut self.cache);
             if total != 0.0 {
                 scores.set(Component::NodeAffinity, total / info.affinity_weight_sum);
             }
@@ -885,9 +913,7 @@ impl Stack {
         }
         scores
     }
-}
 
-impl Stack {
     /// The candidate's fit score, from its memo when its usage is the same
     /// as last time.
     fn fit(
@@ -984,6 +1010,16 @@ fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, scores: &Scores,
         .unwrap_or(top.len());
     top.insert(pos, (c.final_score, id, *scores));
     top.truncate(TOP_SCORES);
+}
+
+/// The summed weights of the affinities the node matches.
+#[inline(never)]
+fn affinity_total(info: &GroupInfo, node: &Node, cache: &mut ConstraintCache) -> f64 {
+    info.affinities
+        .iter()
+        .filter(|a| affinity_matches(a, node, cache))
+        .map(|a| f64::from(a.weight))
+        .sum()
 }
 
 fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> bool {
