@@ -976,6 +976,7 @@ struct Chosen {
 }
 
 impl Chosen {
+    #[inline]
     fn accept(&mut self, candidate: Scored, scores: &Scores, id: NodeId) {
         self.returned += 1;
         record_top(&mut self.top, &candidate, scores, id);
@@ -1000,6 +1001,7 @@ fn take_skipped(skipped: &mut [(Scored, Scores)], next: &mut usize) -> (Scored, 
     (taken, *scores)
 }
 
+#[inline]
 fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, scores: &Scores, id: NodeId) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
