@@ -243,7 +243,7 @@ impl EvalContext {
     /// what preemption may evict. Scans the node's allocations, which only
     /// the preemption path needs.
     pub fn preemption_candidates(&self, node: &Node) -> Vec<Arc<Allocation>> {
-        let leaving = leaving_ids(&self.plan, node.id);
+        let leaving = leaving_ids(&self.plan, node.id, planned_on(&self.plan, node.id));
         self.state
             .allocs_by_node(&node.id)
             .into_iter()
@@ -412,12 +412,19 @@ fn live_job_allocs_by_node(
     by_node
 }
 
+/// The plan's allocations on the node (new ones and in-place updates).
+fn planned_on(plan: &Plan, node: NodeId) -> &[Allocation] {
+    plan.node_allocation.get(&node).map_or(&[], Vec::as_slice)
+}
+
 /// Allocations the plan takes off the node: stopped, preempted, or
 /// replaced by an in-place update; sorted, each once (look up with
 /// `binary_search`). Usually empty or short (the plan's entries for one
 /// node), so sorting beats hashing, which computing the usage of
 /// thousands of untouched nodes would pay for every time.
-fn leaving_ids(plan: &Plan, node: NodeId) -> Vec<AllocId> {
+/// `planned` is the plan's allocations on the node (looked up once by the
+/// caller, who needs them too).
+fn leaving_ids(plan: &Plan, node: NodeId, planned: &[Allocation]) -> Vec<AllocId> {
     let stopped = plan
         .node_update
         .get(&node)
@@ -425,12 +432,7 @@ fn leaving_ids(plan: &Plan, node: NodeId) -> Vec<AllocId> {
         .chain(plan.node_preemptions.get(&node))
         .flatten()
         .map(|s| s.id);
-    let replaced = plan
-        .node_allocation
-        .get(&node)
-        .into_iter()
-        .flatten()
-        .map(|a| a.id);
+    let replaced = planned.iter().map(|a| a.id);
     let mut leaving: Vec<AllocId> = stopped.chain(replaced).collect();
     leaving.sort_unstable();
     leaving.dedup();
@@ -456,7 +458,8 @@ fn compute_usage(
     if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
         usage.ports.extend(ports);
     }
-    let leaving = leaving_ids(plan, node.id);
+    let planned = planned_on(plan, node.id);
+    let leaving = leaving_ids(plan, node.id, planned);
     for id in &leaving {
         let Some(alloc) = state.alloc_by_id(id) else {
             continue;
@@ -473,7 +476,7 @@ fn compute_usage(
             count_group(&mut usage, group);
         }
     }
-    for alloc in plan.node_allocation.get(&node.id).into_iter().flatten() {
+    for alloc in planned {
         if !alloc.is_terminal() {
             add_to_usage(job_key, &mut usage, alloc);
         }
