@@ -976,7 +976,7 @@ struct Chosen {
 }
 
 impl Chosen {
-    #[inline]
+    #[inline(always)]
     fn accept(&mut self, candidate: Scored, scores: &Scores, id: NodeId) {
         self.returned += 1;
         record_top(&mut self.top, &candidate, scores, id);
