@@ -73,6 +73,26 @@ impl Measurement for ThreadCpu {
 struct CommitAll {
     /// Allocations placed by the plans committed so far.
     placed: usize,
+    /// When set, a digest of every placement (name, node, metrics with
+    /// score metadata) is folded in, to compare two builds' decisions.
+    digest: Option<u64>,
+}
+
+impl CommitAll {
+    fn fold_digest(&mut self, plan: &Plan) {
+        let Some(digest) = self.digest.as_mut() else {
+            return;
+        };
+        let mut allocs: Vec<_> = plan.node_allocation.values().flatten().collect();
+        allocs.sort_by(|a, b| a.name.cmp(&b.name));
+        for a in allocs {
+            let line = format!("{} {} {:?}\n", a.name, a.node_id, a.metrics);
+            for byte in line.bytes() {
+                // FNV-1a
+                *digest = (*digest ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
 }
 
 impl Planner for CommitAll {
@@ -81,6 +101,7 @@ impl Planner for CommitAll {
         plan: Plan,
     ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError> {
         self.placed += plan.node_allocation.values().map(Vec::len).sum::<usize>();
+        self.fold_digest(&plan);
         Ok((
             PlanResult {
                 node_allocation: plan.node_allocation,
@@ -315,7 +336,9 @@ criterion_group! {
 ///
 /// The value is `spread` or `no-spread`, optionally followed by
 /// `/nodes/racks/allocs` (default `10000/20/1000`, the cluster
-/// benchmark's spread jobs).
+/// benchmark's spread jobs). Node and evaluation IDs are fixed, so with
+/// `HERDER_SCHED_DIGEST=1` the printed digest of every placement and its
+/// metrics must be equal for two builds that decide the same.
 fn run_once(spec: &str) {
     let mut parts = spec.split('/');
     let spread = match parts.next() {
@@ -329,14 +352,22 @@ fn run_once(spec: &str) {
             .map_or(default, |p| p.parse().expect("HERDER_SCHED_ONCE: number"))
     };
     let (nodes, racks, count) = (next(10_000), next(20), next(1_000));
-    let (state, job) = state_with(
-        (0..nodes).map(|i| grid_node(i, racks)),
-        grid_job(count as i32, spread),
-    );
-    let mut planner = CommitAll::default();
+    let fixed_node = |i: usize| {
+        let mut n = grid_node(i, racks);
+        n.id = uuid::Uuid::from_u128(i as u128 + 1);
+        n
+    };
+    let (state, job) = state_with((0..nodes).map(fixed_node), grid_job(count as i32, spread));
+    let mut planner = CommitAll {
+        digest: std::env::var_os("HERDER_SCHED_DIGEST").map(|_| 0xcbf2_9ce4_8422_2325),
+        ..Default::default()
+    };
     let scheduler = process_once(state, &job, &mut planner);
     drop(scheduler);
     println!("{spec}: {} allocations placed", planner.placed);
+    if let Some(digest) = planner.digest {
+        println!("{spec}: placement digest {digest:016x}");
+    }
 }
 
 /// One evaluation through the scheduler: the part callgrind should count.
@@ -349,7 +380,8 @@ fn process_once<'p>(
     job: &Job,
     planner: &'p mut CommitAll,
 ) -> Box<dyn Scheduler + 'p> {
-    let eval = Evaluation::for_job(job, TriggeredBy::JobRegister, NOW);
+    let mut eval = Evaluation::for_job(job, TriggeredBy::JobRegister, NOW);
+    eval.id = uuid::Uuid::from_u128(0x5eed);
     let snapshot: Arc<dyn State> = Arc::new(state);
     let mut s = new_scheduler(&eval.eval_type, snapshot, planner, NOW).expect("scheduler");
     s.process(&eval).expect("process");
