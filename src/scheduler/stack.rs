@@ -163,7 +163,7 @@ pub struct RankedNode {
 
 /// A candidate that is feasible and fits, with its final score. Small, so
 /// that handing candidates through the limit and max-score steps is cheap;
-/// the score components stay in [`Stack::last_scores`] unless needed.
+/// its score components travel beside it, only as far as they are needed.
 struct Scored {
     /// Position of the node in the candidate list.
     slot: usize,
@@ -489,8 +489,6 @@ pub struct Stack {
     node_class_names: Vec<String>,
     /// Filter and exhaustion counts of the placement being computed.
     tally: MetricTally,
-    /// The score components of the candidate ranked last.
-    last_scores: Scores,
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
@@ -515,7 +513,6 @@ impl Stack {
             node_classes: FastMap::default(),
             node_class_names: Vec::new(),
             tally: MetricTally::default(),
-            last_scores: Scores::default(),
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
@@ -669,8 +666,8 @@ impl Stack {
             if !skipping && chosen.returned >= limit {
                 break;
             }
-            let candidate = match self.next_ranked(ctx, info, opts, &mut seen) {
-                Some(c) => c,
+            let (candidate, scores) = match self.next_ranked(ctx, info, opts, &mut seen) {
+                Some(ranked) => ranked,
                 None if skipped_next < skipped.len() => {
                     let (c, scores) = take_skipped(&mut skipped, &mut skipped_next);
                     if skipping {
@@ -681,20 +678,19 @@ impl Stack {
                         chosen.accept(c, &scores, id);
                         continue;
                     }
-                    self.last_scores = scores;
-                    c
+                    (c, scores)
                 }
                 None => break,
             };
             let keep = candidate.final_score > SKIP_SCORE_THRESHOLD || skipped.len() >= MAX_SKIP;
             if !keep {
-                skipped.push((candidate, self.last_scores));
+                skipped.push((candidate, scores));
                 skipping = true;
                 continue;
             }
             skipping = false;
             let id = self.meta[candidate.slot].id;
-            chosen.accept(candidate, &self.last_scores, id);
+            chosen.accept(candidate, &scores, id);
         }
         let Chosen { top, best, .. } = chosen;
         ctx.metrics.score_meta_data = top
@@ -718,7 +714,7 @@ impl Stack {
         info: &mut GroupInfo,
         opts: &SelectOptions,
         seen: &mut usize,
-    ) -> Option<Scored> {
+    ) -> Option<(Scored, Scores)> {
         let n = self.nodes.len();
         while *seen < n {
             let slot = self.offset;
@@ -736,8 +732,8 @@ impl Stack {
     }
 
     /// Ranks the candidate at `slot`: `None` when it is filtered or
-    /// exhausted (counted in the tally), else its final score, with its
-    /// components left in `last_scores`. The common path (class already
+    /// exhausted (counted in the tally), else its final score and its
+    /// components. The common path (class already
     /// checked, fits, no ports) touches only the stack's per-candidate
     /// vectors, the usage cache and the spread counters; the rest is out of
     /// line.
@@ -748,17 +744,19 @@ impl Stack {
         info: &mut GroupInfo,
         opts: &SelectOptions,
         slot: usize,
-    ) -> Option<Scored> {
-        let meta = self.meta[slot];
+    ) -> Option<(Scored, Scores)> {
+        // Fields read as needed rather than the record copied: the filter
+        // and exhaustion paths are the only ones that need the class.
+        let (id, capacity) = (self.meta[slot].id, self.meta[slot].capacity);
         let at = SlotRef {
             slot,
             len: self.meta.len(),
             generation: self.generation,
         };
-        match info.feasibility.cached(meta.class) {
+        match info.feasibility.cached(self.meta[slot].class) {
             Some(Ok(())) => {}
             Some(Err(label)) => {
-                self.tally.filter(meta.node_class, label);
+                self.tally.filter(self.meta[slot].node_class, label);
                 return None;
             }
             None => {
@@ -769,21 +767,21 @@ impl Stack {
         }
         if info.has_placement_rules() {
             if let Some(reason) = placement_conflict(ctx, info, &self.nodes[slot], at) {
-                self.tally.filter(meta.node_class, reason);
+                self.tally.filter(self.meta[slot].node_class, reason);
                 return None;
             }
         }
         let (mut util, group_collisions) = {
-            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, meta.id, &self.nodes[slot]);
+            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, &self.nodes[slot]);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
         let mut grant: Option<Box<Grant>> = None;
-        if let Err(dimension) = ComparableResources::superset_of(&meta.capacity, &util) {
+        if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
             match self.preempt_for(ctx, info, opts, slot, &mut util) {
                 Some(g) => grant = Some(g),
                 None => {
-                    self.tally.exhaust(meta.node_class, dimension);
+                    self.tally.exhaust(self.meta[slot].node_class, dimension);
                     return None;
                 }
             }
@@ -792,22 +790,22 @@ impl Stack {
             match self.grant_ports(ctx, info, slot) {
                 Ok(r) => grant.get_or_insert_with(Box::default).resources = Some(r),
                 Err(dimension) => {
-                    self.tally.exhaust(meta.node_class, dimension);
+                    self.tally.exhaust(self.meta[slot].node_class, dimension);
                     return None;
                 }
             }
         }
-        let mut scores = self.score(info, opts, at, &meta.capacity, &util, group_collisions);
+        let mut scores = self.score(info, opts, at, &capacity, &util, group_collisions);
         if let Some(g) = grant.as_ref().filter(|g| !g.preempted.is_empty()) {
             let priorities: Vec<i32> = g.preempted.iter().map(|a| ctx.job_priority(a)).collect();
             scores.set(Component::Preemption, preemption_score(&priorities));
         }
-        self.last_scores = scores;
-        Some(Scored {
+        let scored = Scored {
             final_score: scores.final_score(),
             slot,
             grant,
-        })
+        };
+        Some((scored, scores))
     }
 
     /// Feasibility of a candidate the class cache cannot answer for (a new
