@@ -444,7 +444,7 @@ struct CandidateMeta {
     id: NodeId,
     /// Interned computed class (`None` when the node has none).
     class: Option<u32>,
-    /// Interned node class (see [`Stack::node_class_names`]), for metrics.
+    /// Interned node class (see [`Stack::node_classes`]), for metrics.
     node_class: u32,
     capacity: ComparableResources,
 }
@@ -470,6 +470,39 @@ struct FitMemo {
     score: f64,
 }
 
+/// Numbers strings (node classes) in the order they are first seen.
+/// Clusters have few classes, so while there are few the list is scanned
+/// (a handful of short comparisons) instead of hashing the name for each
+/// of thousands of candidates.
+#[derive(Default)]
+struct Interner {
+    names: Vec<String>,
+    /// Every name, for when there are too many to scan.
+    index: FastMap<String, u32>,
+}
+
+impl Interner {
+    const SCAN_UP_TO: usize = 16;
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if self.names.len() <= Self::SCAN_UP_TO {
+            if let Some(i) = self.names.iter().position(|n| n == name) {
+                return i as u32;
+            }
+        } else if let Some(i) = self.index.get(name) {
+            return *i;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.index.insert(name.to_string(), id);
+        id
+    }
+
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+}
+
 pub struct Stack {
     kind: StackKind,
     job: Arc<Job>,
@@ -483,10 +516,9 @@ pub struct Stack {
     /// Bumped whenever the candidate list changes.
     generation: u64,
     /// Computed classes seen in this evaluation, numbered.
-    classes: FastMap<String, u32>,
+    classes: Interner,
     /// Node classes seen in this evaluation, numbered (for metrics).
-    node_classes: FastMap<String, u32>,
-    node_class_names: Vec<String>,
+    node_classes: Interner,
     /// Filter and exhaustion counts of the placement being computed.
     tally: MetricTally,
     offset: usize,
@@ -509,9 +541,8 @@ impl Stack {
             meta: Vec::new(),
             cached: Vec::new(),
             generation: 0,
-            classes: FastMap::default(),
-            node_classes: FastMap::default(),
-            node_class_names: Vec::new(),
+            classes: Interner::default(),
+            node_classes: Interner::default(),
             tally: MetricTally::default(),
             offset: 0,
             base_limit: 2,
@@ -562,29 +593,12 @@ impl Stack {
     }
 
     fn candidate_meta(&mut self, node: &Node) -> CandidateMeta {
-        let class = (!node.computed_class.is_empty()).then(|| {
-            let next = self.classes.len() as u32;
-            match self.classes.get(&node.computed_class) {
-                Some(c) => *c,
-                None => {
-                    self.classes.insert(node.computed_class.clone(), next);
-                    next
-                }
-            }
-        });
-        let node_class = match self.node_classes.get(&node.node_class) {
-            Some(c) => *c,
-            None => {
-                let next = self.node_class_names.len() as u32;
-                self.node_classes.insert(node.node_class.clone(), next);
-                self.node_class_names.push(node.node_class.clone());
-                next
-            }
-        };
+        let class =
+            (!node.computed_class.is_empty()).then(|| self.classes.intern(&node.computed_class));
         CandidateMeta {
             id: node.id,
             class,
-            node_class,
+            node_class: self.node_classes.intern(&node.node_class),
             capacity: node.available(),
         }
     }
@@ -621,7 +635,7 @@ impl Stack {
         info.sync(ctx, &self.job);
         let result = self.select_with(ctx, &mut info, opts);
         self.tally
-            .flush_into(&mut ctx.metrics, &self.node_class_names);
+            .flush_into(&mut ctx.metrics, self.node_classes.names());
         let result = result.map(|(r, scores)| {
             let grant = r.grant.map(|g| *g).unwrap_or_default();
             let resources = grant.resources.unwrap_or_else(|| info.ask.template.clone());
