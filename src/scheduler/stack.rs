@@ -11,6 +11,15 @@
 //! up to three candidates with non-positive scores, and the best is chosen.
 //! Because the source resumes where the previous placement stopped,
 //! consecutive placements look at different nodes.
+//!
+//! With spreads a job scores about `count` candidates per placement, so the
+//! per-candidate path is kept lean without changing any decision: what a
+//! candidate's score needs is remembered per candidate slot (its usage
+//! cache slot, its fit for its current usage, its spread values),
+//! candidates travel as small records, filter and exhaustion counts are
+//! tallied and written into the metrics once per placement, and the rare
+//! paths (a class seen for the first time, preemption, ports, affinities,
+//! distinct_*) are out of line.
 
 use super::context::{EvalContext, UsageHint};
 use super::feasible::{
