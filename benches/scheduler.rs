@@ -16,8 +16,10 @@
 //! missing the wall clock is used.
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
-use herder::scheduler::{new_scheduler, Harness, HarnessState, Planner, PlannerError, State};
+use criterion::{criterion_group, BatchSize, BenchmarkId, Criterion};
+use herder::scheduler::{
+    new_scheduler, Harness, HarnessState, Planner, PlannerError, Scheduler, State,
+};
 use herder::structs::{
     Constraint, DriverInfo, Evaluation, Job, JobType, Node, NodeStatus, Plan, PlanResult,
     Resources, Spread, Task, TaskGroup, TriggeredBy,
@@ -67,13 +69,39 @@ impl Measurement for ThreadCpu {
 }
 
 /// A planner that commits every plan in full without storing it.
-struct CommitAll;
+#[derive(Default)]
+struct CommitAll {
+    /// Allocations placed by the plans committed so far.
+    placed: usize,
+    /// When set, a digest of every placement (name, node, metrics with
+    /// score metadata) is folded in, to compare two builds' decisions.
+    digest: Option<u64>,
+}
+
+impl CommitAll {
+    fn fold_digest(&mut self, plan: &Plan) {
+        let Some(digest) = self.digest.as_mut() else {
+            return;
+        };
+        let mut allocs: Vec<_> = plan.node_allocation.values().flatten().collect();
+        allocs.sort_by(|a, b| a.name.cmp(&b.name));
+        for a in allocs {
+            let line = format!("{} {} {:?}\n", a.name, a.node_id, a.metrics);
+            for byte in line.bytes() {
+                // FNV-1a
+                *digest = (*digest ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+}
 
 impl Planner for CommitAll {
     fn submit_plan(
         &mut self,
         plan: Plan,
     ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError> {
+        self.placed += plan.node_allocation.values().map(Vec::len).sum::<usize>();
+        self.fold_digest(&plan);
         Ok((
             PlanResult {
                 node_allocation: plan.node_allocation,
@@ -194,11 +222,11 @@ fn bench_eval(
                     (Some(h), None)
                 } else {
                     let snapshot: Arc<dyn State> = Arc::new(state);
-                    // A zero-sized planner leaked for 'static: free, and it
+                    // A tiny planner leaked for 'static: nearly free, and it
                     // lets the scheduler (holding the plan result) be
                     // returned, so dropping the result is not timed (Nomad's
                     // garbage collector frees plans outside the call too).
-                    let planner: &'static mut CommitAll = Box::leak(Box::new(CommitAll));
+                    let planner: &'static mut CommitAll = Box::leak(Box::new(CommitAll::default()));
                     let mut s =
                         new_scheduler(&eval.eval_type, snapshot, planner, NOW).expect("scheduler");
                     s.process(&eval).expect("process");
@@ -296,4 +324,75 @@ criterion_group! {
     config = cpu_criterion();
     targets = peer, nomad_grid
 }
-criterion_main!(benches);
+
+/// Processes one registration evaluation of the grid job and nothing else,
+/// for instruction counting under callgrind (repeatable on a busy machine,
+/// unlike timings):
+///
+/// ```text
+/// HERDER_SCHED_ONCE=spread valgrind --tool=callgrind \
+///     --toggle-collect='*process_once*' target/release/deps/scheduler-<hash>
+/// ```
+///
+/// The value is `spread` or `no-spread`, optionally followed by
+/// `/nodes/racks/allocs` (default `10000/20/1000`, the cluster
+/// benchmark's spread jobs). Node and evaluation IDs are fixed, so with
+/// `HERDER_SCHED_DIGEST=1` the printed digest of every placement and its
+/// metrics must be equal for two builds that decide the same.
+fn run_once(spec: &str) {
+    let mut parts = spec.split('/');
+    let spread = match parts.next() {
+        Some("spread") => true,
+        Some("no-spread") => false,
+        other => panic!("HERDER_SCHED_ONCE: unknown case {other:?}"),
+    };
+    let mut next = |default: usize| {
+        parts
+            .next()
+            .map_or(default, |p| p.parse().expect("HERDER_SCHED_ONCE: number"))
+    };
+    let (nodes, racks, count) = (next(10_000), next(20), next(1_000));
+    let fixed_node = |i: usize| {
+        let mut n = grid_node(i, racks);
+        n.id = uuid::Uuid::from_u128(i as u128 + 1);
+        n
+    };
+    let (state, job) = state_with((0..nodes).map(fixed_node), grid_job(count as i32, spread));
+    let mut planner = CommitAll {
+        digest: std::env::var_os("HERDER_SCHED_DIGEST").map(|_| 0xcbf2_9ce4_8422_2325),
+        ..Default::default()
+    };
+    let scheduler = process_once(state, &job, &mut planner);
+    drop(scheduler);
+    println!("{spec}: {} allocations placed", planner.placed);
+    if let Some(digest) = planner.digest {
+        println!("{spec}: placement digest {digest:016x}");
+    }
+}
+
+/// One evaluation through the scheduler: the part callgrind should count.
+/// The plan is committed without being written anywhere, and the
+/// scheduler (holding the snapshot and the plan result) is returned so
+/// that freeing them is not counted.
+#[inline(never)]
+fn process_once<'p>(
+    state: HarnessState,
+    job: &Job,
+    planner: &'p mut CommitAll,
+) -> Box<dyn Scheduler + 'p> {
+    let mut eval = Evaluation::for_job(job, TriggeredBy::JobRegister, NOW);
+    eval.id = uuid::Uuid::from_u128(0x5eed);
+    let snapshot: Arc<dyn State> = Arc::new(state);
+    let mut s = new_scheduler(&eval.eval_type, snapshot, planner, NOW).expect("scheduler");
+    s.process(&eval).expect("process");
+    s
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("HERDER_SCHED_ONCE") {
+        run_once(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

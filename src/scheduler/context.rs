@@ -3,7 +3,8 @@
 //! node would hold if the plan were applied.
 //!
 //! Every change to the plan goes through [`EvalContext`] so the per-node
-//! cache stays true (the node's entry is dropped and recomputed on next use)
+//! cache stays true (the node's entry is marked stale and recomputed on
+//! next use)
 //! and so trackers that count allocations per attribute value (spread,
 //! distinct_property) can replay the plan's changes incrementally from
 //! [`EvalContext::plan_log`] instead of rescanning the plan per placement.
@@ -36,6 +37,26 @@ impl NodeUsage {
             .filter(|(g, _)| group.is_none_or(|want| &**g == want))
             .map(|(_, n)| *n)
             .sum()
+    }
+}
+
+/// A node's cached usage; `fresh` is cleared when the plan changes the
+/// node in a way that is cheaper to recompute than to patch.
+#[derive(Debug)]
+struct UsageSlot {
+    id: NodeId,
+    fresh: bool,
+    usage: NodeUsage,
+}
+
+/// A candidate's remembered position in the usage cache (see
+/// [`EvalContext::usage_hinted`]); start with [`UsageHint::default`].
+#[derive(Clone, Copy, Debug)]
+pub struct UsageHint(u32);
+
+impl Default for UsageHint {
+    fn default() -> Self {
+        UsageHint(u32::MAX)
     }
 }
 
@@ -92,7 +113,11 @@ pub struct EvalContext {
     /// Measures placements when the planner handed one in.
     pub clock: Option<super::MonotonicClock>,
     job_key: Option<(String, String)>,
-    usage: FastMap<NodeId, NodeUsage>,
+    /// Where each touched node's usage sits in `usage_slots`. A node keeps
+    /// its slot for the whole evaluation, so the stack can remember it per
+    /// candidate and skip hashing the node ID (see [`Self::usage_hinted`]).
+    usage_index: FastMap<NodeId, u32>,
+    usage_slots: Vec<UsageSlot>,
     /// The job's live allocations in the snapshot, by node; read once, on
     /// the first usage computed.
     job_allocs: Option<JobAllocsByNode>,
@@ -110,7 +135,8 @@ impl EvalContext {
             now,
             clock: None,
             job_key: job.map(|j| (j.namespace.clone(), j.id.clone())),
-            usage: FastMap::default(),
+            usage_index: FastMap::default(),
+            usage_slots: Vec::new(),
             job_allocs: None,
             priorities: FastMap::default(),
         }
@@ -133,20 +159,83 @@ impl EvalContext {
     /// As [`usage`](Self::usage) with the ID at hand, so that a cache hit
     /// does not have to touch the node itself.
     pub fn usage_of(&mut self, id: NodeId, node: &Node) -> &NodeUsage {
-        match self.usage.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let job_allocs = self.job_allocs.get_or_insert_with(|| {
-                    live_job_allocs_by_node(&*self.state, self.job_key.as_ref())
-                });
-                v.insert(compute_usage(
-                    &*self.state,
-                    &self.plan,
-                    job_allocs,
-                    self.job_key.as_ref(),
-                    node,
-                ))
+        let slot = self.usage_slot(id);
+        self.fresh_usage(slot, node)
+    }
+
+    /// As [`usage_of`](Self::usage_of) for a caller that asks about the
+    /// same node again and again (the stack, per candidate): `hint`
+    /// remembers where the node's usage is kept, so later calls find it
+    /// without hashing the ID.
+    #[inline]
+    pub fn usage_hinted(&mut self, hint: &mut UsageHint, id: NodeId, node: &Node) -> &NodeUsage {
+        let slot = match self.usage_slots.get(hint.0 as usize) {
+            Some(s) if s.id == id => hint.0,
+            _ => {
+                let slot = self.usage_slot(id);
+                *hint = UsageHint(slot);
+                slot
             }
+        };
+        self.fresh_usage(slot, node)
+    }
+
+    /// The node's slot in the usage cache, created (stale) on first use.
+    fn usage_slot(&mut self, id: NodeId) -> u32 {
+        if let Some(slot) = self.usage_index.get(&id) {
+            return *slot;
+        }
+        let slot = self.usage_slots.len() as u32;
+        self.usage_slots.push(UsageSlot {
+            id,
+            fresh: false,
+            usage: NodeUsage::default(),
+        });
+        self.usage_index.insert(id, slot);
+        slot
+    }
+
+    #[inline]
+    fn fresh_usage(&mut self, slot: u32, node: &Node) -> &NodeUsage {
+        if !self.usage_slots[slot as usize].fresh {
+            self.recompute_usage(slot, node);
+        }
+        &self.usage_slots[slot as usize].usage
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn recompute_usage(&mut self, slot: u32, node: &Node) {
+        let job_allocs = self
+            .job_allocs
+            .get_or_insert_with(|| live_job_allocs_by_node(&*self.state, self.job_key.as_ref()));
+        let entry = &mut self.usage_slots[slot as usize];
+        entry.usage = compute_usage(
+            &*self.state,
+            &self.plan,
+            job_allocs,
+            self.job_key.as_ref(),
+            node,
+        );
+        entry.fresh = true;
+    }
+
+    /// Adds a planned allocation to its node's cached usage when that is
+    /// up to date (a stale one will be recomputed with it anyway).
+    fn add_to_cached_usage(&mut self, alloc: &Allocation) {
+        let Some(slot) = self.usage_index.get(&alloc.node_id) else {
+            return;
+        };
+        let entry = &mut self.usage_slots[*slot as usize];
+        if entry.fresh {
+            add_to_usage(self.job_key.as_ref(), &mut entry.usage, alloc);
+        }
+    }
+
+    /// Marks the node's cached usage for recomputation on next use.
+    fn invalidate_usage(&mut self, id: &NodeId) {
+        if let Some(slot) = self.usage_index.get(id) {
+            self.usage_slots[*slot as usize].fresh = false;
         }
     }
 
@@ -154,17 +243,20 @@ impl EvalContext {
     /// what preemption may evict. Scans the node's allocations, which only
     /// the preemption path needs.
     pub fn preemption_candidates(&self, node: &Node) -> Vec<Arc<Allocation>> {
-        let leaving = leaving_ids(&self.plan, node.id);
+        let leaving = leaving_ids(&self.plan, node.id, planned_on(&self.plan, node.id));
         self.state
             .allocs_by_node(&node.id)
             .into_iter()
-            .filter(|a| !a.is_terminal() && !leaving.contains(&a.id) && !self.is_job_alloc(a))
+            .filter(|a| {
+                !a.is_terminal() && leaving.binary_search(&a.id).is_err() && !self.is_job_alloc(a)
+            })
             .collect()
     }
 
     /// Makes room in the usage cache for `n` nodes up front.
     pub fn reserve_usage(&mut self, n: usize) {
-        self.usage.reserve(n);
+        self.usage_index.reserve(n);
+        self.usage_slots.reserve(n);
         self.plan_log.reserve(n);
     }
 
@@ -202,7 +294,7 @@ impl EvalContext {
                 preempted_by: None,
             },
         );
-        self.usage.remove(&alloc.node_id);
+        self.invalidate_usage(&alloc.node_id);
         if !alloc.is_terminal() {
             self.log(alloc, -1);
         }
@@ -216,7 +308,7 @@ impl EvalContext {
                 if list.is_empty() {
                     self.plan.node_update.remove(&alloc.node_id);
                 }
-                self.usage.remove(&alloc.node_id);
+                self.invalidate_usage(&alloc.node_id);
                 if !alloc.is_terminal() {
                     self.log(alloc, 1);
                 }
@@ -229,11 +321,9 @@ impl EvalContext {
         if !alloc.is_terminal() {
             if self.live_in_state(&alloc.id) {
                 // An in-place update replaces a live allocation: recompute.
-                self.usage.remove(&alloc.node_id);
+                self.invalidate_usage(&alloc.node_id);
             } else {
-                if let Some(usage) = self.usage.get_mut(&alloc.node_id) {
-                    add_to_usage(self.job_key.as_ref(), usage, &alloc);
-                }
+                self.add_to_cached_usage(&alloc);
                 self.log(&alloc, 1);
             }
         }
@@ -243,9 +333,7 @@ impl EvalContext {
     /// Plans a brand-new allocation (a fresh ID, so it cannot be an
     /// in-place update and the snapshot need not be asked).
     pub fn place_new_alloc(&mut self, alloc: Allocation) {
-        if let Some(usage) = self.usage.get_mut(&alloc.node_id) {
-            add_to_usage(self.job_key.as_ref(), usage, &alloc);
-        }
+        self.add_to_cached_usage(&alloc);
         self.log(&alloc, 1);
         self.plan.push_alloc(alloc);
     }
@@ -264,7 +352,7 @@ impl EvalContext {
                 followup_eval_id: None,
                 preempted_by: Some(by),
             });
-        self.usage.remove(&alloc.node_id);
+        self.invalidate_usage(&alloc.node_id);
     }
 
     /// The priority of the job an allocation belongs to (0 if unknown).
@@ -324,9 +412,19 @@ fn live_job_allocs_by_node(
     by_node
 }
 
+/// The plan's allocations on the node (new ones and in-place updates).
+fn planned_on(plan: &Plan, node: NodeId) -> &[Allocation] {
+    plan.node_allocation.get(&node).map_or(&[], Vec::as_slice)
+}
+
 /// Allocations the plan takes off the node: stopped, preempted, or
-/// replaced by an in-place update.
-fn leaving_ids(plan: &Plan, node: NodeId) -> HashSet<AllocId> {
+/// replaced by an in-place update; sorted, each once (look up with
+/// `binary_search`). Usually empty or short (the plan's entries for one
+/// node), so sorting beats hashing, which computing the usage of
+/// thousands of untouched nodes would pay for every time.
+/// `planned` is the plan's allocations on the node (looked up once by the
+/// caller, who needs them too).
+fn leaving_ids(plan: &Plan, node: NodeId, planned: &[Allocation]) -> Vec<AllocId> {
     let stopped = plan
         .node_update
         .get(&node)
@@ -334,13 +432,11 @@ fn leaving_ids(plan: &Plan, node: NodeId) -> HashSet<AllocId> {
         .chain(plan.node_preemptions.get(&node))
         .flatten()
         .map(|s| s.id);
-    let replaced = plan
-        .node_allocation
-        .get(&node)
-        .into_iter()
-        .flatten()
-        .map(|a| a.id);
-    stopped.chain(replaced).collect()
+    let replaced = planned.iter().map(|a| a.id);
+    let mut leaving: Vec<AllocId> = stopped.chain(replaced).collect();
+    leaving.sort_unstable();
+    leaving.dedup();
+    leaving
 }
 
 /// What a node holds with the plan applied: the store's usage of the
@@ -362,7 +458,8 @@ fn compute_usage(
     if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
         usage.ports.extend(ports);
     }
-    let leaving = leaving_ids(plan, node.id);
+    let planned = planned_on(plan, node.id);
+    let leaving = leaving_ids(plan, node.id, planned);
     for id in &leaving {
         let Some(alloc) = state.alloc_by_id(id) else {
             continue;
@@ -375,11 +472,11 @@ fn compute_usage(
         }
     }
     for (id, group) in job_allocs.get(&node.id).into_iter().flatten() {
-        if !leaving.contains(id) {
+        if leaving.binary_search(id).is_err() {
             count_group(&mut usage, group);
         }
     }
-    for alloc in plan.node_allocation.get(&node.id).into_iter().flatten() {
+    for alloc in planned {
         if !alloc.is_terminal() {
             add_to_usage(job_key, &mut usage, alloc);
         }

@@ -232,6 +232,17 @@ impl GroupFeasibility {
         me
     }
 
+    /// The class cache's answer for a node of interned class `class`, if
+    /// the class was checked already and the group does not escape the
+    /// cache; `None` means [`check`](Self::check) must look at the node.
+    #[inline]
+    pub fn cached(&self, class: Option<u32>) -> Option<&Result<(), Arc<str>>> {
+        if self.escaped {
+            return None;
+        }
+        self.class_cache.get(class? as usize)?.as_ref()
+    }
+
     /// Checks drivers and constraints, answering from the class cache when
     /// the group does not escape it. `Err` names the failed constraint; the
     /// flag says the node's class was checked for the first time (so its

@@ -20,6 +20,7 @@ pub mod reconcile;
 pub mod stack;
 pub mod state;
 pub mod system;
+mod tally;
 pub mod util;
 
 #[cfg(test)]

@@ -11,13 +11,23 @@
 //! up to three candidates with non-positive scores, and the best is chosen.
 //! Because the source resumes where the previous placement stopped,
 //! consecutive placements look at different nodes.
+//!
+//! With spreads a job scores about `count` candidates per placement, so the
+//! per-candidate path is kept lean without changing any decision: what a
+//! candidate's score needs is remembered per candidate slot (its usage
+//! cache slot, its fit for its current usage, its spread values),
+//! candidates travel as small records, filter and exhaustion counts are
+//! tallied and written into the metrics once per placement, and the rare
+//! paths (a class seen for the first time, preemption, ports, affinities,
+//! distinct_*) are out of line.
 
-use super::context::EvalContext;
+use super::context::{EvalContext, UsageHint};
 use super::feasible::{
     check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
 };
 use super::preemption::select_preemptions;
 use super::rank::{assign_ports, fit_score, GroupAsk};
+use super::tally::MetricTally;
 use super::util::FastMap;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
@@ -56,44 +66,98 @@ pub struct SelectOptions {
     pub preempt: bool,
 }
 
+/// A score component besides the fit, which every candidate has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    JobAntiAffinity,
+    ReschedulePenalty,
+    NodeAffinity,
+    Spread,
+    /// Set when the placement evicts allocations: fewer and lower-priority
+    /// evictions score higher.
+    Preemption,
+}
+
+impl Component {
+    /// In the order the final score sums them.
+    const ALL: [Component; 5] = [
+        Component::JobAntiAffinity,
+        Component::ReschedulePenalty,
+        Component::NodeAffinity,
+        Component::Spread,
+        Component::Preemption,
+    ];
+
+    /// The name in `ScoreMetaData`, as Nomad's.
+    fn name(self) -> &'static str {
+        match self {
+            Component::JobAntiAffinity => "job-anti-affinity",
+            Component::ReschedulePenalty => "node-reschedule-penalty",
+            Component::NodeAffinity => "node-affinity",
+            Component::Spread => "allocation-spread",
+            Component::Preemption => "preemption",
+        }
+    }
+}
+
 /// The score components of one candidate (absent ones are not averaged).
+/// Kept small and `Copy`: every candidate of a placement carries one.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Scores {
     pub binpack: f64,
-    pub job_anti_affinity: Option<f64>,
-    pub reschedule_penalty: Option<f64>,
-    pub node_affinity: Option<f64>,
-    pub spread: Option<f64>,
-    /// Set when the placement evicts allocations: fewer and lower-priority
-    /// evictions score higher.
-    pub preemption: Option<f64>,
+    /// Indexed by [`Component`]; meaningful where `present` has its bit.
+    others: [f64; 5],
+    present: u8,
+    /// The sum of the present components and how many there are, kept as
+    /// they are set (in component order, so the sum is the same as adding
+    /// them up afterwards).
+    sum: f64,
+    count: u8,
 }
 
 impl Scores {
+    fn with_fit(binpack: f64) -> Self {
+        Scores {
+            binpack,
+            sum: binpack,
+            count: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Sets a component; components are set in [`Component`] order.
+    fn set(&mut self, component: Component, value: f64) {
+        debug_assert!(
+            self.present >> component as u8 == 0,
+            "{component:?} set out of order"
+        );
+        self.others[component as usize] = value;
+        self.present |= 1 << component as u8;
+        self.sum += value;
+        self.count += 1;
+    }
+
+    pub fn get(&self, component: Component) -> Option<f64> {
+        let i = component as usize;
+        (self.present & (1 << i) != 0).then(|| self.others[i])
+    }
+
+    /// The mean of the present components. Summed in component order
+    /// starting from the fit: bit for bit what summing them as an iterator
+    /// (which starts from -0.0, the identity) gives.
     fn final_score(&self) -> f64 {
-        let parts = [
-            Some(self.binpack),
-            self.job_anti_affinity,
-            self.reschedule_penalty,
-            self.node_affinity,
-            self.spread,
-            self.preemption,
-        ];
-        let present: Vec<f64> = parts.into_iter().flatten().collect();
-        present.iter().sum::<f64>() / present.len() as f64
+        self.sum / f64::from(self.count)
     }
 
     fn to_map(self, final_score: f64) -> ScoreMap {
-        let named = [
-            ("binpack", Some(self.binpack)),
-            ("job-anti-affinity", self.job_anti_affinity),
-            ("node-reschedule-penalty", self.reschedule_penalty),
-            ("node-affinity", self.node_affinity),
-            ("allocation-spread", self.spread),
-            ("preemption", self.preemption),
-            ("normalized-score", Some(final_score)),
-        ];
-        ScoreMap::from_entries(named.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))))
+        let others = Component::ALL
+            .into_iter()
+            .filter_map(|c| self.get(c).map(|v| (c.name(), v)));
+        let named = [("binpack", self.binpack)]
+            .into_iter()
+            .chain(others)
+            .chain([("normalized-score", final_score)]);
+        ScoreMap::from_entries(named)
     }
 }
 
@@ -106,15 +170,23 @@ pub struct RankedNode {
     pub preempted: Vec<Arc<Allocation>>,
 }
 
-/// A candidate that is feasible and fits, with its scores.
+/// A candidate that is feasible and fits, with its final score. Small, so
+/// that handing candidates through the limit and max-score steps is cheap;
+/// its score components travel beside it, only as far as they are needed.
 struct Scored {
     /// Position of the node in the candidate list.
     slot: usize,
-    id: NodeId,
     final_score: f64,
-    scores: Scores,
+    /// Only for placements with ports or evictions.
+    grant: Option<Box<Grant>>,
+}
+
+/// What a candidate would be granted beyond the group's template.
+#[derive(Default)]
+struct Grant {
     /// Set when ports had to be assigned; otherwise the group's template.
     resources: Option<AllocatedResources>,
+    /// Allocations to evict for this placement.
     preempted: Vec<Arc<Allocation>>,
 }
 
@@ -210,6 +282,7 @@ impl PropertyCounter {
     }
 
     /// The interned value for the candidate at `at`.
+    #[inline]
     fn value_at(&mut self, at: SlotRef, node: &Node) -> Option<u32> {
         if self.slot_generation != at.generation || self.slot_values.len() != at.len {
             self.slot_generation = at.generation;
@@ -268,8 +341,19 @@ struct GroupInfo {
     affinity_weight_sum: f64,
     spreads: Vec<SpreadInfo>,
     spread_weight_sum: f64,
-    distinct: Vec<(DistinctProperty, PropertyCounter)>,
+    distinct: Vec<DistinctTracker>,
+    /// Why a candidate fails distinct_hosts (shared by every such filter).
+    distinct_hosts_label: Arc<str>,
     count: u32,
+}
+
+/// A `distinct_property` rule, its per-value counts, and the reasons a
+/// candidate fails it (made once, shared by every filtered candidate).
+struct DistinctTracker {
+    rule: DistinctProperty,
+    counter: PropertyCounter,
+    missing_label: Arc<str>,
+    over_label: Arc<str>,
 }
 
 impl GroupInfo {
@@ -316,7 +400,12 @@ impl GroupInfo {
             .iter()
             .map(|d| {
                 let group = d.group_scoped.then_some(tg.name.as_str());
-                (d.clone(), PropertyCounter::new(&d.attribute, group))
+                DistinctTracker {
+                    rule: d.clone(),
+                    counter: PropertyCounter::new(&d.attribute, group),
+                    missing_label: Arc::from(format!("missing property {:?}", d.attribute)),
+                    over_label: Arc::from(d.label.as_str()),
+                }
             })
             .collect();
         GroupInfo {
@@ -328,6 +417,7 @@ impl GroupInfo {
             spreads,
             spread_weight_sum,
             distinct,
+            distinct_hosts_label: Arc::from("distinct_hosts"),
             count: count.max(1),
         }
     }
@@ -340,9 +430,15 @@ impl GroupInfo {
             s.min_used = if max == 0 { 0 } else { min };
             s.max_used = max;
         }
-        for (_, c) in &mut self.distinct {
-            c.sync(ctx, job);
+        for d in &mut self.distinct {
+            d.counter.sync(ctx, job);
         }
+    }
+
+    /// distinct_hosts or distinct_property: checked against the plan.
+    fn has_placement_rules(&self) -> bool {
+        let f = &self.feasibility;
+        f.distinct_hosts_job || f.distinct_hosts_group || !self.distinct.is_empty()
     }
 
     fn has_soft_preferences(&self) -> bool {
@@ -357,7 +453,63 @@ struct CandidateMeta {
     id: NodeId,
     /// Interned computed class (`None` when the node has none).
     class: Option<u32>,
+    /// Interned node class (see [`Stack::node_classes`]), for metrics.
+    node_class: u32,
     capacity: ComparableResources,
+}
+
+/// What the stack remembers about a candidate between visits (a spread
+/// placement looks at the same node about every tenth placement).
+#[derive(Clone, Copy, Default)]
+struct CandidateCache {
+    /// Where the context keeps the node's usage.
+    usage: UsageHint,
+    fit: FitMemo,
+}
+
+/// The last fit score computed for a candidate and the usage it was
+/// computed for: the fit (two `powf`s) only depends on the usage and the
+/// node's fixed capacity, and a node's usage changes only when the plan
+/// places on it or takes from it.
+#[derive(Clone, Copy, Default)]
+struct FitMemo {
+    valid: bool,
+    cpu: i64,
+    memory_mb: i64,
+    score: f64,
+}
+
+/// Numbers strings (node classes) in the order they are first seen.
+/// Clusters have few classes, so while there are few the list is scanned
+/// (a handful of short comparisons) instead of hashing the name for each
+/// of thousands of candidates.
+#[derive(Default)]
+struct Interner {
+    names: Vec<String>,
+    /// Every name, for when there are too many to scan.
+    index: FastMap<String, u32>,
+}
+
+impl Interner {
+    const SCAN_UP_TO: usize = 16;
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if self.names.len() <= Self::SCAN_UP_TO {
+            if let Some(i) = self.names.iter().position(|n| n == name) {
+                return i as u32;
+            }
+        } else if let Some(i) = self.index.get(name) {
+            return *i;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.index.insert(name.to_string(), id);
+        id
+    }
+
+    fn names(&self) -> &[String] {
+        &self.names
+    }
 }
 
 pub struct Stack {
@@ -368,10 +520,16 @@ pub struct Stack {
     preemption: bool,
     nodes: Vec<Arc<Node>>,
     meta: Vec<CandidateMeta>,
+    /// Per candidate, like `meta`, but updated as candidates are scored.
+    cached: Vec<CandidateCache>,
     /// Bumped whenever the candidate list changes.
     generation: u64,
     /// Computed classes seen in this evaluation, numbered.
-    classes: FastMap<String, u32>,
+    classes: Interner,
+    /// Node classes seen in this evaluation, numbered (for metrics).
+    node_classes: Interner,
+    /// Filter and exhaustion counts of the placement being computed.
+    tally: MetricTally,
     offset: usize,
     base_limit: usize,
     rng: SmallRng,
@@ -390,8 +548,11 @@ impl Stack {
             job,
             nodes: Vec::new(),
             meta: Vec::new(),
+            cached: Vec::new(),
             generation: 0,
-            classes: FastMap::default(),
+            classes: Interner::default(),
+            node_classes: Interner::default(),
+            tally: MetricTally::default(),
             offset: 0,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
@@ -411,6 +572,8 @@ impl Stack {
         self.meta.clear();
         let meta = self.candidate_meta(&node);
         self.meta.push(meta);
+        self.cached.clear();
+        self.cached.push(CandidateCache::default());
         self.nodes.clear();
         self.nodes.push(node);
         self.offset = 0;
@@ -433,24 +596,18 @@ impl Stack {
         };
         self.generation += 1;
         self.meta = nodes.iter().map(|n| self.candidate_meta(n)).collect();
+        self.cached = vec![CandidateCache::default(); nodes.len()];
         self.nodes = nodes;
         self.offset = 0;
     }
 
     fn candidate_meta(&mut self, node: &Node) -> CandidateMeta {
-        let class = (!node.computed_class.is_empty()).then(|| {
-            let next = self.classes.len() as u32;
-            match self.classes.get(&node.computed_class) {
-                Some(c) => *c,
-                None => {
-                    self.classes.insert(node.computed_class.clone(), next);
-                    next
-                }
-            }
-        });
+        let class =
+            (!node.computed_class.is_empty()).then(|| self.classes.intern(&node.computed_class));
         CandidateMeta {
             id: node.id,
             class,
+            node_class: self.node_classes.intern(&node.node_class),
             capacity: node.available(),
         }
     }
@@ -486,13 +643,16 @@ impl Stack {
         };
         info.sync(ctx, &self.job);
         let result = self.select_with(ctx, &mut info, opts);
-        let result = result.map(|r| {
-            let resources = r.resources.unwrap_or_else(|| info.ask.template.clone());
+        self.tally
+            .flush_into(&mut ctx.metrics, self.node_classes.names());
+        let result = result.map(|(r, scores)| {
+            let grant = r.grant.map(|g| *g).unwrap_or_default();
+            let resources = grant.resources.unwrap_or_else(|| info.ask.template.clone());
             let ranked = RankedNode {
                 node: self.nodes[r.slot].clone(),
                 final_score: r.final_score,
-                scores: r.scores,
-                preempted: r.preempted,
+                scores,
+                preempted: grant.preempted,
             };
             (ranked, resources)
         });
@@ -509,51 +669,53 @@ impl Stack {
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-    ) -> Option<Scored> {
+    ) -> Option<(Scored, Scores)> {
         let limit = if info.has_soft_preferences() && self.kind != StackKind::System {
             (info.count as usize).max(100)
         } else {
             self.base_limit
         };
         let mut seen = 0usize;
-        let mut returned = 0usize;
-        let mut skipped: Vec<Scored> = Vec::new();
+        let mut skipped: Vec<(Scored, Scores)> = Vec::new();
         let mut skipped_next = 0usize;
-        let mut best: Option<Scored> = None;
-        let mut top: Vec<(f64, NodeId, Scores)> = Vec::new();
-        while returned < limit {
-            let mut option = self.next_ranked(ctx, info, opts, &mut seen);
-            if option.is_none() && skipped_next < skipped.len() {
-                option = Some(take_skipped(&mut skipped, &mut skipped_next));
+        let mut chosen = Chosen::default();
+        // Nomad's limit iterator: up to MAX_SKIP candidates with low scores
+        // are put aside while later ones are pulled, and handed out once
+        // the source runs dry. One loop with a single pull from the source
+        // (so the per-candidate path is inlined once); `skipping` is set
+        // while pulling in place of a candidate just put aside.
+        let mut skipping = false;
+        loop {
+            if !skipping && chosen.returned >= limit {
+                break;
             }
-            let Some(first) = option else { break };
-            // Skip ahead past low scores (up to MAX_SKIP), as Nomad's limit
-            // iterator does; the skipped ones are used if nothing better comes.
-            let mut current = Some(first);
-            while let Some(c) = current.take() {
-                if c.final_score > SKIP_SCORE_THRESHOLD || skipped.len() >= MAX_SKIP {
-                    current = Some(c);
-                    break;
-                }
-                skipped.push(c);
-                current = self.next_ranked(ctx, info, opts, &mut seen);
-            }
-            let candidate = match current {
-                Some(c) => c,
+            let (candidate, scores) = match self.next_ranked(ctx, info, opts, &mut seen) {
+                Some(ranked) => ranked,
                 None if skipped_next < skipped.len() => {
-                    take_skipped(&mut skipped, &mut skipped_next)
+                    let (c, scores) = take_skipped(&mut skipped, &mut skipped_next);
+                    if skipping {
+                        // In place of a skipped candidate, a put-aside one
+                        // is taken whatever its score.
+                        skipping = false;
+                        let id = self.meta[c.slot].id;
+                        chosen.accept(c, &scores, id);
+                        continue;
+                    }
+                    (c, scores)
                 }
                 None => break,
             };
-            returned += 1;
-            record_top(&mut top, &candidate);
-            if best
-                .as_ref()
-                .is_none_or(|b| candidate.final_score > b.final_score)
-            {
-                best = Some(candidate);
+            let keep = candidate.final_score > SKIP_SCORE_THRESHOLD || skipped.len() >= MAX_SKIP;
+            if !keep {
+                skipped.push((candidate, scores));
+                skipping = true;
+                continue;
             }
+            skipping = false;
+            let id = self.meta[candidate.slot].id;
+            chosen.accept(candidate, &scores, id);
         }
+        let Chosen { top, best, .. } = chosen;
         ctx.metrics.score_meta_data = top
             .into_iter()
             .map(|(score, node_id, scores)| NodeScoreMeta {
@@ -566,214 +728,302 @@ impl Stack {
     }
 
     /// Pulls nodes from the source until one is feasible and fits.
+    /// Inlined into its one caller so that what the per-candidate path
+    /// needs is set up once per placement, not once per candidate.
+    #[inline(always)]
     fn next_ranked(
         &mut self,
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
         seen: &mut usize,
-    ) -> Option<Scored> {
+    ) -> Option<(Scored, Scores)> {
         let n = self.nodes.len();
         while *seen < n {
             let slot = self.offset;
-            self.offset = (self.offset + 1) % n;
+            self.offset += 1;
+            if self.offset == n {
+                self.offset = 0;
+            }
             *seen += 1;
             ctx.metrics.evaluate_node();
-            if let Some(ranked) = self.rank_node(ctx, info, opts, slot) {
+            if let Some(ranked) = self.rank_candidate(ctx, info, opts, slot) {
                 return Some(ranked);
             }
         }
         None
     }
 
-    fn rank_node(
-        &mut self,
-        ctx: &mut EvalContext,
-        info: &mut GroupInfo,
-        opts: &SelectOptions,
-        slot: usize,
-    ) -> Option<Scored> {
-        let meta = self.meta[slot];
-        // A cheap handle: the node is only dereferenced on the slow paths.
-        let nodes = std::mem::take(&mut self.nodes);
-        let ranked = self.rank_candidate(ctx, info, opts, slot, meta, &nodes[slot]);
-        self.nodes = nodes;
-        ranked
-    }
-
+    /// Ranks the candidate at `slot`: `None` when it is filtered or
+    /// exhausted (counted in the tally), else its final score and its
+    /// components. The common path (class already
+    /// checked, fits, no ports) touches only the stack's per-candidate
+    /// vectors, the usage cache and the spread counters; the rest is out of
+    /// line.
+    #[inline(always)]
     fn rank_candidate(
         &mut self,
         ctx: &mut EvalContext,
         info: &mut GroupInfo,
         opts: &SelectOptions,
         slot: usize,
-        meta: CandidateMeta,
-        node: &Arc<Node>,
-    ) -> Option<Scored> {
+    ) -> Option<(Scored, Scores)> {
+        // Fields read as needed rather than the record copied: the filter
+        // and exhaustion paths are the only ones that need the class.
+        let (id, capacity) = (self.meta[slot].id, self.meta[slot].capacity);
         let at = SlotRef {
             slot,
             len: self.meta.len(),
             generation: self.generation,
         };
+        match info.feasibility.cached(self.meta[slot].class) {
+            Some(Ok(())) => {}
+            Some(Err(label)) => {
+                self.tally.filter(self.meta[slot].node_class, label);
+                return None;
+            }
+            None => {
+                if !self.check_feasibility(ctx, info, slot) {
+                    return None;
+                }
+            }
+        }
+        if info.has_placement_rules() {
+            if let Some(reason) = placement_conflict(ctx, info, &self.nodes[slot], at) {
+                self.tally.filter(self.meta[slot].node_class, reason);
+                return None;
+            }
+        }
+        let (mut util, group_collisions) = {
+            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, &self.nodes[slot]);
+            (usage.used, usage.job_count(Some(&info.name)))
+        };
+        util.add(&info.ask.resources);
+        let mut grant: Option<Box<Grant>> = None;
+        if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
+            match self.preempt_for(ctx, info, opts, slot, &mut util) {
+                Some(g) => grant = Some(g),
+                None => {
+                    self.tally.exhaust(self.meta[slot].node_class, dimension);
+                    return None;
+                }
+            }
+        }
+        if info.ask.has_networks() {
+            match self.grant_ports(ctx, info, slot) {
+                Ok(r) => grant.get_or_insert_with(Box::default).resources = Some(r),
+                Err(dimension) => {
+                    self.tally.exhaust(self.meta[slot].node_class, dimension);
+                    return None;
+                }
+            }
+        }
+        let mut scores = self.score(info, opts, at, &capacity, &util, group_collisions);
+        if let Some(g) = grant.as_ref().filter(|g| !g.preempted.is_empty()) {
+            let priorities: Vec<i32> = g.preempted.iter().map(|a| ctx.job_priority(a)).collect();
+            scores.set(Component::Preemption, preemption_score(&priorities));
+        }
+        let scored = Scored {
+            final_score: scores.final_score(),
+            slot,
+            grant,
+        };
+        Some((scored, scores))
+    }
+
+    /// Feasibility of a candidate the class cache cannot answer for (a new
+    /// class, no class, or a group that escapes the cache).
+    #[cold]
+    #[inline(never)]
+    fn check_feasibility(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &mut GroupInfo,
+        slot: usize,
+    ) -> bool {
+        let node = &self.nodes[slot];
+        let meta = &self.meta[slot];
         let escaped = info.feasibility.escaped;
         let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
         if first_sight && !escaped {
             ctx.eligibility
                 .record(&node.computed_class, feasible.is_ok());
         }
-        if let Err(label) = feasible {
-            ctx.metrics.filter_node(&node.node_class, &label);
-            return None;
-        }
-        if let Some(reason) = self.placement_conflict(ctx, info, node, at) {
-            ctx.metrics.filter_node(&node.node_class, &reason);
-            return None;
-        }
-        let capacity = meta.capacity;
-        let (mut util, group_collisions) = {
-            let usage = ctx.usage_of(meta.id, node);
-            (usage.used, usage.job_count(Some(&info.name)))
-        };
-        util.add(&info.ask.resources);
-        let mut preempted = Vec::new();
-        if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
-            let evicted = if opts.preempt {
-                select_preemptions(ctx, node, self.job.priority, &info.ask.resources)
-            } else {
-                None
-            };
-            match evicted {
-                Some(list) => {
-                    for a in &list {
-                        util.sub(&a.allocated_resources.comparable());
-                    }
-                    preempted = list;
-                }
-                None => {
-                    ctx.metrics.exhausted_node(&node.node_class, dimension);
-                    return None;
-                }
+        match feasible {
+            Ok(()) => true,
+            Err(label) => {
+                self.tally.filter(meta.node_class, &label);
+                false
             }
         }
-        let resources = if info.ask.has_networks() {
-            let granted = {
-                let usage = ctx.usage_of(meta.id, node);
-                assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
-            };
-            match granted {
-                Ok(r) => Some(r),
-                Err(dimension) => {
-                    ctx.metrics.exhausted_node(&node.node_class, dimension);
-                    return None;
-                }
-            }
-        } else {
-            None
-        };
-        let mut scores = self.score(info, opts, node, at, &capacity, &util, group_collisions);
-        if !preempted.is_empty() {
-            let priorities: Vec<i32> = preempted.iter().map(|a| ctx.job_priority(a)).collect();
-            scores.preemption = Some(preemption_score(&priorities));
-        }
-        Some(Scored {
-            final_score: scores.final_score(),
-            scores,
-            slot,
-            id: meta.id,
-            resources,
-            preempted,
-        })
     }
 
-    /// distinct_hosts and distinct_property, checked against the plan.
-    fn placement_conflict(
+    /// When the group does not fit: the evictions that would make room
+    /// (taken off `util`), if preemption is on and finds any.
+    #[cold]
+    #[inline(never)]
+    fn preempt_for(
         &mut self,
         ctx: &mut EvalContext,
-        info: &mut GroupInfo,
-        node: &Node,
-        at: SlotRef,
-    ) -> Option<String> {
-        let f = &info.feasibility;
-        if f.distinct_hosts_job || f.distinct_hosts_group {
-            let usage = ctx.usage(node);
-            if f.distinct_hosts_job && usage.job_count(None) > 0 {
-                return Some("distinct_hosts".to_string());
-            }
-            if f.distinct_hosts_group && usage.job_count(Some(&info.name)) > 0 {
-                return Some("distinct_hosts".to_string());
-            }
+        info: &GroupInfo,
+        opts: &SelectOptions,
+        slot: usize,
+        util: &mut ComparableResources,
+    ) -> Option<Box<Grant>> {
+        if !opts.preempt {
+            return None;
         }
-        for (d, counter) in &mut info.distinct {
-            let Some(value) = counter.value_at(at, node) else {
-                return Some(format!("missing property {:?}", d.attribute));
-            };
-            if counter.count(value) >= d.limit {
-                return Some(d.label.clone());
-            }
+        let node = &self.nodes[slot];
+        let list = select_preemptions(ctx, node, self.job.priority, &info.ask.resources)?;
+        for a in &list {
+            util.sub(&a.allocated_resources.comparable());
         }
-        None
+        Some(Box::new(Grant {
+            resources: None,
+            preempted: list,
+        }))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The group's networks granted on the candidate, given the ports the
+    /// plan leaves in use there.
+    #[inline(never)]
+    fn grant_ports(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        slot: usize,
+    ) -> Result<AllocatedResources, &'static str> {
+        let node = &self.nodes[slot];
+        let usage = ctx.usage_hinted(&mut self.cached[slot].usage, node.id, node);
+        assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
+    }
+
+    #[inline(always)]
     fn score(
         &mut self,
         info: &mut GroupInfo,
         opts: &SelectOptions,
-        node: &Node,
         at: SlotRef,
         capacity: &ComparableResources,
         util: &ComparableResources,
         group_collisions: u32,
     ) -> Scores {
-        let mut scores = Scores {
-            binpack: fit_score(self.algorithm, capacity, util),
-            ..Default::default()
-        };
+        let mut scores = Scores::with_fit(self.fit(at.slot, capacity, util));
         if self.kind == StackKind::System {
             return scores;
         }
         if group_collisions > 0 {
-            scores.job_anti_affinity =
-                Some(-f64::from(group_collisions + 1) / f64::from(info.count));
+            let penalty = -f64::from(group_collisions + 1) / f64::from(info.count);
+            scores.set(Component::JobAntiAffinity, penalty);
         }
+        let node = &self.nodes[at.slot];
         if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&node.id) {
-            scores.reschedule_penalty = Some(-1.0);
+            scores.set(Component::ReschedulePenalty, -1.0);
         }
         if info.affinity_weight_sum > 0.0 {
-            let total: f64 = info
-                .affinities
-                .iter()
-                .filter(|a| affinity_matches(a, node, &mut self.cache))
-                .map(|a| f64::from(a.weight))
-                .sum();
+            let total = affinity_total(info, node, &mut self.cache);
             if total != 0.0 {
-                scores.node_affinity = Some(total / info.affinity_weight_sum);
+                scores.set(Component::NodeAffinity, total / info.affinity_weight_sum);
             }
         }
         if !info.spreads.is_empty() {
             let total = spread_score(info, node, at);
             if total != 0.0 {
-                scores.spread = Some(total);
+                scores.set(Component::Spread, total);
             }
         }
         scores
     }
-}
 
-fn take_skipped(skipped: &mut [Scored], next: &mut usize) -> Scored {
-    let i = *next;
-    *next += 1;
-    Scored {
-        slot: skipped[i].slot,
-        id: skipped[i].id,
-        final_score: skipped[i].final_score,
-        scores: skipped[i].scores,
-        resources: skipped[i].resources.take(),
-        preempted: std::mem::take(&mut skipped[i].preempted),
+    /// The candidate's fit score, from its memo when its usage is the same
+    /// as last time.
+    fn fit(
+        &mut self,
+        slot: usize,
+        capacity: &ComparableResources,
+        util: &ComparableResources,
+    ) -> f64 {
+        let memo = &mut self.cached[slot].fit;
+        if memo.valid && memo.cpu == util.cpu && memo.memory_mb == util.memory_mb {
+            return memo.score;
+        }
+        let score = fit_score(self.algorithm, capacity, util);
+        *memo = FitMemo {
+            valid: true,
+            cpu: util.cpu,
+            memory_mb: util.memory_mb,
+            score,
+        };
+        score
     }
 }
 
-fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored) {
+/// distinct_hosts and distinct_property, checked against the plan; the
+/// reason a candidate conflicts.
+fn placement_conflict<'i>(
+    ctx: &mut EvalContext,
+    info: &'i mut GroupInfo,
+    node: &Node,
+    at: SlotRef,
+) -> Option<&'i Arc<str>> {
+    let f = &info.feasibility;
+    if f.distinct_hosts_job || f.distinct_hosts_group {
+        let usage = ctx.usage(node);
+        if f.distinct_hosts_job && usage.job_count(None) > 0 {
+            return Some(&info.distinct_hosts_label);
+        }
+        if f.distinct_hosts_group && usage.job_count(Some(&info.name)) > 0 {
+            return Some(&info.distinct_hosts_label);
+        }
+    }
+    for d in &mut info.distinct {
+        let Some(value) = d.counter.value_at(at, node) else {
+            return Some(&d.missing_label);
+        };
+        if d.counter.count(value) >= d.rule.limit {
+            return Some(&d.over_label);
+        }
+    }
+    None
+}
+
+/// The candidates a placement has taken so far: how many, the best, and
+/// the top scores for the metrics.
+#[derive(Default)]
+struct Chosen {
+    returned: usize,
+    best: Option<(Scored, Scores)>,
+    top: Vec<(f64, NodeId, Scores)>,
+}
+
+impl Chosen {
+    #[inline(always)]
+    fn accept(&mut self, candidate: Scored, scores: &Scores, id: NodeId) {
+        self.returned += 1;
+        record_top(&mut self.top, &candidate, scores, id);
+        if self
+            .best
+            .as_ref()
+            .is_none_or(|(b, _)| candidate.final_score > b.final_score)
+        {
+            self.best = Some((candidate, *scores));
+        }
+    }
+}
+
+fn take_skipped(skipped: &mut [(Scored, Scores)], next: &mut usize) -> (Scored, Scores) {
+    let (c, scores) = &mut skipped[*next];
+    *next += 1;
+    let taken = Scored {
+        slot: c.slot,
+        final_score: c.final_score,
+        grant: c.grant.take(),
+    };
+    (taken, *scores)
+}
+
+#[inline]
+fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, scores: &Scores, id: NodeId) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
     }
@@ -781,8 +1031,18 @@ fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored) {
         .iter()
         .position(|t| t.0 < c.final_score)
         .unwrap_or(top.len());
-    top.insert(pos, (c.final_score, c.id, c.scores));
+    top.insert(pos, (c.final_score, id, *scores));
     top.truncate(TOP_SCORES);
+}
+
+/// The summed weights of the affinities the node matches.
+#[inline(never)]
+fn affinity_total(info: &GroupInfo, node: &Node, cache: &mut ConstraintCache) -> f64 {
+    info.affinities
+        .iter()
+        .filter(|a| affinity_matches(a, node, cache))
+        .map(|a| f64::from(a.weight))
+        .sum()
 }
 
 fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> bool {

@@ -4,6 +4,7 @@
 //! the scheduler wrote.
 
 mod constraints;
+mod equivalence;
 mod generic;
 mod props;
 mod system;
