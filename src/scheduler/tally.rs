@@ -9,7 +9,7 @@
 //! reasons are shared strings, so a candidate costs a vector increment and
 //! a short scan; the resulting metric is the same.
 
-use crate::structs::AllocMetric;
+use crate::structs::{AllocMetric, CountMap};
 use std::sync::Arc;
 
 #[derive(Default)]
@@ -93,15 +93,9 @@ fn drain_counts(counts: &mut [u64]) -> impl Iterator<Item = (usize, u64)> + '_ {
         .map(|(i, n)| (i, std::mem::take(n)))
 }
 
-fn add_named(map: &mut std::collections::BTreeMap<String, u64>, name: &str, n: u64) {
-    if name.is_empty() {
-        return;
-    }
-    match map.get_mut(name) {
-        Some(count) => *count += n,
-        None => {
-            map.insert(name.to_string(), n);
-        }
+fn add_named(map: &mut CountMap, name: &str, n: u64) {
+    if !name.is_empty() {
+        map.add(name, n);
     }
 }
 

@@ -195,20 +195,25 @@ pub struct ScoreMap(Box<[(ScoreName, f64)]>);
 
 impl ScoreMap {
     /// A map of `entries` (a name given twice keeps its last value).
+    ///
+    /// The scheduler builds five of these per placement, so the list is
+    /// sized once and sorted once rather than grown entry by entry.
     pub fn from_entries<N: AsRef<str>>(entries: impl IntoIterator<Item = (N, f64)>) -> ScoreMap {
-        let mut list: Vec<(ScoreName, f64)> = Vec::new();
-        for (name, value) in entries {
-            let name = name.as_ref();
-            match list.binary_search_by(|(n, _)| n.as_str().cmp(name)) {
-                Ok(at) => list[at].1 = value,
-                Err(at) => {
-                    if let Some(id) = ScoreName::of(name) {
-                        list.insert(at, (id, value));
-                    }
-                }
+        let entries = entries.into_iter();
+        let mut list: Vec<(ScoreName, f64)> = Vec::with_capacity(entries.size_hint().0);
+        list.extend(
+            entries.filter_map(|(name, value)| Some((ScoreName::of(name.as_ref())?, value))),
+        );
+        // Stable: of equal names the last given comes last, and is kept.
+        list.sort_by(|(a, _), (b, _)| a.as_str().cmp(b.as_str()));
+        let mut deduped: Vec<(ScoreName, f64)> = Vec::with_capacity(list.len());
+        for entry in list {
+            match deduped.last_mut() {
+                Some(last) if last.0 == entry.0 => *last = entry,
+                _ => deduped.push(entry),
             }
         }
-        ScoreMap(list.into_boxed_slice())
+        ScoreMap(deduped.into_boxed_slice())
     }
 
     pub fn get(&self, name: &str) -> Option<f64> {
@@ -349,6 +354,19 @@ mod tests {
         assert!(serde_json::to_string(&empty)
             .unwrap()
             .contains(r#""Scores":null"#));
+    }
+
+    #[test]
+    fn a_name_given_twice_keeps_its_last_value() {
+        let m = ScoreMap::from_entries([
+            ("binpack", 1.0),
+            ("allocation-spread", 2.0),
+            ("binpack", 3.0),
+        ]);
+        assert_eq!(
+            m.iter().collect::<Vec<_>>(),
+            [("allocation-spread", 2.0), ("binpack", 3.0)]
+        );
     }
 
     #[test]

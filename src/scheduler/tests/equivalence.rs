@@ -115,18 +115,25 @@ fn describe(out: &mut String, title: &str, s: &Scenario, job: &Job) {
     }
 }
 
+/// A count map as the golden text has it (`{"name": n, ...}`, sorted),
+/// whatever type holds the counts.
+fn counts(map: &crate::structs::CountMap) -> String {
+    let entries: Vec<String> = map.iter().map(|(k, v)| format!("{k:?}: {v}")).collect();
+    format!("{{{}}}", entries.join(", "))
+}
+
 fn describe_metric(out: &mut String, m: &crate::structs::AllocMetric) {
     let _ = writeln!(
         out,
-        "  evaluated={} filtered={} exhausted={} class_filtered={:?} constraint_filtered={:?} \
-         class_exhausted={:?} dimension_exhausted={:?} coalesced={}",
+        "  evaluated={} filtered={} exhausted={} class_filtered={} constraint_filtered={} \
+         class_exhausted={} dimension_exhausted={} coalesced={}",
         m.nodes_evaluated,
         m.nodes_filtered,
         m.nodes_exhausted,
-        m.class_filtered,
-        m.constraint_filtered,
-        m.class_exhausted,
-        m.dimension_exhausted,
+        counts(&m.class_filtered),
+        counts(&m.constraint_filtered),
+        counts(&m.class_exhausted),
+        counts(&m.dimension_exhausted),
         m.coalesced_failures,
     );
     for meta in &m.score_meta_data {
