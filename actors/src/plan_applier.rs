@@ -163,14 +163,14 @@ impl PlanApplier {
         }
     }
 
-    /// Moves work forward: verify the next plan if there is room, start a
-    /// write if none is in flight.
     /// What workers may schedule against while a plan is being written:
     /// the durable state plus that plan's placements and stops.
     pub fn in_flight_view(&self) -> InFlightView {
         self.view.clone()
     }
 
+    /// Moves work forward: verify the next plan if there is room, start a
+    /// write if none is in flight.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
             if self.next.is_none() {
