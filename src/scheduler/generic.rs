@@ -279,14 +279,8 @@ impl<'p> GenericScheduler<'p> {
             let metrics = std::mem::take(&mut ctx.metrics);
             match option {
                 Some((ranked, resources)) => {
-                    let mut alloc = template.build(
-                        &group,
-                        name,
-                        &ranked,
-                        resources,
-                        Arc::new(metrics),
-                        self.now,
-                    );
+                    let mut alloc =
+                        template.build(&group, name, &ranked, resources, &metrics, self.now);
                     if let Some(prev) = &previous {
                         alloc.previous_allocation = Some(prev.id);
                         if reschedule {

@@ -286,13 +286,13 @@ impl<'p> SystemScheduler<'p> {
                 continue;
             };
             ctx.metrics.nodes_available = by_dc.clone();
-            let metrics = Arc::new(std::mem::take(&mut ctx.metrics));
+            let metrics = std::mem::take(&mut ctx.metrics);
             let mut alloc = template.build(
                 &missing.group,
                 missing.name.to_string(),
                 &ranked,
                 resources,
-                metrics,
+                &metrics,
                 self.now,
             );
             alloc.previous_allocation = missing

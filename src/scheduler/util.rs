@@ -278,7 +278,7 @@ impl AllocTemplate {
         name: String,
         ranked: &RankedNode,
         resources: AllocatedResources,
-        metrics: Arc<AllocMetric>,
+        metrics: &AllocMetric,
         now: i64,
     ) -> Allocation {
         let node_name = self
@@ -302,7 +302,7 @@ impl AllocTemplate {
                 .cloned()
                 .unwrap_or_else(|| Arc::from(group)),
             allocated_resources,
-            metrics: Some(metrics),
+            metrics: Some(crate::structs::PackedMetric::pack(metrics)),
             desired_status: DesiredStatus::Run,
             client_status: ClientStatus::Pending,
             create_time: now,

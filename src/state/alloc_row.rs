@@ -9,56 +9,25 @@
 //!
 //! Parts that are rare or open-ended (task states, networks and ports,
 //! reschedule events, exhausted resources) are embedded as JSON, length
-//! first (length 0: empty), so they follow the structs' serde rules.
+//! first (length 0: empty), so they follow the structs' serde rules. The
+//! metrics come last, as the bytes the allocation keeps them packed in
+//! (`structs::PackedMetric`). The building blocks are `structs::codec`.
 //!
 //! A row starts with its encoding's tag. JSON rows start with `{`, so rows
 //! written by format 3 stay readable and are rewritten in this encoding the
 //! next time they change. The layout of tag 1 is frozen: a change to it is
 //! a new tag, never an edit.
 
+use crate::structs::codec::{CodecError, Reader, Writer};
 use crate::structs::{
-    AllocMetric, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
-    AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, CountMap,
-    DesiredStatus, DesiredTransition, NodeScoreMeta, ScoreMap, VecMap,
+    AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedSharedResources,
+    AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus, DesiredTransition,
+    PackedMetric, VecMap,
 };
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The tag of this encoding (version 1).
 pub(crate) const TAG_V1: u8 = 1;
-
-/// Score names written as one byte (their index + 1); 0 means the name
-/// follows as a string. Frozen with the tag.
-const CODED_SCORE_NAMES: [&str; 7] = [
-    "allocation-spread",
-    "binpack",
-    "job-anti-affinity",
-    "node-affinity",
-    "node-reschedule-penalty",
-    "normalized-score",
-    "preemption",
-];
-
-/// Why a row could not be read back.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum RowError {
-    #[error("the row ends early")]
-    Truncated,
-    #[error("unknown row encoding {0}")]
-    UnknownTag(u8),
-    #[error("a string is not UTF-8")]
-    NotUtf8,
-    #[error("{field} has no value {value}")]
-    BadCode { field: &'static str, value: u64 },
-    #[error("a varint is too long")]
-    BadVarint,
-    #[error("embedded JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("{0} trailing bytes")]
-    Trailing(usize),
-}
 
 /// Appends `alloc`, encoded, to `out`.
 pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json::Error> {
@@ -101,9 +70,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json
     if let Some(tracker) = &a.reschedule_tracker {
         w.json(tracker)?;
     }
+    // Last, so the packed bytes need no length: they are the rest.
     w.u8(u8::from(a.metrics.is_some()));
     if let Some(metrics) = &a.metrics {
-        encode_metrics(&mut w, metrics)?;
+        w.bytes(metrics.as_bytes());
     }
     Ok(())
 }
@@ -126,58 +96,12 @@ fn encode_resources(w: &mut Writer, r: &AllocatedResources) -> Result<(), serde_
     w.json_unless(r.shared.ports.is_empty(), &r.shared.ports)
 }
 
-fn encode_metrics(w: &mut Writer, m: &AllocMetric) -> Result<(), serde_json::Error> {
-    for n in [
-        m.nodes_evaluated,
-        m.nodes_filtered,
-        m.nodes_exhausted,
-        m.coalesced_failures,
-    ] {
-        w.varint(n);
-    }
-    w.signed(m.allocation_time);
-    w.counts(
-        m.nodes_available.iter().map(|(k, v)| (k.as_str(), *v)),
-        m.nodes_available.len(),
-    );
-    for counts in [
-        &m.class_filtered,
-        &m.constraint_filtered,
-        &m.class_exhausted,
-        &m.dimension_exhausted,
-    ] {
-        w.counts(counts.iter(), counts.len());
-    }
-    w.varint(m.quota_exhausted.len() as u64);
-    for quota in &m.quota_exhausted {
-        w.str(quota);
-    }
-    w.json_unless(m.resources_exhausted.is_empty(), &m.resources_exhausted)?;
-    w.varint(m.score_meta_data.len() as u64);
-    for meta in &m.score_meta_data {
-        w.bytes(meta.node_id.as_bytes());
-        w.f64(meta.norm_score);
-        w.varint(meta.scores.len() as u64);
-        for (name, value) in meta.scores.iter() {
-            match CODED_SCORE_NAMES.iter().position(|n| *n == name) {
-                Some(at) => w.u8(at as u8 + 1),
-                None => {
-                    w.u8(0);
-                    w.str(name);
-                }
-            }
-            w.f64(value);
-        }
-    }
-    Ok(())
-}
-
 /// Reads back a row written by [`encode`].
-pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, RowError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
     let mut r = Reader { rest: bytes };
     match r.u8()? {
         TAG_V1 => {}
-        other => return Err(RowError::UnknownTag(other)),
+        other => return Err(CodecError::UnknownTag(other)),
     }
     let (id, eval_id, node_id) = (r.id()?, r.id()?, r.id()?);
     let (namespace, node_name, job_id, task_group) = (
@@ -220,16 +144,17 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, RowError> {
     if r.u8()? != 0 {
         a.reschedule_tracker = Some(r.json()?);
     }
-    if r.u8()? != 0 {
-        a.metrics = Some(Arc::new(decode_metrics(&mut r)?));
+    let has_metrics = r.u8()? != 0;
+    let rest = std::mem::take(&mut r.rest);
+    match (has_metrics, rest.len()) {
+        (true, _) => a.metrics = Some(PackedMetric::from_bytes(rest)?),
+        (false, 0) => {}
+        (false, n) => return Err(CodecError::Trailing(n)),
     }
-    match r.rest.len() {
-        0 => Ok(a),
-        n => Err(RowError::Trailing(n)),
-    }
+    Ok(a)
 }
 
-fn decode_resources(r: &mut Reader) -> Result<AllocatedResources, RowError> {
+fn decode_resources(r: &mut Reader) -> Result<AllocatedResources, CodecError> {
     let mut tasks = VecMap::new();
     for _ in 0..r.len()? {
         let name = r.string()?;
@@ -259,56 +184,6 @@ fn decode_resources(r: &mut Reader) -> Result<AllocatedResources, RowError> {
     Ok(AllocatedResources { tasks, shared })
 }
 
-fn decode_metrics(r: &mut Reader) -> Result<AllocMetric, RowError> {
-    let mut m = AllocMetric {
-        nodes_evaluated: r.varint()?,
-        nodes_filtered: r.varint()?,
-        nodes_exhausted: r.varint()?,
-        coalesced_failures: r.varint()?,
-        allocation_time: r.signed()?,
-        ..Default::default()
-    };
-    m.nodes_available = Arc::new(r.counts::<BTreeMap<String, u64>>()?);
-    m.class_filtered = r.counts::<CountMap>()?;
-    m.constraint_filtered = r.counts::<CountMap>()?;
-    m.class_exhausted = r.counts::<CountMap>()?;
-    m.dimension_exhausted = r.counts::<CountMap>()?;
-    let quotas = r.len()?;
-    m.quota_exhausted = (0..quotas).map(|_| r.string()).collect::<Result<_, _>>()?;
-    m.resources_exhausted = r.json_or_default()?;
-    let metas = r.len()?;
-    m.score_meta_data = (0..metas)
-        .map(|_| decode_score_meta(r))
-        .collect::<Result<_, _>>()?;
-    Ok(m)
-}
-
-fn decode_score_meta(r: &mut Reader) -> Result<NodeScoreMeta, RowError> {
-    let node_id = r.id()?;
-    let norm_score = r.f64()?;
-    let mut scores = Vec::new();
-    for _ in 0..r.len()? {
-        let name = match r.u8()? {
-            0 => std::borrow::Cow::Owned(r.string()?),
-            code => match CODED_SCORE_NAMES.get(usize::from(code) - 1) {
-                Some(name) => std::borrow::Cow::Borrowed(*name),
-                None => {
-                    return Err(RowError::BadCode {
-                        field: "score name",
-                        value: u64::from(code),
-                    })
-                }
-            },
-        };
-        scores.push((name, r.f64()?));
-    }
-    Ok(NodeScoreMeta {
-        node_id,
-        scores: ScoreMap::from_entries(scores),
-        norm_score,
-    })
-}
-
 const DESIRED: [DesiredStatus; 3] = [
     DesiredStatus::Run,
     DesiredStatus::Stop,
@@ -327,11 +202,11 @@ fn desired_code(s: DesiredStatus) -> u8 {
     DESIRED.iter().position(|d| *d == s).unwrap_or(0) as u8
 }
 
-fn desired_status(code: u8) -> Result<DesiredStatus, RowError> {
+fn desired_status(code: u8) -> Result<DesiredStatus, CodecError> {
     DESIRED
         .get(usize::from(code))
         .copied()
-        .ok_or(RowError::BadCode {
+        .ok_or(CodecError::BadCode {
             field: "desired status",
             value: u64::from(code),
         })
@@ -341,11 +216,11 @@ fn client_code(s: ClientStatus) -> u8 {
     CLIENT.iter().position(|c| *c == s).unwrap_or(0) as u8
 }
 
-fn client_status(code: u8) -> Result<ClientStatus, RowError> {
+fn client_status(code: u8) -> Result<ClientStatus, CodecError> {
     CLIENT
         .get(usize::from(code))
         .copied()
-        .ok_or(RowError::BadCode {
+        .ok_or(CodecError::BadCode {
             field: "client status",
             value: u64::from(code),
         })
@@ -361,12 +236,12 @@ fn transition_code(t: &DesiredTransition) -> u8 {
     bits(t.migrate) | bits(t.reschedule) << 2 | bits(t.force_reschedule) << 4
 }
 
-fn transition(code: u8) -> Result<DesiredTransition, RowError> {
+fn transition(code: u8) -> Result<DesiredTransition, CodecError> {
     let flag = |shift: u8| match (code >> shift) & 3 {
         0 => Ok(None),
         1 => Ok(Some(false)),
         2 => Ok(Some(true)),
-        _ => Err(RowError::BadCode {
+        _ => Err(CodecError::BadCode {
             field: "desired transition",
             value: u64::from(code),
         }),
@@ -378,183 +253,12 @@ fn transition(code: u8) -> Result<DesiredTransition, RowError> {
     })
 }
 
-struct Writer<'a>(&'a mut Vec<u8>);
-
-impl Writer<'_> {
-    fn u8(&mut self, b: u8) {
-        self.0.push(b);
-    }
-
-    fn bytes(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-    }
-
-    /// LEB128: seven bits per byte, low bits first.
-    fn varint(&mut self, mut n: u64) {
-        while n >= 0x80 {
-            self.0.push((n as u8) | 0x80);
-            n >>= 7;
-        }
-        self.0.push(n as u8);
-    }
-
-    /// Zigzag, so small negative numbers stay short.
-    fn signed(&mut self, n: i64) {
-        self.varint(((n << 1) ^ (n >> 63)) as u64);
-    }
-
-    fn f64(&mut self, v: f64) {
-        self.bytes(&v.to_le_bytes());
-    }
-
-    fn str(&mut self, s: &str) {
-        self.varint(s.len() as u64);
-        self.bytes(s.as_bytes());
-    }
-
-    fn opt_id(&mut self, id: Option<uuid::Uuid>) {
-        match id {
-            Some(id) => {
-                self.u8(1);
-                self.bytes(id.as_bytes());
-            }
-            None => self.u8(0),
-        }
-    }
-
-    fn counts<'k>(&mut self, entries: impl Iterator<Item = (&'k str, u64)>, len: usize) {
-        self.varint(len as u64);
-        for (name, n) in entries {
-            self.str(name);
-            self.varint(n);
-        }
-    }
-
-    fn json<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), serde_json::Error> {
-        let encoded = serde_json::to_vec(value)?;
-        self.varint(encoded.len() as u64);
-        self.bytes(&encoded);
-        Ok(())
-    }
-
-    /// Length 0 when `empty`, read back as the type's default.
-    fn json_unless<T: Serialize + ?Sized>(
-        &mut self,
-        empty: bool,
-        value: &T,
-    ) -> Result<(), serde_json::Error> {
-        if empty {
-            self.varint(0);
-            Ok(())
-        } else {
-            self.json(value)
-        }
-    }
-}
-
-struct Reader<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RowError> {
-        if self.rest.len() < n {
-            return Err(RowError::Truncated);
-        }
-        let (head, tail) = self.rest.split_at(n);
-        self.rest = tail;
-        Ok(head)
-    }
-
-    fn u8(&mut self) -> Result<u8, RowError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn varint(&mut self) -> Result<u64, RowError> {
-        let mut n = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            n |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(n);
-            }
-        }
-        Err(RowError::BadVarint)
-    }
-
-    /// A count of things that follow; each takes at least a byte, so a
-    /// corrupt count cannot make a reader allocate more than the row holds.
-    fn len(&mut self) -> Result<usize, RowError> {
-        let n = self.varint()?;
-        match usize::try_from(n) {
-            Ok(n) if n <= self.rest.len() => Ok(n),
-            _ => Err(RowError::Truncated),
-        }
-    }
-
-    fn signed(&mut self) -> Result<i64, RowError> {
-        let z = self.varint()?;
-        Ok((z >> 1) as i64 ^ -((z & 1) as i64))
-    }
-
-    fn f64(&mut self) -> Result<f64, RowError> {
-        let mut raw = [0u8; 8];
-        raw.copy_from_slice(self.take(8)?);
-        Ok(f64::from_le_bytes(raw))
-    }
-
-    fn id(&mut self) -> Result<uuid::Uuid, RowError> {
-        let mut raw = [0u8; 16];
-        raw.copy_from_slice(self.take(16)?);
-        Ok(uuid::Uuid::from_bytes(raw))
-    }
-
-    fn opt_id(&mut self) -> Result<Option<uuid::Uuid>, RowError> {
-        Ok(match self.u8()? {
-            0 => None,
-            _ => Some(self.id()?),
-        })
-    }
-
-    fn str(&mut self) -> Result<&'a str, RowError> {
-        let n = self.len()?;
-        std::str::from_utf8(self.take(n)?).map_err(|_| RowError::NotUtf8)
-    }
-
-    fn string(&mut self) -> Result<String, RowError> {
-        self.str().map(str::to_string)
-    }
-
-    fn shared_str(&mut self) -> Result<Arc<str>, RowError> {
-        self.str().map(Arc::from)
-    }
-
-    fn counts<M: FromIterator<(String, u64)>>(&mut self) -> Result<M, RowError> {
-        let n = self.len()?;
-        (0..n)
-            .map(|_| Ok((self.string()?, self.varint()?)))
-            .collect()
-    }
-
-    fn json<T: DeserializeOwned>(&mut self) -> Result<T, RowError> {
-        let n = self.len()?;
-        Ok(serde_json::from_slice(self.take(n)?)?)
-    }
-
-    fn json_or_default<T: DeserializeOwned + Default>(&mut self) -> Result<T, RowError> {
-        let n = self.len()?;
-        if n == 0 {
-            return Ok(T::default());
-        }
-        Ok(serde_json::from_slice(self.take(n)?)?)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::structs::{
-        NetworkResource, Port, RescheduleEvent, RescheduleTracker, Resources, TaskEvent, TaskState,
+        AllocMetric, NetworkResource, NodeScoreMeta, Port, RescheduleEvent, RescheduleTracker,
+        Resources, ScoreMap, TaskEvent, TaskState,
     };
     use std::time::Duration;
 
@@ -650,7 +354,7 @@ mod tests {
                     }],
                 },
             }),
-            metrics: Some(Arc::new(metrics)),
+            metrics: Some(PackedMetric::pack(&metrics)),
             desired_status: DesiredStatus::Stop,
             desired_description: "alloc is being migrated".into(),
             desired_transition: DesiredTransition {
@@ -722,10 +426,10 @@ mod tests {
         }
         let mut extra = out.clone();
         extra.push(0);
-        assert!(matches!(decode(&extra), Err(RowError::Trailing(1))));
+        assert!(matches!(decode(&extra), Err(CodecError::Trailing(1))));
         let mut tagged = out.clone();
         tagged[0] = 9;
-        assert!(matches!(decode(&tagged), Err(RowError::UnknownTag(9))));
+        assert!(matches!(decode(&tagged), Err(CodecError::UnknownTag(9))));
         // Flip every byte in turn: anything may come back, nothing panics.
         for at in 0..out.len() {
             let mut flipped = out.clone();

@@ -18,7 +18,7 @@ use crate::structs::{
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -279,7 +279,6 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
 #[derive(Default)]
 struct SharedValues {
     strings: HashSet<Arc<str>>,
-    nodes_available: HashMap<BTreeMap<String, u64>, Arc<BTreeMap<String, u64>>>,
     /// Rows come back in creation order, so the allocations of one plan,
     /// which share their grant in memory, arrive one after another.
     last_resources: Option<Arc<AllocatedResources>>,
@@ -304,16 +303,6 @@ impl SharedValues {
                 alloc.allocated_resources = last.clone();
             }
             _ => self.last_resources = Some(alloc.allocated_resources.clone()),
-        }
-        // Freshly decoded, the metrics are not shared yet.
-        if let Some(metrics) = alloc.metrics.as_mut().and_then(Arc::get_mut) {
-            match self.nodes_available.get(&*metrics.nodes_available) {
-                Some(shared) => metrics.nodes_available = shared.clone(),
-                None => {
-                    let first = metrics.nodes_available.clone();
-                    self.nodes_available.insert((*first).clone(), first);
-                }
-            }
         }
     }
 }

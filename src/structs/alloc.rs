@@ -6,7 +6,7 @@
 //! answers with Nomad's shape. Strings shared by many allocations (job ID,
 //! group name, namespace) are `Arc<str>`, so a clone is a pointer copy.
 
-use super::metrics::AllocMetric;
+use super::metrics::PackedMetric;
 use super::resources::AllocatedResources;
 use super::serde_util::{id_or_nil, is_false, null_default, nullable, opt_id, rfc3339_opt};
 use super::{AllocId, EvalId, NodeId, VecMap};
@@ -201,8 +201,8 @@ pub struct Allocation {
     /// Shared between the allocations of a group placed with the same
     /// grant (no ports of their own): most of a job's allocations.
     pub allocated_resources: Arc<AllocatedResources>,
-    /// Shared between allocations placed by the same decision when equal.
-    pub metrics: Option<Arc<AllocMetric>>,
+    /// Packed: kept by every allocation, read by almost nobody.
+    pub metrics: Option<PackedMetric>,
     pub desired_status: DesiredStatus,
     #[serde(
         deserialize_with = "null_default::deserialize",

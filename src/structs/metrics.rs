@@ -7,6 +7,7 @@
 //! (`CountMap`) and the score names as two-byte indexes (`ScoreMap`): a
 //! `BTreeMap` allocates a node of eleven slots for its first entry.
 
+use super::codec::{CodecError, Reader, Writer};
 use super::resources::Resources;
 use super::serde_util::nullable;
 use super::NodeId;
@@ -124,7 +125,8 @@ impl<'de> Deserialize<'de> for CountMap {
     }
 }
 
-/// The score names herder's ranker writes, sorted.
+/// The score names herder's ranker writes, sorted. (The store's row
+/// encoding keeps its own copy, frozen with its format: this one may grow.)
 const SCORE_NAMES: [&str; 7] = [
     "allocation-spread",
     "binpack",
@@ -329,6 +331,187 @@ impl AllocMetric {
     }
 }
 
+/// An allocation's metrics as it keeps them: packed into bytes by the
+/// compact codec (`structs::codec`), about 300 bytes where the decoded
+/// `AllocMetric` with its score metadata takes about 660. Every
+/// allocation carries one and almost nobody reads it (the API's
+/// allocation answer, `alloc status`), so it is unpacked on demand. The
+/// bytes are also exactly what an allocation row stores, so persisting
+/// them is a copy. Serializes as the `AllocMetric` it holds.
+#[derive(Clone, PartialEq)]
+pub struct PackedMetric(Arc<[u8]>);
+
+impl PackedMetric {
+    pub fn pack(metric: &AllocMetric) -> PackedMetric {
+        let mut out = Vec::with_capacity(320);
+        // Only embedded JSON can fail to encode, and a map of plain
+        // numbers and strings cannot; an empty metric stands in if so.
+        if encode_metric(&mut Writer(&mut out), metric).is_err() {
+            out.clear();
+            let _ = encode_metric(&mut Writer(&mut out), &AllocMetric::default());
+        }
+        PackedMetric(out.into())
+    }
+
+    /// The metric. Bytes come from `pack` or were checked by
+    /// `from_bytes`, so this cannot fail; a default stands in if it did.
+    pub fn unpack(&self) -> AllocMetric {
+        Self::decode(&self.0).unwrap_or_default()
+    }
+
+    /// Packed bytes read from elsewhere (a stored row), checked.
+    pub fn from_bytes(bytes: &[u8]) -> Result<PackedMetric, CodecError> {
+        Self::decode(bytes)?;
+        Ok(PackedMetric(bytes.into()))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn decode(bytes: &[u8]) -> Result<AllocMetric, CodecError> {
+        let mut r = Reader { rest: bytes };
+        let metric = decode_metric(&mut r)?;
+        match r.rest.len() {
+            0 => Ok(metric),
+            n => Err(CodecError::Trailing(n)),
+        }
+    }
+}
+
+impl From<&AllocMetric> for PackedMetric {
+    fn from(metric: &AllocMetric) -> Self {
+        PackedMetric::pack(metric)
+    }
+}
+
+impl fmt::Debug for PackedMetric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.unpack().fmt(f)
+    }
+}
+
+impl Serialize for PackedMetric {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.unpack().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for PackedMetric {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PackedMetric, D::Error> {
+        Ok(PackedMetric::pack(&AllocMetric::deserialize(d)?))
+    }
+}
+
+/// Score names packed as one byte (their index + 1); 0 means the name
+/// follows as a string. Frozen: allocation rows on disk (store format 4)
+/// hold packed metrics.
+const CODED_SCORE_NAMES: [&str; 7] = [
+    "allocation-spread",
+    "binpack",
+    "job-anti-affinity",
+    "node-affinity",
+    "node-reschedule-penalty",
+    "normalized-score",
+    "preemption",
+];
+
+fn encode_metric(w: &mut Writer, m: &AllocMetric) -> Result<(), serde_json::Error> {
+    for n in [
+        m.nodes_evaluated,
+        m.nodes_filtered,
+        m.nodes_exhausted,
+        m.coalesced_failures,
+    ] {
+        w.varint(n);
+    }
+    w.signed(m.allocation_time);
+    w.counts(
+        m.nodes_available.iter().map(|(k, v)| (k.as_str(), *v)),
+        m.nodes_available.len(),
+    );
+    for counts in [
+        &m.class_filtered,
+        &m.constraint_filtered,
+        &m.class_exhausted,
+        &m.dimension_exhausted,
+    ] {
+        w.counts(counts.iter(), counts.len());
+    }
+    w.varint(m.quota_exhausted.len() as u64);
+    for quota in &m.quota_exhausted {
+        w.str(quota);
+    }
+    w.json_unless(m.resources_exhausted.is_empty(), &m.resources_exhausted)?;
+    w.varint(m.score_meta_data.len() as u64);
+    for meta in &m.score_meta_data {
+        w.bytes(meta.node_id.as_bytes());
+        w.f64(meta.norm_score);
+        w.varint(meta.scores.len() as u64);
+        for (name, value) in meta.scores.iter() {
+            match CODED_SCORE_NAMES.iter().position(|n| *n == name) {
+                Some(at) => w.u8(at as u8 + 1),
+                None => {
+                    w.u8(0);
+                    w.str(name);
+                }
+            }
+            w.f64(value);
+        }
+    }
+    Ok(())
+}
+
+fn decode_metric(r: &mut Reader) -> Result<AllocMetric, CodecError> {
+    let mut m = AllocMetric {
+        nodes_evaluated: r.varint()?,
+        nodes_filtered: r.varint()?,
+        nodes_exhausted: r.varint()?,
+        coalesced_failures: r.varint()?,
+        allocation_time: r.signed()?,
+        ..Default::default()
+    };
+    m.nodes_available = Arc::new(r.counts::<BTreeMap<String, u64>>()?);
+    m.class_filtered = r.counts::<CountMap>()?;
+    m.constraint_filtered = r.counts::<CountMap>()?;
+    m.class_exhausted = r.counts::<CountMap>()?;
+    m.dimension_exhausted = r.counts::<CountMap>()?;
+    let quotas = r.len()?;
+    m.quota_exhausted = (0..quotas).map(|_| r.string()).collect::<Result<_, _>>()?;
+    m.resources_exhausted = r.json_or_default()?;
+    let metas = r.len()?;
+    m.score_meta_data = (0..metas)
+        .map(|_| decode_score_meta(r))
+        .collect::<Result<_, _>>()?;
+    Ok(m)
+}
+
+fn decode_score_meta(r: &mut Reader) -> Result<NodeScoreMeta, CodecError> {
+    let node_id = r.id()?;
+    let norm_score = r.f64()?;
+    let mut scores = Vec::new();
+    for _ in 0..r.len()? {
+        let name = match r.u8()? {
+            0 => std::borrow::Cow::Owned(r.string()?),
+            code => match CODED_SCORE_NAMES.get(usize::from(code) - 1) {
+                Some(name) => std::borrow::Cow::Borrowed(*name),
+                None => {
+                    return Err(CodecError::BadCode {
+                        field: "score name",
+                        value: u64::from(code),
+                    })
+                }
+            },
+        };
+        scores.push((name, r.f64()?));
+    }
+    Ok(NodeScoreMeta {
+        node_id,
+        scores: ScoreMap::from_entries(scores),
+        norm_score,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,6 +550,66 @@ mod tests {
             m.iter().collect::<Vec<_>>(),
             [("allocation-spread", 2.0), ("binpack", 3.0)]
         );
+    }
+
+    fn placement_metric() -> AllocMetric {
+        AllocMetric {
+            nodes_evaluated: 1000,
+            nodes_exhausted: 2,
+            nodes_available: Arc::new([("dc1".to_string(), 500), ("dc2".to_string(), 500)].into()),
+            class_exhausted: [("memory", 2)].into(),
+            dimension_exhausted: [("cpu", 2)].into(),
+            score_meta_data: (0..5u128)
+                .map(|i| NodeScoreMeta {
+                    node_id: uuid::Uuid::from_u128(i),
+                    scores: ScoreMap::from_entries([
+                        ("allocation-spread", 1.0),
+                        // Binary fractions: JSON (serde_json's fast float
+                        // parsing) reads them back exactly.
+                        ("binpack", 0.9375 - i as f64 / 64.0),
+                        ("normalized-score", 0.979577228180494),
+                    ]),
+                    norm_score: 0.979577228180494,
+                })
+                .collect(),
+            allocation_time: 108_903,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_packed_metric_unpacks_and_serializes_as_the_metric_it_holds() {
+        let metric = placement_metric();
+        let packed = PackedMetric::pack(&metric);
+        assert_eq!(packed.unpack(), metric);
+        assert_eq!(
+            serde_json::to_value(&packed).unwrap(),
+            serde_json::to_value(&metric).unwrap()
+        );
+        let back: PackedMetric =
+            serde_json::from_str(&serde_json::to_string(&metric).unwrap()).unwrap();
+        assert_eq!(back, packed);
+        // What makes it worth packing: a placement's metric in a few
+        // hundred bytes.
+        assert!(packed.as_bytes().len() < 320, "{}", packed.as_bytes().len());
+    }
+
+    #[test]
+    fn packed_bytes_from_elsewhere_are_checked() {
+        let bytes = PackedMetric::pack(&placement_metric()).as_bytes().to_vec();
+        assert!(PackedMetric::from_bytes(&bytes).is_ok());
+        for cut in 0..bytes.len() {
+            assert!(
+                PackedMetric::from_bytes(&bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(matches!(
+            PackedMetric::from_bytes(&longer),
+            Err(CodecError::Trailing(1))
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the same structs serve the API, the state store and the scheduler.
 
 pub mod alloc;
+pub mod codec;
 pub mod eval;
 pub mod fit;
 pub mod job;
@@ -29,7 +30,7 @@ pub use job::{
     ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
     Task, TaskGroup, UpdateStrategy,
 };
-pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, ScoreMap};
+pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, PackedMetric, ScoreMap};
 pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
 pub use operator::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
 pub use plan::{AllocStop, DesiredUpdates, Plan, PlanAnnotations, PlanResult};

@@ -15,7 +15,7 @@
 use super::*;
 use crate::structs::{
     Affinity, Constraint, NetworkResource, Port, SchedulerAlgorithm, SchedulerConfiguration,
-    Spread, SpreadTarget, TaskState,
+    Spread, SpreadTarget,
 };
 use std::fmt::Write;
 
@@ -104,7 +104,7 @@ fn describe(out: &mut String, title: &str, s: &Scenario, job: &Job) {
             a.node_id.as_u128()
         );
         if let Some(m) = &a.metrics {
-            describe_metric(out, m);
+            describe_metric(out, &m.unpack());
         }
     }
     if let Some(e) = s.h.last_eval() {
@@ -186,20 +186,7 @@ fn even_and_targeted_spread(out: &mut String) {
 /// replacements would follow their (random) allocation IDs.
 fn fail_one(s: &mut Scenario, job: &Job, index: usize) {
     let failed = s.live(job)[index].id;
-    let at = NOW - 3600 * SECOND;
-    s.h.state.update_alloc(&failed, |a| {
-        a.client_status = ClientStatus::Failed;
-        a.modify_time = at;
-        a.task_states.insert(
-            "web".into(),
-            TaskState {
-                state: "dead".into(),
-                failed: true,
-                finished_at: Some(at),
-                ..Default::default()
-            },
-        );
-    });
+    s.fail_at(&failed, NOW - 3600 * SECOND);
 }
 
 /// A cluster small enough that every node is among the top five, so the

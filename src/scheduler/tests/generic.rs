@@ -6,25 +6,9 @@ use crate::scheduler::util::{next_delay, ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NOT_
 use crate::structs::{
     Constraint, DesiredTransition, DrainStrategy, NetworkResource, Port, PreemptionConfig,
     RescheduleEvent, ReschedulePolicy, RescheduleTracker, SchedulerAlgorithm,
-    SchedulerConfiguration, Spread, SpreadTarget, TaskState,
+    SchedulerConfiguration, Spread, SpreadTarget,
 };
 use std::time::Duration;
-
-fn fail_at(s: &mut Scenario, id: &crate::structs::AllocId, at: i64) {
-    s.h.state.update_alloc(id, |a| {
-        a.client_status = ClientStatus::Failed;
-        a.modify_time = at;
-        a.task_states.insert(
-            "web".into(),
-            TaskState {
-                state: "dead".into(),
-                failed: true,
-                finished_at: Some(at),
-                ..Default::default()
-            },
-        );
-    });
-}
 
 #[test]
 fn register_places_every_allocation_with_distinct_names() {
@@ -44,7 +28,7 @@ fn register_places_every_allocation_with_distinct_names() {
     assert!(e.failed_tg_allocs.is_empty());
     assert!(s.h.create_evals.is_empty());
     let a = &s.live(&job)[0];
-    let m = a.metrics.as_ref().unwrap();
+    let m = a.metrics.as_ref().unwrap().unpack();
     assert!(m.nodes_evaluated > 0);
     assert_eq!(m.nodes_available.get("dc1"), Some(&10));
     assert!(!m.score_meta_data.is_empty());
@@ -280,7 +264,7 @@ fn failed_service_allocation_is_rescheduled_on_another_node() {
     let (j, _) = s.register(job(JobType::Service, 1));
     let first = s.live(&j)[0].clone();
     // Failed long enough ago that the 30 s delay has passed.
-    fail_at(&mut s, &first.id, NOW - 60 * SECOND);
+    s.fail_at(&first.id, NOW - 60 * SECOND);
     s.eval(&j, TriggeredBy::AllocFailure);
     let live = s.live(&j);
     assert_eq!(live.len(), 1);
@@ -302,7 +286,7 @@ fn recent_failure_is_rescheduled_later_with_a_follow_up_eval() {
     s.add_nodes(2);
     let (j, _) = s.register(job(JobType::Service, 1));
     let first = s.live(&j)[0].clone();
-    fail_at(&mut s, &first.id, NOW - SECOND);
+    s.fail_at(&first.id, NOW - SECOND);
     s.eval(&j, TriggeredBy::AllocFailure);
     assert!(s.live(&j).is_empty(), "no replacement before the delay");
     let follow = s.h.create_evals.last().unwrap().clone();
@@ -381,7 +365,7 @@ fn batch_failure_out_of_attempts_is_not_replaced() {
             }],
         })
     });
-    fail_at(&mut s, &first.id, NOW - 60 * SECOND);
+    s.fail_at(&first.id, NOW - 60 * SECOND);
     s.eval(&j, TriggeredBy::AllocFailure);
     assert!(s.live(&j).is_empty());
     assert!(s.h.create_evals.is_empty());
@@ -394,7 +378,7 @@ fn batch_failure_within_attempts_is_rescheduled() {
     s.add_nodes(2);
     let (j, _) = s.register(job(JobType::Batch, 1));
     let first = s.live(&j)[0].clone();
-    fail_at(&mut s, &first.id, NOW - 60 * SECOND);
+    s.fail_at(&first.id, NOW - 60 * SECOND);
     s.eval(&j, TriggeredBy::AllocFailure);
     let live = s.live(&j);
     assert_eq!(live.len(), 1);
@@ -1070,7 +1054,8 @@ fn preemption_prefers_evicting_lower_priority_work() {
         placed[0].node_id, a.id,
         "the priority-10 allocation is evicted"
     );
-    let scores = &placed[0].metrics.as_ref().unwrap().score_meta_data[0].scores;
+    let metric = placed[0].metrics.as_ref().unwrap().unpack();
+    let scores = &metric.score_meta_data[0].scores;
     assert!(scores.contains_key("preemption"));
 }
 
@@ -1108,7 +1093,7 @@ fn each_placement_records_its_allocation_time_from_the_handed_in_clock() {
     }));
     let (job, _) = s.register(job(JobType::Service, 3));
     for a in s.live(&job) {
-        assert_eq!(a.metrics.as_ref().unwrap().allocation_time, 1_000);
+        assert_eq!(a.metrics.as_ref().unwrap().unpack().allocation_time, 1_000);
     }
     assert!(
         ticks.load(Ordering::SeqCst) >= 6_000,

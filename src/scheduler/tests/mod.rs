@@ -102,6 +102,24 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Marks an allocation failed at `at`, its task `web` dead, as a
+    /// client would report it.
+    pub fn fail_at(&mut self, id: &crate::structs::AllocId, at: i64) {
+        self.h.state.update_alloc(id, |a| {
+            a.client_status = crate::structs::ClientStatus::Failed;
+            a.modify_time = at;
+            a.task_states.insert(
+                "web".into(),
+                crate::structs::TaskState {
+                    state: "dead".into(),
+                    failed: true,
+                    finished_at: Some(at),
+                    ..Default::default()
+                },
+            );
+        });
+    }
+
     pub fn new() -> Self {
         let mut h = Harness::new();
         h.now = NOW;
