@@ -379,12 +379,6 @@ impl PackedMetric {
     }
 }
 
-impl From<&AllocMetric> for PackedMetric {
-    fn from(metric: &AllocMetric) -> Self {
-        PackedMetric::pack(metric)
-    }
-}
-
 impl fmt::Debug for PackedMetric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.unpack().fmt(f)
