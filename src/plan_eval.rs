@@ -115,11 +115,16 @@ fn proposed_usage(snap: &StateSnapshot, plan: &Plan, node_id: NodeId) -> NodeAll
         plan.node_update.get(&node_id),
         plan.node_preemptions.get(&node_id),
     ];
+    // A placement the scheduler made new (`CreateIndex` 0) replaces
+    // nothing, so only updates in place are looked up: a lookup in the
+    // allocation table is the costly part of checking a plan of new work.
+    // Were such an ID to exist after all, it would be counted twice here,
+    // which can only refuse, never over-commit.
     let leaving = stopped
         .into_iter()
         .flatten()
         .flat_map(|list| list.iter().map(|s| s.id))
-        .chain(placed.iter().map(|a| a.id));
+        .chain(placed.iter().filter(|a| a.create_index != 0).map(|a| a.id));
     let mut released: HashSet<AllocId> = HashSet::new();
     for id in leaving {
         if let Some(old) = snap.alloc(&id).filter(|a| a.node_id == node_id) {
@@ -249,7 +254,8 @@ mod tests {
         w.commit(vec![on_a.clone(), on_b.clone(), moved.clone()]);
         // The plan in flight: stops on_a, evicts on_b, updates `moved` in
         // place with twice the CPU, and places two more on a.
-        let mut bigger = moved.clone();
+        // As a scheduler does: the update starts from the stored row.
+        let mut bigger = (**w.snap.alloc(&moved.id).unwrap()).clone();
         std::sync::Arc::make_mut(&mut bigger.allocated_resources)
             .tasks
             .iter_mut()

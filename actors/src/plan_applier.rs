@@ -122,8 +122,15 @@ impl Ord for Queued {
 
 /// A plan that has been checked and is waiting for (or in) its write.
 struct Verified {
-    queued: Queued,
     command: Command,
+    answer: Answer,
+}
+
+/// What the submitter of a verified plan is answered with once its write
+/// is over. Apart from the command, which the write consumes: it holds
+/// every placement, and copying it cost as much as the check.
+struct Answer {
+    queued: Queued,
     result: PlanResult,
     partial: bool,
 }
@@ -211,17 +218,20 @@ impl PlanApplier {
             updated_at: now_nanos(),
         });
         Verified {
-            queued,
             command,
-            result: verdict.result,
-            partial,
+            answer: Answer {
+                queued,
+                result: verdict.result,
+                partial,
+            },
         }
     }
 
     fn start_write(&mut self, v: Verified, ctx: &mut Context<Self>) {
-        if v.result.is_no_op() {
+        let Verified { command, answer } = v;
+        if answer.result.is_no_op() {
             // Nothing fit (or nothing was asked): no write, answer now.
-            self.finish(v, Ok(self.store.latest_index()));
+            self.finish(answer, Ok(self.store.latest_index()));
             return;
         }
         let mut optimistic = self
@@ -230,13 +240,13 @@ impl PlanApplier {
             .unwrap_or_else(|| self.store.snapshot());
         // Only what verifying the next plan reads (see `apply_plan_usage`);
         // a failed write resets the optimistic state below.
-        if let Command::ApplyPlanResults(plan) = &v.command {
+        if let Command::ApplyPlanResults(plan) = &command {
             optimistic.apply_plan_usage(plan);
         }
         self.view.set(Some(optimistic.clone()));
         self.optimistic = Some(optimistic);
         self.writing = true;
-        let rx = self.store.submit(v.command.clone());
+        let rx = self.store.submit(command);
         let started = Instant::now();
         rx.into_actor(self)
             .map(move |res, act, ctx| {
@@ -257,16 +267,16 @@ impl PlanApplier {
                     // A plan verified against the failed write's effect must
                     // be checked again.
                     if let Some(stale) = act.next.take() {
-                        act.queue.push(stale.queued);
+                        act.queue.push(stale.answer.queued);
                     }
                 }
-                act.finish(v, outcome);
+                act.finish(answer, outcome);
                 act.pump(ctx);
             })
             .spawn(ctx);
     }
 
-    fn finish(&mut self, v: Verified, outcome: Result<u64, PlanApplyError>) {
+    fn finish(&mut self, v: Answer, outcome: Result<u64, PlanApplyError>) {
         metrics::histogram!("herder.plan.wait_seconds")
             .record(v.queued.enqueued.elapsed().as_secs_f64());
         let reply = match outcome {

@@ -18,7 +18,7 @@ use crate::structs::{
     EvalStatus, Evaluation, Job, JobChildrenSummary, JobSummary, JobType, Node, NodeEvent, NodeId,
     SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// How many versions of a job are kept (Nomad's `JobTrackedVersions`),
@@ -33,6 +33,9 @@ pub(crate) struct Txn {
     /// evaluations were deleted (a job left with nothing is then dead,
     /// not pending, as in Nomad).
     status_refresh: BTreeMap<JobKey, bool>,
+    /// The last version of each allocation this command wrote, so that
+    /// listing its changes does not walk the allocation table again.
+    written_allocs: HashMap<AllocId, Arc<Allocation>>,
 }
 
 impl Txn {
@@ -42,6 +45,7 @@ impl Txn {
             index,
             touched: BTreeSet::new(),
             status_refresh: BTreeMap::new(),
+            written_allocs: HashMap::new(),
         }
     }
 
@@ -175,7 +179,14 @@ impl Txn {
             RowKey::Job(k) => t.jobs.get(k).cloned().map(Row::Job),
             RowKey::JobVersion(k) => t.job_versions.get(k).cloned().map(Row::JobVersion),
             RowKey::JobSummary(k) => t.job_summaries.get(k).cloned().map(Row::JobSummary),
-            RowKey::Alloc { id, .. } => t.allocs.get(id).cloned().map(Row::Alloc),
+            // Rows written by this command are at hand; only a deleted row
+            // is missing there (and then from the table too).
+            RowKey::Alloc { id, .. } => self
+                .written_allocs
+                .get(id)
+                .or_else(|| t.allocs.get(id))
+                .cloned()
+                .map(Row::Alloc),
             RowKey::Eval(id) => t.evals.get(id).cloned().map(Row::Eval),
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
@@ -639,6 +650,7 @@ impl Txn {
         }
         for id in alloc_ids {
             if let Some(alloc) = self.t.allocs.remove(id) {
+                self.written_allocs.remove(id);
                 self.touched.insert(RowKey::Alloc {
                     create_index: alloc.create_index,
                     id: *id,
@@ -726,6 +738,9 @@ impl Txn {
     /// A placement of an existing ID is a server-side update: the client's
     /// fields stay as the client reported them.
     fn place_alloc(&mut self, alloc: &Allocation) {
+        if alloc.create_index == 0 && self.place_new_alloc(alloc) {
+            return;
+        }
         let mut alloc = alloc.clone();
         let old = self.t.allocs.get(&alloc.id).cloned();
         match &old {
@@ -745,6 +760,27 @@ impl Txn {
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
         self.put_alloc(alloc, old.as_deref());
+    }
+
+    /// A placement the scheduler made new (`CreateIndex` 0) is inserted
+    /// without looking it up first: at a million allocations each walk of
+    /// the allocation table is the larger part of applying a placement.
+    /// The insert still tells whether the ID existed; if it did (the plan
+    /// was wrong about it), the old row is put back and `false` sends the
+    /// placement down the update path.
+    fn place_new_alloc(&mut self, alloc: &Allocation) -> bool {
+        let mut new = alloc.clone();
+        new.create_index = self.index;
+        new.modify_index = self.index;
+        new.alloc_modify_index = self.index;
+        let new = Arc::new(new);
+        if let Some(old) = self.t.allocs.insert(new.id, new.clone()) {
+            self.t.allocs.insert(old.id, old);
+            return false;
+        }
+        self.link_previous(&new);
+        self.track_alloc(&new, None);
+        true
     }
 
     /// A replacement marks the allocation it replaces with its ID (Nomad's
@@ -798,18 +834,26 @@ impl Txn {
     /// Stores an allocation and keeps indexes, version references and the
     /// job summary in step with it.
     fn put_alloc(&mut self, alloc: Allocation, old: Option<&Allocation>) {
-        let key = JobKey::of_alloc(&alloc);
-        self.count_in_summary(&key, &alloc, old);
-        count_usage(&mut self.t, old, Some(&alloc));
+        let alloc = Arc::new(alloc);
+        self.track_alloc(&alloc, old);
+        self.t.allocs.insert(alloc.id, alloc);
+    }
+
+    /// Everything that follows an allocation row but the row itself: the
+    /// job summary, node usage, indexes, and the row's change record.
+    fn track_alloc(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
+        let key = JobKey::of_alloc(alloc);
+        self.count_in_summary(&key, alloc, old);
+        count_usage(&mut self.t, old, Some(alloc));
         match old {
-            Some(old) => self.reindex_alloc(old, &alloc),
-            None => index_alloc(&mut self.t, &alloc),
+            Some(old) => self.reindex_alloc(old, alloc),
+            None => index_alloc(&mut self.t, alloc),
         }
         self.touched.insert(RowKey::Alloc {
             create_index: alloc.create_index,
             id: alloc.id,
         });
-        self.t.allocs.insert(alloc.id, Arc::new(alloc));
+        self.written_allocs.insert(alloc.id, alloc.clone());
         self.status_refresh.entry(key).or_insert(false);
     }
 

@@ -317,7 +317,10 @@ fn placements_update_indexes_summary_and_job_status() {
 
     // Running on the client, then re-placed by the servers (in-place
     // update): CreateIndex and client fields survive.
+    // The plan's copy still says CreateIndex 0 (new), as a wrong plan
+    // might: the store finds the ID and updates instead.
     h.client_status(&allocs[0], ClientStatus::Running);
+    assert_eq!(allocs[0].create_index, 0);
     let again = h.place(&allocs[..1], &job);
     let stored = h.state.alloc(&allocs[0].id).unwrap();
     assert_eq!(stored.create_index, index);
@@ -325,6 +328,8 @@ fn placements_update_indexes_summary_and_job_status() {
     assert_eq!(stored.client_status, ClientStatus::Running);
     let tg = &h.state.job_summary("default", "web").unwrap().summary["frontend"];
     assert_eq!((tg.starting, tg.running), (1, 1));
+    assert_eq!(h.state.node_usage(&node.id).unwrap().live, 2);
+    assert_eq!(h.state.allocs_by_node(&node.id).count(), 2);
 }
 
 #[test]

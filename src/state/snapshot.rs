@@ -213,7 +213,12 @@ impl StateSnapshot {
                 .get(node_id)
                 .map_or_else(NodeAllocUsage::default, |u| (**u).clone());
             for alloc in allocs {
-                if let Some(old) = t.allocs.get(&alloc.id).cloned() {
+                // New placements (`CreateIndex` 0) replace nothing; see
+                // `plan_eval::proposed_usage`.
+                let existing = (alloc.create_index != 0)
+                    .then(|| t.allocs.get(&alloc.id).cloned())
+                    .flatten();
+                if let Some(old) = existing {
                     // An update in place: the old version no longer counts.
                     if old.node_id == *node_id {
                         usage.remove(&old);
