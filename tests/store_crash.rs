@@ -31,7 +31,14 @@ fn crash_child() {
         return; // only meaningful when started by the parent below
     };
     let run = std::env::var(CHILD_RUN_ENV).unwrap_or_default();
-    let store = StateStore::open(&dir, StoreOptions::default()).unwrap();
+    // Small log segments and checkpoints, so kills also land while a
+    // segment is being folded into sled.
+    let options = StoreOptions {
+        wal_segment_bytes: 8 << 10,
+        checkpoint_bytes: 32 << 10,
+        ..StoreOptions::default()
+    };
+    let store = StateStore::open(&dir, options).unwrap();
     let node = fixtures::node("crash-node");
     store
         .apply(Command::NodeRegister {

@@ -193,7 +193,14 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
 
     // Format 4 reads those JSON rows as they are and writes an allocation
     // it changes in the binary encoding; both read back after a restart.
-    let store = StateStore::open(tmp.path(), StoreOptions::default()).unwrap();
+    // (Every commit is checkpointed here, so the row is in sled, where this
+    // test reads it, rather than only in the log.)
+    let checkpoint_each_commit = StoreOptions {
+        wal_segment_bytes: 1,
+        checkpoint_bytes: 0,
+        ..StoreOptions::default()
+    };
+    let store = StateStore::open(tmp.path(), checkpoint_each_commit).unwrap();
     let changed = uuid::Uuid::parse_str(ALLOC_IDS[0]).unwrap();
     store
         .apply(Command::AllocClientUpdate {

@@ -3,7 +3,8 @@
 //! The data dir is one sled tree of rows (key = table prefix byte + key
 //! bytes, value = the row as JSON; from format 4, allocation rows in a
 //! binary encoding) plus a meta row holding the format
-//! version. Each step `vN_to_vN1` rewrites raw JSON rows from format N to
+//! version; from format 5, the newest commits are in a log beside it
+//! (`wal/`), which a format change would have to read as well. Each step `vN_to_vN1` rewrites raw JSON rows from format N to
 //! N+1 in one atomic batch that also moves the meta row's version, so an
 //! interrupted upgrade leaves either the old or the new format, never a
 //! mix. Steps work on raw JSON on purpose: they must keep working after the
@@ -12,11 +13,12 @@
 mod v1_to_v2;
 mod v2_to_v3;
 mod v3_to_v4;
+mod v4_to_v5;
 
 use serde_json::Value;
 
 /// The format version this build writes.
-pub const CURRENT: u32 = 4;
+pub const CURRENT: u32 = 5;
 
 /// The key of the meta row (the same in every format).
 pub const META_KEY: &[u8] = b"m";
@@ -43,6 +45,7 @@ pub fn migrate(db: &sled::Db, from: u32) -> Result<(), MigrationError> {
             1 => v1_to_v2::run(db)?,
             2 => v2_to_v3::run(db)?,
             3 => v3_to_v4::run(db)?,
+            4 => v4_to_v5::run(db)?,
             _ => {
                 return Err(MigrationError::NoPath {
                     from: version,

@@ -17,6 +17,7 @@ pub mod persist;
 mod scheduler_view;
 pub mod snapshot;
 pub mod store;
+mod wal;
 
 #[cfg(test)]
 mod apply_tests;
@@ -66,6 +67,12 @@ pub enum StoreError {
     },
     #[error("state store I/O: {0}")]
     Io(#[from] sled::Error),
+    #[error("state log {path}: {source}")]
+    Log {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("data dir format version {found} is newer than this build understands ({known}); refusing to open it")]
     FormatTooNew { found: u32, known: u32 },
     #[error("data dir is corrupt at key {key}: {reason}; refusing to open it")]

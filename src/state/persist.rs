@@ -8,10 +8,16 @@
 //! and the per-table indexes; it is written in the same atomic batch as
 //! the rows, so the data dir always describes one applied index exactly.
 //! Only primary rows are stored; secondary indexes are rebuilt at load.
+//!
+//! Commits do not write sled directly: they append to the write-ahead log
+//! (`wal`), and sled is the checkpoint the log is folded into
+//! (`checkpoint`). Loading reads sled's rows, then replays the log records
+//! newer than sled's meta row.
 
 use super::alloc_row;
 use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, Table};
 use super::snapshot::{StateSnapshot, Tables};
+use super::wal::{self, ClosedSegment};
 use super::StoreError;
 use crate::structs::{
     AllocatedResources, Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration,
@@ -70,8 +76,46 @@ pub(crate) fn open_db(dir: &Path, cache_capacity_bytes: u64) -> Result<sled::Db,
         })
 }
 
-/// Checks the format (migrating an older one) and loads every row.
-pub(crate) fn load(db: &sled::Db) -> Result<Tables, StoreError> {
+/// What opening a data dir found: the state, and the log segments it was
+/// replayed from (now closed, waiting for a checkpoint).
+pub(crate) struct Loaded {
+    pub tables: Tables,
+    pub segments: Vec<ClosedSegment>,
+    /// The newest segment's sequence number (0: none).
+    pub last_seq: u64,
+}
+
+/// Checks the format (migrating an older one), loads every row from sled
+/// and replays the log in `wal_dir` over them.
+pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> {
+    let mut tables = load_checkpoint(db)?;
+    let checkpointed = tables.latest_index;
+    let found = wal::segments(wal_dir)?;
+    let last_seq = found.last().map_or(0, |(seq, _)| *seq);
+    let mut segments = Vec::with_capacity(found.len());
+    let mut shared = SharedValues::default();
+    for (i, (_, path)) in found.iter().enumerate() {
+        let records = wal::read_segment(path, i + 1 == found.len())?;
+        let newer = records.into_iter().filter(|r| r.last_index > checkpointed);
+        replay(&mut tables, &mut shared, newer)?;
+        let bytes = std::fs::metadata(path)
+            .map_err(|e| wal::log_error(path, e))?
+            .len();
+        segments.push(ClosedSegment {
+            path: path.clone(),
+            bytes,
+        });
+    }
+    tables.rebuild_indexes();
+    Ok(Loaded {
+        tables,
+        segments,
+        last_seq,
+    })
+}
+
+/// Sled's rows: the state as of the last checkpoint (indexes not built).
+fn load_checkpoint(db: &sled::Db) -> Result<Tables, StoreError> {
     let Some(raw_meta) = db.get(META_KEY)? else {
         if let Some(first) = db.iter().next() {
             let (key, _) = first?;
@@ -81,7 +125,10 @@ pub(crate) fn load(db: &sled::Db) -> Result<Tables, StoreError> {
             });
         }
         // A new data dir: stamp it with the current format.
-        write_changes(db, std::iter::empty(), &StateSnapshot::new())?;
+        write_encoded(
+            db,
+            [&encode_changes(std::iter::empty(), &StateSnapshot::new())?],
+        )?;
         return Ok(Tables::default());
     };
     let found = format_version(&raw_meta)?;
@@ -119,30 +166,118 @@ enum LoadedRow {
     Eval(Evaluation),
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
+    /// A row the log records as deleted.
+    Deleted(RowKey),
 }
 
 /// Rows per batch handed between the loading threads.
 const LOAD_BATCH: usize = 512;
 
-/// Reads every row back into tables. Decoding JSON is most of a restart's
-/// work, so it runs on one thread per CPU: one thread walks the tree in
-/// batches, decoders turn batches into rows, and this thread inserts them
-/// (the tables are maps, so arrival order does not matter).
+/// A raw row as stored: key, and value (`None`: the row was deleted).
+type RawRow = (sled::IVec, Option<sled::IVec>);
+
+/// Reads sled's rows into tables.
 fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
+    let mut t = Tables::default();
+    let mut shared = SharedValues::default();
+    decode_in_order(
+        |sink| {
+            for entry in db.iter() {
+                let (key, value) = entry?;
+                if !sink.push((key, Some(value))) {
+                    break;
+                }
+            }
+            Ok(())
+        },
+        &mut t,
+        &mut shared,
+    )?;
+    Ok(t)
+}
+
+/// Applies log records, oldest first, over the tables.
+fn replay(
+    t: &mut Tables,
+    shared: &mut SharedValues,
+    records: impl Iterator<Item = wal::Record> + Send,
+) -> Result<(), StoreError> {
+    decode_in_order(
+        |sink| {
+            for record in records {
+                let rows = record
+                    .rows
+                    .into_iter()
+                    .chain(std::iter::once((META_KEY.to_vec(), Some(record.meta))));
+                for (key, value) in rows {
+                    if !sink.push((key.into(), value.map(Into::into))) {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        },
+        t,
+        shared,
+    )
+}
+
+/// Hands raw rows to the decoders in numbered batches.
+struct BatchSink {
+    tx: std::sync::mpsc::SyncSender<(usize, Vec<RawRow>)>,
+    batch: Vec<RawRow>,
+    next_seq: usize,
+}
+
+impl BatchSink {
+    /// Queues a row; `false` once the decoders have stopped (an error).
+    fn push(&mut self, row: RawRow) -> bool {
+        self.batch.push(row);
+        self.batch.len() < LOAD_BATCH || self.send()
+    }
+
+    fn send(&mut self) -> bool {
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(LOAD_BATCH));
+        self.next_seq += 1;
+        self.tx.send((self.next_seq - 1, batch)).is_ok()
+    }
+}
+
+/// Decodes the rows `read` produces and applies them to `t` in the order
+/// they were produced (a later row of the same key wins, a delete removes).
+/// Decoding is most of a restart's work, so it runs on one thread per CPU:
+/// `read` runs on its own thread, decoders take whole batches, and this
+/// thread puts batches back in order as they arrive.
+fn decode_in_order<R>(read: R, t: &mut Tables, shared: &mut SharedValues) -> Result<(), StoreError>
+where
+    R: FnOnce(&mut BatchSink) -> Result<(), StoreError> + Send,
+{
     let decoders = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, 8);
-    let (raw_tx, raw_rx) =
-        std::sync::mpsc::sync_channel::<Vec<(sled::IVec, sled::IVec)>>(decoders * 2);
+    let (raw_tx, raw_rx) = std::sync::mpsc::sync_channel(decoders * 2);
     let raw_rx = std::sync::Mutex::new(raw_rx);
-    let (rows_tx, rows_rx) =
-        std::sync::mpsc::sync_channel::<Result<Vec<LoadedRow>, StoreError>>(decoders * 2);
-    let mut t = Tables::default();
-    let mut shared = SharedValues::default();
+    let (rows_tx, rows_rx) = std::sync::mpsc::sync_channel(decoders * 2);
     let mut failure = None;
     std::thread::scope(|scope| {
         let reader_tx = rows_tx.clone();
-        scope.spawn(move || read_batches(db, raw_tx, reader_tx));
+        scope.spawn(move || {
+            let mut sink = BatchSink {
+                tx: raw_tx,
+                batch: Vec::with_capacity(LOAD_BATCH),
+                next_seq: 0,
+            };
+            let read = read(&mut sink);
+            match read {
+                Ok(()) if !sink.batch.is_empty() => {
+                    sink.send();
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    let _ = reader_tx.send((usize::MAX, Err(e)));
+                }
+            }
+        });
         for _ in 0..decoders {
             let (raw_rx, rows_tx) = (&raw_rx, rows_tx.clone());
             scope.spawn(move || decode_batches(raw_rx, rows_tx));
@@ -150,11 +285,17 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
         drop(rows_tx);
         // Keep draining after a failure so no thread blocks on a full
         // channel; the first error is the answer.
-        for batch in rows_rx {
+        let mut waiting = BTreeMap::new();
+        let mut next = 0;
+        for (seq, batch) in rows_rx {
             match batch {
-                Ok(rows) if failure.is_none() => rows
-                    .into_iter()
-                    .for_each(|r| insert_row(&mut t, &mut shared, r)),
+                Ok(rows) if failure.is_none() => {
+                    waiting.insert(seq, rows);
+                    while let Some(rows) = waiting.remove(&next) {
+                        rows.into_iter().for_each(|r| insert_row(t, shared, r));
+                        next += 1;
+                    }
+                }
                 Ok(_) => {}
                 Err(e) => {
                     failure.get_or_insert(e);
@@ -162,44 +303,15 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
             }
         }
     });
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    t.rebuild_indexes();
-    Ok(t)
+    failure.map_or(Ok(()), Err)
 }
 
-/// Walks the tree and hands out raw rows in batches.
-fn read_batches(
-    db: &sled::Db,
-    raw_tx: std::sync::mpsc::SyncSender<Vec<(sled::IVec, sled::IVec)>>,
-    errors: std::sync::mpsc::SyncSender<Result<Vec<LoadedRow>, StoreError>>,
-) {
-    let mut batch = Vec::with_capacity(LOAD_BATCH);
-    for entry in db.iter() {
-        match entry {
-            Ok(row) => batch.push(row),
-            Err(e) => {
-                let _ = errors.send(Err(e.into()));
-                return;
-            }
-        }
-        if batch.len() == LOAD_BATCH {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(LOAD_BATCH));
-            if raw_tx.send(full).is_err() {
-                return;
-            }
-        }
-    }
-    if !batch.is_empty() {
-        let _ = raw_tx.send(batch);
-    }
-}
+type DecodedBatch = (usize, Result<Vec<LoadedRow>, StoreError>);
 
 /// Decodes raw batches until the reader is done.
 fn decode_batches(
-    raw_rx: &std::sync::Mutex<std::sync::mpsc::Receiver<Vec<(sled::IVec, sled::IVec)>>>,
-    rows_tx: std::sync::mpsc::SyncSender<Result<Vec<LoadedRow>, StoreError>>,
+    raw_rx: &std::sync::Mutex<std::sync::mpsc::Receiver<(usize, Vec<RawRow>)>>,
+    rows_tx: std::sync::mpsc::SyncSender<DecodedBatch>,
 ) {
     loop {
         // The lock is held only to take the next batch.
@@ -207,17 +319,87 @@ fn decode_batches(
             Ok(rx) => rx.recv(),
             Err(_) => return,
         };
-        let Ok(batch) = next else {
+        let Ok((seq, batch)) = next else {
             return;
         };
         let decoded = batch
             .iter()
-            .map(|(key, value)| decode_row(key, value))
+            .map(|(key, value)| match value {
+                Some(value) => decode_row(key, value),
+                None => decode_key(key).map(LoadedRow::Deleted),
+            })
             .collect::<Result<Vec<_>, _>>();
-        if rows_tx.send(decoded).is_err() {
+        if rows_tx.send((seq, decoded)).is_err() {
             return;
         }
     }
+}
+
+fn remove_row(t: &mut Tables, key: &RowKey) {
+    match key {
+        RowKey::Job(k) => {
+            t.jobs.remove(k);
+        }
+        RowKey::JobVersion(k) => {
+            t.job_versions.remove(k);
+        }
+        RowKey::JobSummary(k) => {
+            t.job_summaries.remove(k);
+        }
+        RowKey::Alloc { id, .. } => {
+            t.allocs.remove(id);
+        }
+        RowKey::Eval(id) => {
+            t.evals.remove(id);
+        }
+        RowKey::Node(id) => {
+            t.nodes.remove(id);
+        }
+        RowKey::SchedulerConfig => t.scheduler_config = None,
+    }
+}
+
+/// The row key a raw key stands for (the inverse of `encode_key`).
+fn decode_key(key: &[u8]) -> Result<RowKey, StoreError> {
+    let Some((&prefix, rest)) = key.split_first() else {
+        return Err(corrupt(key, "empty key"));
+    };
+    let id =
+        |bytes: &[u8]| uuid::Uuid::from_slice(bytes).map_err(|_| corrupt(key, "not a 16-byte ID"));
+    let job = |bytes: &[u8]| {
+        let text = std::str::from_utf8(bytes).map_err(|_| corrupt(key, "not UTF-8"))?;
+        let (namespace, id) = text
+            .split_once('\0')
+            .ok_or_else(|| corrupt(key, "no namespace separator"))?;
+        Ok::<_, StoreError>(JobKey::new(namespace, id))
+    };
+    let decoded = match prefix {
+        JOB => RowKey::Job(job(rest)?),
+        JOB_SUMMARY => RowKey::JobSummary(job(rest)?),
+        JOB_VERSION if rest.len() > 9 => {
+            let (job_part, version) = rest.split_at(rest.len() - 9);
+            let mut be = [0u8; 8];
+            be.copy_from_slice(&version[1..]);
+            RowKey::JobVersion(JobVersionKey {
+                job: job(job_part)?,
+                version: u64::from_be_bytes(be),
+            })
+        }
+        ALLOC if rest.len() == 24 => {
+            let mut be = [0u8; 8];
+            be.copy_from_slice(&rest[..8]);
+            RowKey::Alloc {
+                create_index: u64::from_be_bytes(be),
+                id: id(&rest[8..])?,
+            }
+        }
+        EVAL => RowKey::Eval(id(rest)?),
+        NODE => RowKey::Node(id(rest)?),
+        SCHEDULER_CONFIG if rest.is_empty() => RowKey::SchedulerConfig,
+        _ => return Err(corrupt(key, "not a key of any table")),
+    };
+    check_key(key, &encode_key(&decoded))?;
+    Ok(decoded)
 }
 
 fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
@@ -336,6 +518,7 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, row: LoadedRow) {
             t.nodes.insert(node.id, Arc::new(node));
         }
         LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
+        LoadedRow::Deleted(key) => remove_row(t, &key),
     }
 }
 
@@ -425,9 +608,11 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
 #[derive(Debug, Default)]
 pub(crate) struct EncodedRows {
     /// Raw key and value (`None`: delete), later changes of a row last.
-    rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// The meta row of the state after these rows.
-    meta: Vec<u8>,
+    pub meta: Vec<u8>,
+    /// The index of that state.
+    pub last_index: u64,
 }
 
 /// Encodes the rows of `changes` (a row changed twice keeps its last
@@ -463,7 +648,11 @@ pub(crate) fn encode_changes<'a>(
         key: describe_key(META_KEY),
         reason: format!("cannot encode the meta row: {e}"),
     })?;
-    Ok(EncodedRows { rows, meta })
+    Ok(EncodedRows {
+        rows,
+        meta,
+        last_index: state.latest_index(),
+    })
 }
 
 /// Writes encoded groups (in order: a later group's row wins) and the last
@@ -491,11 +680,30 @@ pub(crate) fn write_encoded<'a>(
     Ok(())
 }
 
-/// Writes the rows of `changes` and the meta row of `state` at once.
-pub(crate) fn write_changes<'a>(
-    db: &sled::Db,
-    changes: impl Iterator<Item = &'a RowChange>,
-    state: &StateSnapshot,
-) -> Result<(), StoreError> {
-    write_encoded(db, [&encode_changes(changes, state)?])
+/// Folds closed log segments, oldest first, into sled and deletes them.
+/// Each segment is one atomic batch with the meta row of its last record,
+/// so sled always describes one index exactly; a crash between the flush
+/// and the delete leaves records that loading skips as already in sled.
+pub(crate) fn checkpoint(db: &sled::Db, segments: &[ClosedSegment]) -> Result<(), StoreError> {
+    for segment in segments {
+        let records = wal::read_segment(&segment.path, false)?;
+        let mut batch = sled::Batch::default();
+        let mut meta = None;
+        for record in records {
+            for (key, value) in record.rows {
+                match value {
+                    Some(value) => batch.insert(key, value),
+                    None => batch.remove(key),
+                }
+            }
+            meta = Some(record.meta);
+        }
+        if let Some(meta) = meta {
+            batch.insert(META_KEY, meta);
+        }
+        db.apply_batch(batch)?;
+        db.flush()?;
+        std::fs::remove_file(&segment.path).map_err(|e| wal::log_error(&segment.path, e))?;
+    }
+    Ok(())
 }

@@ -19,6 +19,7 @@ use super::changes::{AppliedChanges, TableSet};
 use super::command::Command;
 use super::persist;
 use super::snapshot::StateSnapshot;
+use super::wal::{self, ClosedSegment, WalWriter};
 use super::StoreError;
 use crate::structs::NodeId;
 use futures::channel::{mpsc as async_mpsc, oneshot};
@@ -40,6 +41,11 @@ pub struct StoreOptions {
     pub subscriber_capacity: usize,
     /// Most commands committed with one flush.
     pub max_batch: usize,
+    /// A log segment is closed (and a new one started) past this size.
+    pub wal_segment_bytes: u64,
+    /// Closed log segments are folded into sled once they add up to this
+    /// much: the log a restart replays stays under it (plus a segment).
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -49,6 +55,11 @@ impl Default for StoreOptions {
             event_buffer: 4096,
             subscriber_capacity: 1024,
             max_batch: 4096,
+            wal_segment_bytes: 64 << 20,
+            // A restart replays up to this much log (about 1.5 million
+            // allocation rows: a few seconds); checkpointing more often
+            // would spend the CPU the log saves on the commit path.
+            checkpoint_bytes: 512 << 20,
         }
     }
 }
@@ -267,10 +278,16 @@ impl StateStore {
             source: sled::Error::Io(e),
         })?;
         let db = persist::open_db(dir, options.cache_capacity_bytes)?;
-        let tables = persist::load(&db)?;
+        let wal_dir = dir.join(wal::WAL_DIR);
+        let loaded = persist::load(&db, &wal_dir)?;
+        let disk = Disk {
+            log: WalWriter::start(&wal_dir, loaded.last_seq, options.wal_segment_bytes)?,
+            db,
+            closed: loaded.segments,
+        };
         Ok(Self::start(
-            StateSnapshot::from_tables(tables),
-            Some(db),
+            StateSnapshot::from_tables(loaded.tables),
+            Some(disk),
             options,
         ))
     }
@@ -285,7 +302,7 @@ impl StateStore {
         Self::start(StateSnapshot::new(), None, options)
     }
 
-    fn start(state: StateSnapshot, db: Option<sled::Db>, options: StoreOptions) -> StateStore {
+    fn start(state: StateSnapshot, disk: Option<Disk>, options: StoreOptions) -> StateStore {
         let shared = Arc::new(Shared {
             current: Mutex::new(state),
             failed: Mutex::new(None),
@@ -297,8 +314,8 @@ impl StateStore {
         let writer = Writer {
             state: shared.current().clone(),
             shared: shared.clone(),
-            durable: db.is_some(),
-            db,
+            durable: disk.is_some(),
+            disk,
         };
         let thread = std::thread::Builder::new()
             .name("herder-state-writer".into())
@@ -556,7 +573,7 @@ impl Drop for Reclaimer {
 struct Writer {
     shared: Arc<Shared>,
     state: StateSnapshot,
-    db: Option<sled::Db>,
+    disk: Option<Disk>,
     /// Whether groups are persisted (and so must be encoded).
     durable: bool,
 }
@@ -579,7 +596,8 @@ impl Writer {
         let (to_persister, from_writer) = mpsc::sync_channel::<AppliedGroup>(8);
         let persister = Persister {
             shared: self.shared.clone(),
-            db: self.db.take(),
+            disk: self.disk.take(),
+            record: Vec::new(),
             reclaimer: Reclaimer::start(),
         };
         let persister = std::thread::Builder::new()
@@ -648,15 +666,30 @@ fn fail_all(replies: impl Iterator<Item = Reply>, reason: &str) {
     }
 }
 
+/// Where a durable store keeps its state: the log commits append to, and
+/// sled, the checkpoint closed log segments are folded into.
+struct Disk {
+    log: WalWriter,
+    db: sled::Db,
+    /// Closed segments not yet handed to the checkpointer.
+    closed: Vec<ClosedSegment>,
+}
+
 /// The second stage: makes applied groups durable, then visible.
 struct Persister {
     shared: Arc<Shared>,
-    db: Option<sled::Db>,
+    disk: Option<Disk>,
+    /// The log record being written, reused from commit to commit.
+    record: Vec<u8>,
     reclaimer: Reclaimer,
 }
 
 impl Persister {
-    fn run(self, receiver: mpsc::Receiver<AppliedGroup>) {
+    fn run(mut self, receiver: mpsc::Receiver<AppliedGroup>) {
+        let checkpointer = self
+            .disk
+            .as_ref()
+            .map(|d| Checkpointer::start(d.db.clone()));
         while let Ok(first) = receiver.recv() {
             // Everything applied while the previous flush ran goes into
             // this one write.
@@ -665,12 +698,30 @@ impl Persister {
                 groups.push(group);
             }
             self.commit(groups);
+            if let Some(checkpointer) = &checkpointer {
+                self.hand_over_closed_segments(checkpointer);
+            }
+        }
+        if let Some(checkpointer) = checkpointer {
+            checkpointer.stop();
+        }
+    }
+
+    /// Once closed segments add up to the checkpoint size, the
+    /// checkpointer folds them into sled (in order, off the commit path).
+    fn hand_over_closed_segments(&mut self, checkpointer: &Checkpointer) {
+        let Some(disk) = &mut self.disk else {
+            return;
+        };
+        let closed: u64 = disk.closed.iter().map(|s| s.bytes).sum();
+        if !disk.closed.is_empty() && closed >= self.shared.options.checkpoint_bytes {
+            checkpointer.fold(std::mem::take(&mut disk.closed));
         }
     }
 
     /// Writes and flushes the groups' changes at once, publishes the newest
     /// state, and answers every caller.
-    fn commit(&self, groups: Vec<AppliedGroup>) {
+    fn commit(&mut self, groups: Vec<AppliedGroup>) {
         if let Some(reason) = self.shared.failure() {
             fail_all(
                 groups.into_iter().flat_map(|g| g.replies).map(|r| r.0),
@@ -712,8 +763,8 @@ impl Persister {
         }
     }
 
-    fn persist(&self, groups: &[AppliedGroup]) -> Result<(), StoreError> {
-        let Some(db) = &self.db else {
+    fn persist(&mut self, groups: &[AppliedGroup]) -> Result<(), StoreError> {
+        let Some(disk) = &mut self.disk else {
             return Ok(());
         };
         let mut encoded = Vec::with_capacity(groups.len());
@@ -728,7 +779,15 @@ impl Persister {
                 }
             }
         }
-        persist::write_encoded(db, encoded)
+        wal::encode_record(&mut self.record, &encoded);
+        if let Some(closed) = disk.log.append(&self.record)? {
+            disk.closed.push(closed);
+        }
+        // A commit of a million rows must not keep its buffer for good.
+        if self.record.capacity() > 16 << 20 {
+            self.record = Vec::new();
+        }
+        Ok(())
     }
 
     fn publish(&self, state: StateSnapshot, applied: &[Arc<AppliedChanges>]) {
@@ -764,6 +823,68 @@ impl Persister {
             notifiers
                 .subscribers
                 .retain_mut(|s| s.try_send(changes.clone()).is_ok());
+        }
+    }
+}
+
+/// Folds closed log segments into sled on its own thread, so a checkpoint
+/// never holds up a commit. Segments arrive in order and are folded in
+/// order. A failure is logged and ends checkpointing, not the store: the
+/// log still holds every commit (the next open replays it), it only grows
+/// until the operator sees the error and restarts.
+struct Checkpointer {
+    sender: mpsc::Sender<Vec<ClosedSegment>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(db: sled::Db) -> Self {
+        let (sender, receiver) = mpsc::channel::<Vec<ClosedSegment>>();
+        let thread = std::thread::Builder::new()
+            .name("herder-state-checkpoint".into())
+            .spawn(move || {
+                for segments in receiver {
+                    let started = Instant::now();
+                    match persist::checkpoint(&db, &segments) {
+                        Ok(()) => tracing::info!(
+                            segments = segments.len(),
+                            seconds = started.elapsed().as_secs_f64(),
+                            "state log checkpointed into sled"
+                        ),
+                        Err(e) => {
+                            tracing::error!(error = %e, "checkpointing the state log failed; the log keeps everything");
+                            return;
+                        }
+                    }
+                }
+            });
+        match thread {
+            Ok(thread) => Checkpointer {
+                sender,
+                thread: Some(thread),
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the state checkpoint thread; the log will keep growing");
+                Checkpointer {
+                    sender,
+                    thread: None,
+                }
+            }
+        }
+    }
+
+    fn fold(&self, segments: Vec<ClosedSegment>) {
+        let _ = self.sender.send(segments);
+    }
+
+    /// Lets a checkpoint in progress finish (it leaves sled consistent
+    /// either way, but a finished one saves the next open a replay).
+    fn stop(mut self) {
+        drop(self.sender);
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the state checkpoint thread panicked");
+            }
         }
     }
 }
