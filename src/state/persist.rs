@@ -101,6 +101,11 @@ pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> 
         let bytes = std::fs::metadata(path)
             .map_err(|e| wal::log_error(path, e))?
             .len();
+        if bytes == 0 {
+            // A restart without writes left it; the next one starts anew.
+            std::fs::remove_file(path).map_err(|e| wal::log_error(path, e))?;
+            continue;
+        }
         segments.push(ClosedSegment {
             path: path.clone(),
             bytes,

@@ -46,27 +46,112 @@ pub(crate) struct Tables {
 
 impl Tables {
     /// Rebuilds every secondary index from the primary tables.
+    ///
+    /// At open this is the serial part of a restart (a million
+    /// allocations), so each index is built on its own thread, in plain
+    /// maps, and turned into a persistent map once: the same contents as
+    /// writing allocation by allocation (`index_alloc`, `count_usage`),
+    /// which `tests/store_props.rs` checks (a reopened store equals, index
+    /// for index, the state the same commands built in memory).
     pub(crate) fn rebuild_indexes(&mut self) {
-        self.allocs_by_node = OrdMap::new();
-        self.allocs_by_job = OrdMap::new();
-        self.allocs_by_eval = OrdMap::new();
-        self.evals_by_job = OrdMap::new();
-        self.version_refs = OrdMap::new();
-        self.node_usage = OrdMap::new();
-        let allocs = self.allocs.clone();
-        for alloc in allocs.values() {
-            index_alloc(self, alloc);
-            count_usage(self, None, Some(alloc));
-        }
-        let evals = self.evals.clone();
-        for eval in evals.values() {
-            set_insert(
-                &mut self.evals_by_job,
-                JobKey::new(&eval.namespace, &eval.job_id),
-                eval.id,
-            );
-        }
+        let (allocs, evals) = (&self.allocs, &self.evals);
+        let built = std::thread::scope(|s| {
+            let by_node = in_parallel(s, || group_ids(allocs.values().map(|a| (a.node_id, a.id))));
+            let by_eval = in_parallel(s, || group_ids(allocs.values().map(|a| (a.eval_id, a.id))));
+            let by_job = in_parallel(s, || {
+                group_ids(allocs.values().map(|a| (JobKey::of_alloc(a), a.id)))
+            });
+            let evals_by_job = in_parallel(s, || {
+                group_ids(
+                    evals
+                        .values()
+                        .map(|e| (JobKey::new(&e.namespace, &e.job_id), e.id)),
+                )
+            });
+            let version_refs = in_parallel(s, || count_version_refs(allocs));
+            let node_usage = in_parallel(s, || sum_node_usage(allocs));
+            (
+                by_node.join(),
+                by_eval.join(),
+                by_job.join(),
+                evals_by_job.join(),
+                version_refs.join(),
+                node_usage.join(),
+            )
+        });
+        (
+            self.allocs_by_node,
+            self.allocs_by_eval,
+            self.allocs_by_job,
+            self.evals_by_job,
+            self.version_refs,
+            self.node_usage,
+        ) = built;
     }
+}
+
+/// Runs `work` on a thread of the scope (like the loader's decoders, a
+/// thread the system cannot start is a panic at open, not an error).
+fn in_parallel<'s, T: Send + 's>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    work: impl FnOnce() -> T + Send + 's,
+) -> Joining<'s, T> {
+    Joining(scope.spawn(work))
+}
+
+struct Joining<'s, T>(std::thread::ScopedJoinHandle<'s, T>);
+
+impl<T> Joining<'_, T> {
+    /// The result; a panic on the thread goes on here.
+    fn join(self) -> T {
+        self.0
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+}
+
+/// An index from key to the set of IDs filed under it.
+fn group_ids<K: Ord + Clone, V: Ord + Clone>(
+    pairs: impl Iterator<Item = (K, V)>,
+) -> OrdMap<K, OrdSet<V>> {
+    let mut grouped: std::collections::BTreeMap<K, Vec<V>> = std::collections::BTreeMap::new();
+    for (key, id) in pairs {
+        grouped.entry(key).or_default().push(id);
+    }
+    grouped
+        .into_iter()
+        .map(|(key, ids)| (key, ids.into_iter().collect::<OrdSet<V>>()))
+        .collect()
+}
+
+/// How many allocations (live or not) run each job version.
+fn count_version_refs(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> OrdMap<JobVersionKey, u64> {
+    let mut refs: std::collections::BTreeMap<JobVersionKey, u64> =
+        std::collections::BTreeMap::new();
+    for a in allocs.values() {
+        let key = JobVersionKey {
+            job: JobKey::of_alloc(a),
+            version: a.job_version,
+        };
+        *refs.entry(key).or_insert(0) += 1;
+    }
+    refs.into_iter().collect()
+}
+
+/// Each node's usage by its live allocations (nodes with none absent).
+fn sum_node_usage(
+    allocs: &OrdMap<AllocId, Arc<Allocation>>,
+) -> OrdMap<NodeId, Arc<NodeAllocUsage>> {
+    let mut usage: std::collections::BTreeMap<NodeId, NodeAllocUsage> =
+        std::collections::BTreeMap::new();
+    for a in allocs.values().filter(|a| !a.is_terminal()) {
+        usage.entry(a.node_id).or_default().add(a);
+    }
+    usage
+        .into_iter()
+        .filter(|(_, u)| u.live > 0)
+        .map(|(node, u)| (node, Arc::new(u)))
+        .collect()
 }
 
 /// Adds an allocation to the secondary indexes.

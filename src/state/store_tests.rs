@@ -334,4 +334,16 @@ fn a_restart_reads_the_checkpoint_and_replays_the_log_after_it() {
     assert!(after.alloc(&placed).is_none());
     assert_eq!(after.evals_by_job("default", "job-0").count(), 0);
     assert_eq!(after.jobs().count(), 61);
+    reopened.close();
+    drop(reopened);
+
+    // Restarts without writes do not pile up empty segments.
+    let segments = || std::fs::read_dir(dir.path().join("wal")).unwrap().count();
+    let before_restarts = segments();
+    for _ in 0..3 {
+        StateStore::open(dir.path(), StoreOptions::default())
+            .unwrap()
+            .close();
+    }
+    assert_eq!(segments(), before_restarts);
 }
