@@ -337,8 +337,10 @@ criterion_group! {
 ///
 /// The value is `spread` or `no-spread`, optionally followed by
 /// `/nodes/racks/allocs` (default `10000/20/1000`, the cluster
-/// benchmark's spread jobs); `store/` before the case counts a later
-/// evaluation over the store's snapshot instead (see [`run_once_on_store`]). Node and evaluation IDs are fixed, so with
+/// benchmark's spread jobs), or `peer/nodes/allocs` (the peer shape's
+/// service job, default `10000/10000`); `store/` before a grid case counts
+/// a later evaluation over the store's snapshot instead (see
+/// [`run_once_on_store`]). Node and evaluation IDs are fixed, so with
 /// `HERDER_SCHED_DIGEST=1` the printed digest of every placement and its
 /// metrics must be equal for two builds that decide the same.
 fn run_once(spec: &str) {
@@ -347,9 +349,11 @@ fn run_once(spec: &str) {
         return;
     }
     let mut parts = spec.split('/');
-    let spread = match parts.next() {
-        Some("spread") => true,
-        Some("no-spread") => false,
+    // `peer/<nodes>/<allocs>`: the peer shape's service job instead.
+    let (spread, peer) = match parts.next() {
+        Some("spread") => (true, false),
+        Some("no-spread") => (false, false),
+        Some("peer") => (false, true),
         other => panic!("HERDER_SCHED_ONCE: unknown case {other:?}"),
     };
     let mut next = |default: usize| {
@@ -357,13 +361,23 @@ fn run_once(spec: &str) {
             .next()
             .map_or(default, |p| p.parse().expect("HERDER_SCHED_ONCE: number"))
     };
-    let (nodes, racks, count) = (next(10_000), next(20), next(1_000));
+    let (nodes, racks) = (next(10_000), if peer { 1 } else { next(20) });
+    let count = next(if peer { 10_000 } else { 1_000 });
     let fixed_node = |i: usize| {
-        let mut n = grid_node(i, racks);
+        let mut n = if peer {
+            peer_node(i)
+        } else {
+            grid_node(i, racks)
+        };
         n.id = uuid::Uuid::from_u128(i as u128 + 1);
         n
     };
-    let (state, job) = state_with((0..nodes).map(fixed_node), grid_job(count as i32, spread));
+    let job = if peer {
+        peer_job(JobType::Service, count as i32)
+    } else {
+        grid_job(count as i32, spread)
+    };
+    let (state, job) = state_with((0..nodes).map(fixed_node), job);
     let mut planner = CommitAll {
         digest: std::env::var_os("HERDER_SCHED_DIGEST").map(|_| 0xcbf2_9ce4_8422_2325),
         ..Default::default()

@@ -84,6 +84,12 @@ struct NodeGroup {
     count: u64,
 }
 
+impl NodeGroup {
+    fn is(&self, (datacenter, pool): (&str, &str)) -> bool {
+        self.datacenter == datacenter && self.pool == pool
+    }
+}
+
 /// The schedulable nodes of one node table, by ID, each with its
 /// [`CandidateMeta`]. Positions (`u32`) index the catalog's lists.
 #[derive(Debug, Default)]
@@ -120,19 +126,27 @@ impl NodeCatalog {
     /// The catalog of `nodes` (any status), which must come in ID order.
     pub fn build<'a>(nodes: impl IntoIterator<Item = &'a Arc<Node>>) -> Self {
         let mut catalog = NodeCatalog::default();
+        // Few groups, as few classes: scanned while there are few.
         let mut group_index: FastMap<(&str, &str), u32> = FastMap::default();
         for node in nodes.into_iter().filter(|n| n.is_schedulable()) {
-            let pool = node_pool_of(node);
-            let group = *group_index
-                .entry((&node.datacenter, pool))
-                .or_insert_with(|| {
+            let key = (node.datacenter.as_str(), node_pool_of(node));
+            let scanned = (catalog.groups.len() <= Interner::SCAN_UP_TO).then(|| {
+                let found = catalog.groups.iter().position(|g| g.is(key));
+                found.map(|i| i as u32)
+            });
+            let group = match scanned.unwrap_or_else(|| group_index.get(&key).copied()) {
+                Some(group) => group,
+                None => {
                     catalog.groups.push(NodeGroup {
-                        datacenter: node.datacenter.clone(),
-                        pool: pool.to_string(),
+                        datacenter: key.0.to_string(),
+                        pool: key.1.to_string(),
                         count: 0,
                     });
-                    catalog.groups.len() as u32 - 1
-                });
+                    let group = catalog.groups.len() as u32 - 1;
+                    group_index.insert(key, group);
+                    group
+                }
+            };
             catalog.groups[group as usize].count += 1;
             catalog.group_of.push(group);
             let class = (!node.computed_class.is_empty())
@@ -344,6 +358,29 @@ mod tests {
         let ready = state.node_catalog().ready_for(&job(&["dc*"], "default"));
         let by_dc: Vec<_> = ready.by_dc.into_iter().collect();
         assert_eq!(by_dc, [("dc1".to_string(), 2), ("dc2".to_string(), 1)]);
+    }
+
+    #[test]
+    fn many_datacenters_and_pools_are_grouped_alike() {
+        let mut state = HarnessState::new();
+        for i in 0..60 {
+            let pool = if i % 4 == 0 { "gpu" } else { "" };
+            state.upsert_node(node(&format!("dc{}", i % 20), pool, "c"));
+        }
+        for job in [
+            job(&["dc1*"], ""),
+            job(&["*"], "gpu"),
+            job(&["dc7", "dc19"], "all"),
+        ] {
+            assert_eq!(
+                ready_ids(&state, &job),
+                scanned_ids(&state, &job),
+                "{job:?}"
+            );
+        }
+        let by_dc = state.node_catalog().ready_for(&job(&["*"], "all")).by_dc;
+        assert_eq!(by_dc.len(), 20);
+        assert!(by_dc.values().all(|count| *count == 3));
     }
 
     #[test]

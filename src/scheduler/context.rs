@@ -482,8 +482,16 @@ fn compute_usage(
         },
         None => NodeUsage::default(),
     };
-    if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
-        usage.ports.extend(ports);
+    // Most nodes reserve no ports: skip parsing an empty list.
+    if !node
+        .reserved_resources
+        .networks
+        .reserved_host_ports
+        .is_empty()
+    {
+        if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
+            usage.ports.extend(ports);
+        }
     }
     let (planned, leaving) = match plan {
         Some(plan) => {
