@@ -20,6 +20,7 @@ use criterion::{criterion_group, BatchSize, BenchmarkId, Criterion};
 use herder::scheduler::{
     new_scheduler, Harness, HarnessState, Planner, PlannerError, Scheduler, State,
 };
+use herder::state::{Command, PlanResults, StateSnapshot};
 use herder::structs::{
     Constraint, DriverInfo, Evaluation, Job, JobType, Node, NodeStatus, Plan, PlanResult,
     Resources, Spread, Task, TaskGroup, TriggeredBy,
@@ -336,11 +337,67 @@ criterion_group! {
 ///
 /// The value is `spread` or `no-spread`, optionally followed by
 /// `/nodes/racks/allocs` (default `10000/20/1000`, the cluster
-/// benchmark's spread jobs). Node and evaluation IDs are fixed, so with
+/// benchmark's spread jobs), or `peer/nodes/allocs` (the peer shape's
+/// service job, default `10000/10000`); `store/` before a grid case counts
+/// a later evaluation over the store's snapshot instead (see
+/// [`run_once_on_store`]). Node and evaluation IDs are fixed, so with
 /// `HERDER_SCHED_DIGEST=1` the printed digest of every placement and its
 /// metrics must be equal for two builds that decide the same.
 fn run_once(spec: &str) {
+    if let Some(rest) = spec.strip_prefix("store/") {
+        run_once_on_store(spec, rest);
+        return;
+    }
     let mut parts = spec.split('/');
+    // `peer/<nodes>/<allocs>`: the peer shape's service job instead.
+    let (spread, peer) = match parts.next() {
+        Some("spread") => (true, false),
+        Some("no-spread") => (false, false),
+        Some("peer") => (false, true),
+        other => panic!("HERDER_SCHED_ONCE: unknown case {other:?}"),
+    };
+    let mut next = |default: usize| {
+        parts
+            .next()
+            .map_or(default, |p| p.parse().expect("HERDER_SCHED_ONCE: number"))
+    };
+    let (nodes, racks) = (next(10_000), if peer { 1 } else { next(20) });
+    let count = next(if peer { 10_000 } else { 1_000 });
+    let fixed_node = |i: usize| {
+        let mut n = if peer {
+            peer_node(i)
+        } else {
+            grid_node(i, racks)
+        };
+        n.id = uuid::Uuid::from_u128(i as u128 + 1);
+        n
+    };
+    let job = if peer {
+        peer_job(JobType::Service, count as i32)
+    } else {
+        grid_job(count as i32, spread)
+    };
+    let (state, job) = state_with((0..nodes).map(fixed_node), job);
+    let mut planner = CommitAll {
+        digest: std::env::var_os("HERDER_SCHED_DIGEST").map(|_| 0xcbf2_9ce4_8422_2325),
+        ..Default::default()
+    };
+    let scheduler = process_once(Arc::new(state), &job, &mut planner, 0x5eed);
+    drop(scheduler);
+    println!("{spec}: {} allocations placed", planner.placed);
+    if let Some(digest) = planner.digest {
+        println!("{spec}: placement digest {digest:016x}");
+    }
+}
+
+/// The `store/<case>` variant of [`run_once`]: the evaluation the server's
+/// workers see in the middle of a run. The state is the store's snapshot
+/// (`StateSnapshot`), every node already runs an allocation (a system job),
+/// and an evaluation of a first grid job ran and was committed on it
+/// before the counted one (of a second grid job), so anything derived
+/// once per snapshot and shared by evaluations is already there.
+fn run_once_on_store(spec: &str, case: &str) {
+    let mut parts = case.split('/');
     let spread = match parts.next() {
         Some("spread") => true,
         Some("no-spread") => false,
@@ -352,21 +409,105 @@ fn run_once(spec: &str) {
             .map_or(default, |p| p.parse().expect("HERDER_SCHED_ONCE: number"))
     };
     let (nodes, racks, count) = (next(10_000), next(20), next(1_000));
-    let fixed_node = |i: usize| {
-        let mut n = grid_node(i, racks);
-        n.id = uuid::Uuid::from_u128(i as u128 + 1);
-        n
-    };
-    let (state, job) = state_with((0..nodes).map(fixed_node), grid_job(count as i32, spread));
-    let mut planner = CommitAll {
-        digest: std::env::var_os("HERDER_SCHED_DIGEST").map(|_| 0xcbf2_9ce4_8422_2325),
-        ..Default::default()
-    };
-    let scheduler = process_once(state, &job, &mut planner);
-    drop(scheduler);
-    println!("{spec}: {} allocations placed", planner.placed);
-    if let Some(digest) = planner.digest {
-        println!("{spec}: placement digest {digest:016x}");
+    let mut store = StoreCommit::default();
+    for i in 0..nodes {
+        let mut node = grid_node(i, racks);
+        node.id = uuid::Uuid::from_u128(i as u128 + 1);
+        node.compute_class();
+        store.apply(Command::NodeRegister {
+            node: Arc::new(node),
+        });
+    }
+    let mut filler = peer_job(JobType::System, 1);
+    filler.id = "filler".into();
+    filler.datacenters = vec!["dc1".into(), "dc2".into()];
+    filler.constraints.clear();
+    let mut first = grid_job(count as i32, spread);
+    first.id = "first".into();
+    let mut second = grid_job(count as i32, spread);
+    second.id = "second".into();
+    for (i, job) in [filler, first, second].into_iter().enumerate() {
+        let job = Arc::new(job);
+        store.apply(Command::JobRegister {
+            job: job.clone(),
+            eval: None,
+            enforce_index: None,
+        });
+        let state: Arc<dyn State> = Arc::new(store.snap.clone());
+        if i == 2 {
+            drop(process_once(state, &job, &mut store, 0x5eed));
+        } else {
+            // Not through `process_once`, so not counted.
+            let mut eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, NOW);
+            eval.id = uuid::Uuid::from_u128(i as u128 + 1);
+            new_scheduler(&eval.eval_type, state, &mut store, NOW)
+                .expect("scheduler")
+                .process(&eval)
+                .expect("process");
+        }
+        store.commit();
+    }
+    println!("{spec}: {} allocations placed", store.placed);
+}
+
+/// A planner that commits every plan in full into a store snapshot,
+/// writing them once the evaluation is done (so that callgrind counts the
+/// scheduler's work only).
+#[derive(Default)]
+struct StoreCommit {
+    snap: StateSnapshot,
+    index: u64,
+    placed: usize,
+    pending: Vec<PlanResults>,
+}
+
+impl StoreCommit {
+    fn apply(&mut self, cmd: Command) {
+        self.index += 1;
+        self.snap.apply(self.index, &cmd).expect("command applies");
+    }
+
+    fn commit(&mut self) {
+        for plan in std::mem::take(&mut self.pending) {
+            self.apply(Command::ApplyPlanResults(plan));
+        }
+    }
+}
+
+impl Planner for StoreCommit {
+    fn submit_plan(
+        &mut self,
+        plan: Plan,
+    ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError> {
+        self.placed += plan.node_allocation.values().map(Vec::len).sum::<usize>();
+        self.pending.push(PlanResults {
+            eval_id: plan.eval_id,
+            job: plan.job.clone(),
+            node_update: plan.node_update.clone(),
+            node_allocation: plan.node_allocation.clone(),
+            node_preemptions: plan.node_preemptions.clone(),
+            evals: vec![],
+            updated_at: NOW,
+        });
+        Ok((
+            PlanResult {
+                node_allocation: plan.node_allocation,
+                node_update: plan.node_update,
+                node_preemptions: plan.node_preemptions,
+                alloc_index: self.index + self.pending.len() as u64,
+                ..Default::default()
+            },
+            None,
+        ))
+    }
+    fn update_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
+        Ok(())
+    }
+    fn create_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
+        Ok(())
+    }
+    fn reblock_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
+        Ok(())
     }
 }
 
@@ -376,13 +517,13 @@ fn run_once(spec: &str) {
 /// that freeing them is not counted.
 #[inline(never)]
 fn process_once<'p>(
-    state: HarnessState,
+    snapshot: Arc<dyn State>,
     job: &Job,
-    planner: &'p mut CommitAll,
+    planner: &'p mut dyn Planner,
+    eval_id: u128,
 ) -> Box<dyn Scheduler + 'p> {
     let mut eval = Evaluation::for_job(job, TriggeredBy::JobRegister, NOW);
-    eval.id = uuid::Uuid::from_u128(0x5eed);
-    let snapshot: Arc<dyn State> = Arc::new(state);
+    eval.id = uuid::Uuid::from_u128(eval_id);
     let mut s = new_scheduler(&eval.eval_type, snapshot, planner, NOW).expect("scheduler");
     s.process(&eval).expect("process");
     s

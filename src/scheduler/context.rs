@@ -46,6 +46,10 @@ impl NodeUsage {
 struct UsageSlot {
     id: NodeId,
     fresh: bool,
+    /// Whether the plan has (or had) entries for the node. Most nodes an
+    /// evaluation looks at have none, and computing their usage then
+    /// skips looking the node up in the plan's maps.
+    in_plan: bool,
     usage: NodeUsage,
 }
 
@@ -103,6 +107,9 @@ impl Eligibility {
 
 pub struct EvalContext {
     pub state: Arc<dyn State>,
+    /// The plan under construction. Its stops, placements and evictions
+    /// are changed only through the methods below, which keep the usage
+    /// cache in step.
     pub plan: Plan,
     /// Metrics of the placement being computed.
     pub metrics: AllocMetric,
@@ -167,8 +174,14 @@ impl EvalContext {
     /// same node again and again (the stack, per candidate): `hint`
     /// remembers where the node's usage is kept, so later calls find it
     /// without hashing the ID.
+    /// The node is only asked for when its usage has to be computed.
     #[inline]
-    pub fn usage_hinted(&mut self, hint: &mut UsageHint, id: NodeId, node: &Node) -> &NodeUsage {
+    pub fn usage_hinted<'n>(
+        &mut self,
+        hint: &mut UsageHint,
+        id: NodeId,
+        node: impl FnOnce() -> &'n Node,
+    ) -> &NodeUsage {
         let slot = match self.usage_slots.get(hint.0 as usize) {
             Some(s) if s.id == id => hint.0,
             _ => {
@@ -177,21 +190,24 @@ impl EvalContext {
                 slot
             }
         };
-        self.fresh_usage(slot, node)
+        if !self.usage_slots[slot as usize].fresh {
+            self.recompute_usage(slot, node());
+        }
+        &self.usage_slots[slot as usize].usage
     }
 
     /// The node's slot in the usage cache, created (stale) on first use.
     fn usage_slot(&mut self, id: NodeId) -> u32 {
-        if let Some(slot) = self.usage_index.get(&id) {
-            return *slot;
+        let next = self.usage_slots.len() as u32;
+        let slot = *self.usage_index.entry(id).or_insert(next);
+        if slot == next {
+            self.usage_slots.push(UsageSlot {
+                id,
+                fresh: false,
+                in_plan: false,
+                usage: NodeUsage::default(),
+            });
         }
-        let slot = self.usage_slots.len() as u32;
-        self.usage_slots.push(UsageSlot {
-            id,
-            fresh: false,
-            usage: NodeUsage::default(),
-        });
-        self.usage_index.insert(id, slot);
         slot
     }
 
@@ -210,33 +226,34 @@ impl EvalContext {
             .job_allocs
             .get_or_insert_with(|| live_job_allocs_by_node(&*self.state, self.job_key.as_ref()));
         let entry = &mut self.usage_slots[slot as usize];
-        entry.usage = compute_usage(
-            &*self.state,
-            &self.plan,
-            job_allocs,
-            self.job_key.as_ref(),
-            node,
+        let plan = entry.in_plan.then_some(&self.plan);
+        debug_assert!(
+            plan.is_some() || !plan_touches(&self.plan, &node.id),
+            "the plan changed node {} behind the usage cache's back",
+            node.id
         );
+        entry.usage = compute_usage(&*self.state, plan, job_allocs, self.job_key.as_ref(), node);
         entry.fresh = true;
     }
 
     /// Adds a planned allocation to its node's cached usage when that is
     /// up to date (a stale one will be recomputed with it anyway).
     fn add_to_cached_usage(&mut self, alloc: &Allocation) {
-        let Some(slot) = self.usage_index.get(&alloc.node_id) else {
-            return;
-        };
-        let entry = &mut self.usage_slots[*slot as usize];
+        let slot = self.usage_slot(alloc.node_id);
+        let entry = &mut self.usage_slots[slot as usize];
+        entry.in_plan = true;
         if entry.fresh {
             add_to_usage(self.job_key.as_ref(), &mut entry.usage, alloc);
         }
     }
 
-    /// Marks the node's cached usage for recomputation on next use.
+    /// Marks the node's cached usage for recomputation on next use, from
+    /// the plan's entries for it.
     fn invalidate_usage(&mut self, id: &NodeId) {
-        if let Some(slot) = self.usage_index.get(id) {
-            self.usage_slots[*slot as usize].fresh = false;
-        }
+        let slot = self.usage_slot(*id);
+        let entry = &mut self.usage_slots[slot as usize];
+        entry.in_plan = true;
+        entry.fresh = false;
     }
 
     /// Live allocations of other jobs that the plan leaves on the node:
@@ -412,6 +429,13 @@ fn live_job_allocs_by_node(
     by_node
 }
 
+/// Whether the plan has any entry for the node.
+fn plan_touches(plan: &Plan, node: &NodeId) -> bool {
+    plan.node_update.contains_key(node)
+        || plan.node_allocation.contains_key(node)
+        || plan.node_preemptions.contains_key(node)
+}
+
 /// The plan's allocations on the node (new ones and in-place updates).
 fn planned_on(plan: &Plan, node: NodeId) -> &[Allocation] {
     plan.node_allocation.get(&node).map_or(&[], Vec::as_slice)
@@ -442,24 +466,40 @@ fn leaving_ids(plan: &Plan, node: NodeId, planned: &[Allocation]) -> Vec<AllocId
 /// What a node holds with the plan applied: the store's usage of the
 /// node, less what the plan takes off it, plus what it places. O(the
 /// plan's entries for the node), whatever already runs there.
+/// `plan` is `None` when it has no entries for the node.
 fn compute_usage(
     state: &dyn State,
-    plan: &Plan,
+    plan: Option<&Plan>,
     job_allocs: &JobAllocsByNode,
     job_key: Option<&(String, String)>,
     node: &Node,
 ) -> NodeUsage {
-    let base = state.node_usage(&node.id);
-    let mut usage = NodeUsage {
-        used: base.used,
-        ports: base.ports.into_iter().collect(),
-        job_groups: Vec::new(),
+    let mut usage = match state.node_usage(&node.id) {
+        Some(base) => NodeUsage {
+            used: base.used,
+            ports: base.ports.iter().copied().collect(),
+            job_groups: Vec::new(),
+        },
+        None => NodeUsage::default(),
     };
-    if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
-        usage.ports.extend(ports);
+    // Most nodes reserve no ports: skip parsing an empty list.
+    if !node
+        .reserved_resources
+        .networks
+        .reserved_host_ports
+        .is_empty()
+    {
+        if let Ok(ports) = node.reserved_resources.networks.parse_ports() {
+            usage.ports.extend(ports);
+        }
     }
-    let planned = planned_on(plan, node.id);
-    let leaving = leaving_ids(plan, node.id, planned);
+    let (planned, leaving) = match plan {
+        Some(plan) => {
+            let planned = planned_on(plan, node.id);
+            (planned, leaving_ids(plan, node.id, planned))
+        }
+        None => (&[][..], Vec::new()),
+    };
     for id in &leaving {
         let Some(alloc) = state.alloc_by_id(id) else {
             continue;

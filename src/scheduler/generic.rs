@@ -237,11 +237,16 @@ impl<'p> GenericScheduler<'p> {
         destructive: Vec<DestructiveRequest>,
         place: Vec<PlaceRequest>,
     ) {
-        let (nodes, by_dc) = ready_nodes(&*ctx.state, job);
+        let ready = stack.catalog().ready_for(job);
         // One copy per evaluation, shared by every placement's metrics.
-        let by_dc = Arc::new(by_dc);
-        ctx.reserve_usage(nodes.len().min(32 * (place.len() + destructive.len())));
-        stack.set_nodes(nodes);
+        let by_dc = Arc::new(ready.by_dc);
+        ctx.reserve_usage(
+            ready
+                .positions
+                .len()
+                .min(32 * (place.len() + destructive.len())),
+        );
+        stack.set_candidates(ready.positions);
         let mut template = AllocTemplate::new(job, eval);
         let requests = destructive
             .into_iter()

@@ -10,6 +10,7 @@
 //! feasibility ([`feasible`]), ranking ([`rank`]) and preemption
 //! ([`preemption`]). Nothing here reads a clock: `now` is handed in.
 
+pub mod catalog;
 pub mod context;
 pub mod feasible;
 pub mod generic;

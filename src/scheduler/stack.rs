@@ -21,6 +21,7 @@
 //! paths (a class seen for the first time, preemption, ports, affinities,
 //! distinct_*) are out of line.
 
+use super::catalog::{CandidateMeta, Interner, NodeCatalog};
 use super::context::{EvalContext, UsageHint};
 use super::feasible::{
     check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
@@ -283,7 +284,7 @@ impl PropertyCounter {
 
     /// The interned value for the candidate at `at`.
     #[inline]
-    fn value_at(&mut self, at: SlotRef, node: &Node) -> Option<u32> {
+    fn value_at<'n>(&mut self, at: SlotRef, node: impl FnOnce() -> &'n Node) -> Option<u32> {
         if self.slot_generation != at.generation || self.slot_values.len() != at.len {
             self.slot_generation = at.generation;
             self.slot_values.clear();
@@ -291,6 +292,7 @@ impl PropertyCounter {
         }
         match self.slot_values[at.slot] {
             SLOT_UNKNOWN => {
+                let node = node();
                 let v = self.value_of(node.id, node);
                 self.slot_values[at.slot] = v.unwrap_or(SLOT_MISSING);
                 v
@@ -446,18 +448,6 @@ impl GroupInfo {
     }
 }
 
-/// What the hot loop needs of a candidate, kept densely so that scoring a
-/// node already seen does not have to touch the node itself.
-#[derive(Clone, Copy)]
-struct CandidateMeta {
-    id: NodeId,
-    /// Interned computed class (`None` when the node has none).
-    class: Option<u32>,
-    /// Interned node class (see [`Stack::node_classes`]), for metrics.
-    node_class: u32,
-    capacity: ComparableResources,
-}
-
 /// What the stack remembers about a candidate between visits (a spread
 /// placement looks at the same node about every tenth placement).
 #[derive(Clone, Copy, Default)]
@@ -479,36 +469,21 @@ struct FitMemo {
     score: f64,
 }
 
-/// Numbers strings (node classes) in the order they are first seen.
-/// Clusters have few classes, so while there are few the list is scanned
-/// (a handful of short comparisons) instead of hashing the name for each
-/// of thousands of candidates.
-#[derive(Default)]
-struct Interner {
-    names: Vec<String>,
-    /// Every name, for when there are too many to scan.
-    index: FastMap<String, u32>,
+/// The candidate nodes: positions in the state's catalog (shuffled), or
+/// one node given directly.
+struct Candidates {
+    catalog: Arc<NodeCatalog>,
+    order: Vec<u32>,
+    single: Option<Arc<Node>>,
 }
 
-impl Interner {
-    const SCAN_UP_TO: usize = 16;
-
-    fn intern(&mut self, name: &str) -> u32 {
-        if self.names.len() <= Self::SCAN_UP_TO {
-            if let Some(i) = self.names.iter().position(|n| n == name) {
-                return i as u32;
-            }
-        } else if let Some(i) = self.index.get(name) {
-            return *i;
+impl Candidates {
+    #[inline]
+    fn node(&self, slot: usize) -> &Arc<Node> {
+        match &self.single {
+            Some(node) => node,
+            None => self.catalog.node(self.order[slot]),
         }
-        let id = self.names.len() as u32;
-        self.names.push(name.to_string());
-        self.index.insert(name.to_string(), id);
-        id
-    }
-
-    fn names(&self) -> &[String] {
-        &self.names
     }
 }
 
@@ -518,16 +493,18 @@ pub struct Stack {
     algorithm: SchedulerAlgorithm,
     /// Preemption allowed by the scheduler configuration for this job type.
     preemption: bool,
-    nodes: Vec<Arc<Node>>,
+    candidates: Candidates,
+    /// Per candidate slot: the candidate's catalog entry.
     meta: Vec<CandidateMeta>,
     /// Per candidate, like `meta`, but updated as candidates are scored.
     cached: Vec<CandidateCache>,
     /// Bumped whenever the candidate list changes.
     generation: u64,
-    /// Computed classes seen in this evaluation, numbered.
-    classes: Interner,
-    /// Node classes seen in this evaluation, numbered (for metrics).
-    node_classes: Interner,
+    /// Computed classes of single nodes outside the catalog, numbered
+    /// after the catalog's.
+    extra_classes: Interner,
+    /// Node classes of single nodes outside the catalog, likewise.
+    extra_node_classes: Interner,
     /// Filter and exhaustion counts of the placement being computed.
     tally: MetricTally,
     offset: usize,
@@ -546,12 +523,16 @@ impl Stack {
             algorithm: config.scheduler_algorithm,
             preemption: config.preemption_enabled(&job.job_type),
             job,
-            nodes: Vec::new(),
+            candidates: Candidates {
+                catalog: ctx.state.node_catalog(),
+                order: Vec::new(),
+                single: None,
+            },
             meta: Vec::new(),
             cached: Vec::new(),
             generation: 0,
-            classes: Interner::default(),
-            node_classes: Interner::default(),
+            extra_classes: Interner::default(),
+            extra_node_classes: Interner::default(),
             tally: MetricTally::default(),
             offset: 0,
             base_limit: 2,
@@ -565,6 +546,12 @@ impl Stack {
         self.preemption
     }
 
+    /// The catalog of the state the stack was made for: where
+    /// [`set_candidates`](Self::set_candidates) positions point.
+    pub fn catalog(&self) -> &Arc<NodeCatalog> {
+        &self.candidates.catalog
+    }
+
     /// Restricts the candidates to one node (system placements and
     /// in-place checks), reusing the candidate list.
     pub fn set_single_node(&mut self, node: Arc<Node>) {
@@ -574,8 +561,8 @@ impl Stack {
         self.meta.push(meta);
         self.cached.clear();
         self.cached.push(CandidateCache::default());
-        self.nodes.clear();
-        self.nodes.push(node);
+        self.candidates.order.clear();
+        self.candidates.single = Some(node);
         self.offset = 0;
         self.base_limit = match self.kind {
             StackKind::System => usize::MAX,
@@ -583,31 +570,51 @@ impl Stack {
         };
     }
 
-    /// Sets the candidate nodes, shuffled with the evaluation's seed.
-    pub fn set_nodes(&mut self, mut nodes: Vec<Arc<Node>>) {
-        if nodes.len() > 1 {
-            nodes.shuffle(&mut self.rng);
+    /// Sets the candidates to these catalog positions (see
+    /// [`NodeCatalog::ready_for`]), shuffled with the evaluation's seed.
+    /// Shuffling positions draws from the seed exactly as shuffling the
+    /// nodes themselves would, so the order is the same.
+    pub fn set_candidates(&mut self, mut positions: Vec<u32>) {
+        if positions.len() > 1 {
+            positions.shuffle(&mut self.rng);
         }
-        let n = nodes.len();
+        let n = positions.len();
         self.base_limit = match self.kind {
             StackKind::Batch => 2,
             StackKind::Service => ((n.max(1) as f64).log2().ceil() as usize).max(2),
             StackKind::System => usize::MAX,
         };
         self.generation += 1;
-        self.meta = nodes.iter().map(|n| self.candidate_meta(n)).collect();
-        self.cached = vec![CandidateCache::default(); nodes.len()];
-        self.nodes = nodes;
+        let catalog = &self.candidates.catalog;
+        self.meta.clear();
+        self.meta
+            .extend(positions.iter().map(|p| *catalog.meta(*p)));
+        self.cached.clear();
+        self.cached.resize(n, CandidateCache::default());
+        self.candidates.order = positions;
+        self.candidates.single = None;
         self.offset = 0;
     }
 
+    /// A node's entry, numbered like the catalog's (a node outside it is
+    /// numbered after the catalog's classes).
     fn candidate_meta(&mut self, node: &Node) -> CandidateMeta {
-        let class =
-            (!node.computed_class.is_empty()).then(|| self.classes.intern(&node.computed_class));
+        let catalog = &self.candidates.catalog;
+        let class = (!node.computed_class.is_empty()).then(|| {
+            number_in(
+                catalog.classes(),
+                &mut self.extra_classes,
+                &node.computed_class,
+            )
+        });
         CandidateMeta {
             id: node.id,
             class,
-            node_class: self.node_classes.intern(&node.node_class),
+            node_class: number_in(
+                catalog.node_classes(),
+                &mut self.extra_node_classes,
+                &node.node_class,
+            ),
             capacity: node.available(),
         }
     }
@@ -643,13 +650,15 @@ impl Stack {
         };
         info.sync(ctx, &self.job);
         let result = self.select_with(ctx, &mut info, opts);
-        self.tally
-            .flush_into(&mut ctx.metrics, self.node_classes.names());
+        let (catalog, extra) = (&self.candidates.catalog, &self.extra_node_classes);
+        self.tally.flush_into(&mut ctx.metrics, |class| {
+            name_of(catalog.node_classes(), extra, class)
+        });
         let result = result.map(|(r, scores)| {
             let grant = r.grant.map(|g| *g).unwrap_or_default();
             let resources = grant.resources.unwrap_or_else(|| info.ask.template.clone());
             let ranked = RankedNode {
-                node: self.nodes[r.slot].clone(),
+                node: self.candidates.node(r.slot).clone(),
                 final_score: r.final_score,
                 scores,
                 preempted: grant.preempted,
@@ -738,7 +747,7 @@ impl Stack {
         opts: &SelectOptions,
         seen: &mut usize,
     ) -> Option<(Scored, Scores)> {
-        let n = self.nodes.len();
+        let n = self.meta.len();
         while *seen < n {
             let slot = self.offset;
             self.offset += 1;
@@ -789,13 +798,15 @@ impl Stack {
             }
         }
         if info.has_placement_rules() {
-            if let Some(reason) = placement_conflict(ctx, info, &self.nodes[slot], at) {
+            if let Some(reason) = placement_conflict(ctx, info, self.candidates.node(slot), at) {
                 self.tally.filter(self.meta[slot].node_class, reason);
                 return None;
             }
         }
         let (mut util, group_collisions) = {
-            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, &self.nodes[slot]);
+            let candidates = &self.candidates;
+            let node = || &**candidates.node(slot);
+            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, node);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
@@ -841,7 +852,7 @@ impl Stack {
         info: &mut GroupInfo,
         slot: usize,
     ) -> bool {
-        let node = &self.nodes[slot];
+        let node = self.candidates.node(slot);
         let meta = &self.meta[slot];
         let escaped = info.feasibility.escaped;
         let (feasible, first_sight) = info.feasibility.check(node, meta.class, &mut self.cache);
@@ -873,7 +884,7 @@ impl Stack {
         if !opts.preempt {
             return None;
         }
-        let node = &self.nodes[slot];
+        let node = self.candidates.node(slot);
         let list = select_preemptions(ctx, node, self.job.priority, &info.ask.resources)?;
         for a in &list {
             util.sub(&a.allocated_resources.comparable());
@@ -893,8 +904,8 @@ impl Stack {
         info: &GroupInfo,
         slot: usize,
     ) -> Result<AllocatedResources, &'static str> {
-        let node = &self.nodes[slot];
-        let usage = ctx.usage_hinted(&mut self.cached[slot].usage, node.id, node);
+        let node = self.candidates.node(slot);
+        let usage = ctx.usage_hinted(&mut self.cached[slot].usage, node.id, || node);
         assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
     }
 
@@ -916,18 +927,20 @@ impl Stack {
             let penalty = -f64::from(group_collisions + 1) / f64::from(info.count);
             scores.set(Component::JobAntiAffinity, penalty);
         }
-        let node = &self.nodes[at.slot];
-        if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&node.id) {
+        if !opts.penalty_nodes.is_empty() && opts.penalty_nodes.contains(&self.meta[at.slot].id) {
             scores.set(Component::ReschedulePenalty, -1.0);
         }
+        // The node itself is looked up only where it is read: a spread
+        // candidate seen before needs nothing of it.
+        let candidates = &self.candidates;
         if info.affinity_weight_sum > 0.0 {
-            let total = affinity_total(info, node, &mut self.cache);
+            let total = affinity_total(info, candidates.node(at.slot), &mut self.cache);
             if total != 0.0 {
                 scores.set(Component::NodeAffinity, total / info.affinity_weight_sum);
             }
         }
         if !info.spreads.is_empty() {
-            let total = spread_score(info, node, at);
+            let total = spread_score(info, || candidates.node(at.slot), at);
             if total != 0.0 {
                 scores.set(Component::Spread, total);
             }
@@ -958,6 +971,20 @@ impl Stack {
     }
 }
 
+/// The number of `name` in `base`, or after `base`'s numbers in `extra`.
+fn number_in(base: &Interner, extra: &mut Interner, name: &str) -> u32 {
+    base.get(name)
+        .unwrap_or_else(|| (base.len() + extra.intern(name) as usize) as u32)
+}
+
+/// The name numbered `number` by [`number_in`].
+fn name_of<'a>(base: &'a Interner, extra: &'a Interner, number: usize) -> &'a str {
+    match number.checked_sub(base.len()) {
+        None => &base.names()[number],
+        Some(i) => &extra.names()[i],
+    }
+}
+
 /// distinct_hosts and distinct_property, checked against the plan; the
 /// reason a candidate conflicts.
 fn placement_conflict<'i>(
@@ -977,7 +1004,7 @@ fn placement_conflict<'i>(
         }
     }
     for d in &mut info.distinct {
-        let Some(value) = d.counter.value_at(at, node) else {
+        let Some(value) = d.counter.value_at(at, || node) else {
             return Some(&d.missing_label);
         };
         if d.counter.count(value) >= d.rule.limit {
@@ -1057,11 +1084,11 @@ fn affinity_matches(a: &Affinity, node: &Node, cache: &mut ConstraintCache) -> b
 
 /// Nomad's spread boost: with targets, how far the value is below its
 /// desired count (weighted); without, how far below the least-used value.
-fn spread_score(info: &mut GroupInfo, node: &Node, at: SlotRef) -> f64 {
+fn spread_score<'n>(info: &mut GroupInfo, node: impl Fn() -> &'n Node, at: SlotRef) -> f64 {
     let weight_sum = info.spread_weight_sum;
     let mut total = 0.0;
     for s in &mut info.spreads {
-        let Some(value) = s.counter.value_at(at, node) else {
+        let Some(value) = s.counter.value_at(at, &node) else {
             total -= 1.0;
             continue;
         };
@@ -1120,4 +1147,26 @@ fn preemption_score(priorities: &[i32]) -> f64 {
     let sum: f64 = priorities.iter().map(|p| f64::from(*p)).sum();
     let net = max + sum / max;
     1.0 / (1.0 + (0.0048 * (net - 2048.0)).exp())
+}
+
+#[cfg(test)]
+mod class_numbers {
+    use super::{name_of, number_in, Interner};
+
+    /// A single node outside the catalog (an in-place update on an
+    /// ineligible node) must not share a class number, and with it the
+    /// group's cached feasibility, with a different catalog class.
+    #[test]
+    fn classes_outside_the_catalog_are_numbered_after_its_own() {
+        let mut catalog = Interner::default();
+        catalog.intern("small");
+        catalog.intern("large");
+        let mut extra = Interner::default();
+        assert_eq!(number_in(&catalog, &mut extra, "large"), 1);
+        assert_eq!(number_in(&catalog, &mut extra, "gpu"), 2);
+        assert_eq!(number_in(&catalog, &mut extra, "arm"), 3);
+        assert_eq!(number_in(&catalog, &mut extra, "gpu"), 2);
+        let names: Vec<&str> = (0..4).map(|i| name_of(&catalog, &extra, i)).collect();
+        assert_eq!(names, ["small", "large", "gpu", "arm"]);
+    }
 }

@@ -5,6 +5,7 @@
 //! [`Harness`](super::Harness) mutates as it applies plans. Every method
 //! answers from one consistent point in time.
 
+use super::catalog::{NodeCatalog, NodeCatalogCache};
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
 use imbl::{HashMap as PHashMap, OrdMap, Vector};
@@ -23,10 +24,16 @@ pub trait State: Send + Sync {
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>>;
     /// Every allocation on a node, terminal ones included.
     fn allocs_by_node(&self, node: &NodeId) -> Vec<Arc<Allocation>>;
-    /// What the node's live allocations hold. The state store keeps this
-    /// up to date per node; the default sums the node's allocations.
-    fn node_usage(&self, node: &NodeId) -> NodeAllocUsage {
-        NodeAllocUsage::of(self.allocs_by_node(node).iter().map(|a| &**a))
+    /// The schedulable nodes and what placements need of them, derived
+    /// from the node table (see [`NodeCatalog`]). Implementations keep it
+    /// while their node table does not change.
+    fn node_catalog(&self) -> Arc<NodeCatalog>;
+    /// What the node's live allocations hold (`None`: nothing). The state
+    /// store keeps this up to date per node and shares it; the default
+    /// sums the node's allocations.
+    fn node_usage(&self, node: &NodeId) -> Option<Arc<NodeAllocUsage>> {
+        let usage = NodeAllocUsage::of(self.allocs_by_node(node).iter().map(|a| &**a));
+        (usage.live > 0).then(|| Arc::new(usage))
     }
     /// One allocation, if it exists.
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>>;
@@ -56,6 +63,9 @@ pub struct HarnessState {
     job_versions: PHashMap<(String, String, u64), Arc<Job>>,
     config: SchedulerConfiguration,
     index: u64,
+    /// Shared by clones: a snapshot reuses its parent's catalog until a
+    /// node changes.
+    catalog: NodeCatalogCache,
 }
 
 impl HarnessState {
@@ -202,6 +212,10 @@ impl State for HarnessState {
 
     fn node_by_id(&self, id: &NodeId) -> Option<Arc<Node>> {
         self.nodes.get(id).cloned()
+    }
+
+    fn node_catalog(&self) -> Arc<NodeCatalog> {
+        self.catalog.get(&self.nodes)
     }
 
     fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>> {

@@ -55,15 +55,19 @@ impl MetricTally {
 
     /// Adds the counts to `metric` as its own counters would have (empty
     /// class names and reasons are not keyed) and starts over.
-    /// `class_names` maps the stack's class numbers to node classes.
-    pub fn flush_into(&mut self, metric: &mut AllocMetric, class_names: &[String]) {
+    /// `class_name` maps the stack's class numbers to node classes.
+    pub fn flush_into<'n>(
+        &mut self,
+        metric: &mut AllocMetric,
+        class_name: impl Fn(usize) -> &'n str,
+    ) {
         metric.nodes_filtered += self.filtered;
         metric.nodes_exhausted += self.exhausted;
         for (class, n) in drain_counts(&mut self.class_filtered) {
-            add_named(&mut metric.class_filtered, &class_names[class], n);
+            add_named(&mut metric.class_filtered, class_name(class), n);
         }
         for (class, n) in drain_counts(&mut self.class_exhausted) {
-            add_named(&mut metric.class_exhausted, &class_names[class], n);
+            add_named(&mut metric.class_exhausted, class_name(class), n);
         }
         for (reason, n) in self.constraint_filtered.drain(..) {
             add_named(&mut metric.constraint_filtered, &reason, n);
@@ -105,7 +109,7 @@ mod unit {
 
     #[test]
     fn flushing_gives_what_the_metric_counters_give() {
-        let classes = vec!["small".to_string(), String::new(), "large".to_string()];
+        let classes = ["small".to_string(), String::new(), "large".to_string()];
         let cpu: Arc<str> = Arc::from("${attr.cpu} > 2");
         let same_text: Arc<str> = Arc::from("${attr.cpu} > 2");
         let mut expected = AllocMetric::default();
@@ -119,10 +123,10 @@ mod unit {
             tally.exhaust(class, dimension);
         }
         let mut got = AllocMetric::default();
-        tally.flush_into(&mut got, &classes);
+        tally.flush_into(&mut got, |c| &classes[c]);
         assert_eq!(got, expected);
         // Flushing starts over: a second flush adds nothing.
-        tally.flush_into(&mut got, &classes);
+        tally.flush_into(&mut got, |c| &classes[c]);
         assert_eq!(got, expected);
     }
 }

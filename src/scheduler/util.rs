@@ -42,33 +42,18 @@ pub const FOLLOWUP_BATCH_WINDOW: Duration = Duration::from_secs(5);
 pub const MAX_PAST_RESCHEDULE_EVENTS: usize = 5;
 
 /// The nodes new work may go to for a job: ready, eligible, not draining,
-/// in one of its datacenters and its node pool; with the count per DC.
+/// in one of its datacenters and its node pool, by ID; with the count per
+/// DC. (The service and batch schedulers take positions in the state's
+/// [`NodeCatalog`](super::catalog::NodeCatalog) instead of the nodes.)
 pub fn ready_nodes(state: &dyn State, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
-    let mut by_dc = BTreeMap::new();
-    let pool = job.node_pool.as_str();
-    let mut nodes = state.nodes();
-    nodes.retain(|n| {
-        n.is_schedulable()
-            && datacenter_matches(&job.datacenters, &n.datacenter)
-            && (pool.is_empty() || pool == "all" || node_pool_of(n) == pool)
-    });
-    for n in &nodes {
-        match by_dc.get_mut(&n.datacenter) {
-            Some(c) => *c += 1,
-            None => {
-                by_dc.insert(n.datacenter.clone(), 1);
-            }
-        }
-    }
-    (nodes, by_dc)
-}
-
-fn node_pool_of(node: &Node) -> &str {
-    if node.node_pool.is_empty() {
-        crate::structs::job::DEFAULT_NODE_POOL
-    } else {
-        &node.node_pool
-    }
+    let catalog = state.node_catalog();
+    let ready = catalog.ready_for(job);
+    let nodes = ready
+        .positions
+        .iter()
+        .map(|p| catalog.node(*p).clone())
+        .collect();
+    (nodes, ready.by_dc)
 }
 
 /// Nodes holding the allocations that are down, gone or draining; `None`

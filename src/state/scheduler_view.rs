@@ -6,6 +6,7 @@
 //! in-memory `HarnessState` in its tests.
 
 use super::StateSnapshot;
+use crate::scheduler::catalog::NodeCatalog;
 use crate::scheduler::State;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
@@ -31,9 +32,12 @@ impl State for StateSnapshot {
         StateSnapshot::allocs_by_node(self, node).cloned().collect()
     }
 
-    fn node_usage(&self, node: &NodeId) -> NodeAllocUsage {
-        StateSnapshot::node_usage(self, node)
-            .map_or_else(NodeAllocUsage::default, |u| (**u).clone())
+    fn node_catalog(&self) -> Arc<NodeCatalog> {
+        self.tables.node_catalog.get(&self.tables.nodes)
+    }
+
+    fn node_usage(&self, node: &NodeId) -> Option<Arc<NodeAllocUsage>> {
+        StateSnapshot::node_usage(self, node).cloned()
     }
 
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>> {
@@ -65,7 +69,10 @@ mod tests {
     use crate::scheduler::{new_scheduler, Planner, PlannerError, State};
     use crate::state::fixtures;
     use crate::state::{Command, PlanResults, StateSnapshot};
-    use crate::structs::{Evaluation, JobType, Plan, PlanResult, TriggeredBy};
+    use crate::structs::{
+        DrainStrategy, Evaluation, JobType, NodeStatus, Plan, PlanResult, SchedulingEligibility,
+        TriggeredBy,
+    };
     use std::sync::Arc;
 
     /// Applies plans straight to a snapshot, as a one-node plan applier.
@@ -161,6 +168,109 @@ mod tests {
         assert_eq!(done.status, crate::structs::EvalStatus::Complete);
         let summary = p.snap.job_summary("default", "web").expect("summary");
         assert_eq!(summary.summary["g"].starting, 5);
+    }
+
+    /// Node changes written through the store reach the next evaluation
+    /// (the catalog of schedulable nodes is kept per node table, never
+    /// across a change), while writes to other tables keep the catalog.
+    #[test]
+    fn evaluations_see_every_node_change_and_share_the_catalog_otherwise() {
+        let mut p = SnapshotPlanner {
+            snap: StateSnapshot::new(),
+            index: 0,
+            evals: vec![],
+        };
+        let nodes: Vec<_> = (0..5).map(|i| fixtures::node(&format!("n{i}"))).collect();
+        for node in &nodes {
+            p.apply(Command::NodeRegister {
+                node: Arc::new(node.clone()),
+            });
+        }
+        let catalog = State::node_catalog(&p.snap);
+        assert_eq!(catalog.len(), 5);
+        let mut other = fixtures::job("default", "other", &[("g", 1)]);
+        other.canonicalize();
+        p.apply(Command::JobRegister {
+            job: Arc::new(other),
+            eval: None,
+            enforce_index: None,
+        });
+        assert!(Arc::ptr_eq(&catalog, &State::node_catalog(&p.snap)));
+
+        let mut job = fixtures::job("default", "web", &[("g", 1)]);
+        job.job_type = JobType::System;
+        job.canonicalize();
+        let ready = |snap: &StateSnapshot| -> Vec<String> {
+            let (nodes, _) = crate::scheduler::util::ready_nodes(snap, &job);
+            let mut names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+            names.sort();
+            names
+        };
+        let changes = [
+            Command::NodeUpdateEligibility {
+                node_id: nodes[1].id,
+                eligibility: SchedulingEligibility::Ineligible,
+                event: None,
+                evals: vec![],
+            },
+            Command::NodeUpdateStatus {
+                node_id: nodes[2].id,
+                status: NodeStatus::Down,
+                event: None,
+                evals: vec![],
+                updated_at: 1,
+            },
+            Command::NodeUpdateDrain {
+                node_id: nodes[3].id,
+                drain: Some(DrainStrategy::default()),
+                mark_eligible: false,
+                event: None,
+                evals: vec![],
+            },
+            Command::NodeRegister {
+                node: Arc::new(fixtures::node("n5")),
+            },
+        ];
+        let mut expected: Vec<&str> = vec!["n0", "n1", "n2", "n3", "n4"];
+        for (cmd, change) in changes.into_iter().zip([
+            |e: &mut Vec<&str>| e.retain(|n| *n != "n1"),
+            |e: &mut Vec<&str>| e.retain(|n| *n != "n2"),
+            |e: &mut Vec<&str>| e.retain(|n| *n != "n3"),
+            |e: &mut Vec<&str>| e.push("n5"),
+        ]) {
+            let before = State::node_catalog(&p.snap);
+            p.apply(cmd);
+            change(&mut expected);
+            assert!(!Arc::ptr_eq(&before, &State::node_catalog(&p.snap)));
+            let got = ready(&p.snap);
+            let mut want: Vec<String> = expected.iter().map(|n| n.to_string()).collect();
+            want.sort();
+            assert_eq!(got, want);
+        }
+
+        // A service job placed after the changes uses only n0, n4 and n5.
+        let mut service = fixtures::job("default", "api", &[("g", 9)]);
+        service.canonicalize();
+        let eval = fixtures::eval(&service, TriggeredBy::JobRegister, 1);
+        p.apply(Command::JobRegister {
+            job: Arc::new(service),
+            eval: Some(eval.clone()),
+            enforce_index: None,
+        });
+        let state: Arc<dyn State> = Arc::new(p.snap.clone());
+        new_scheduler(&JobType::Service, state, &mut p, 1)
+            .expect("scheduler")
+            .process(&eval)
+            .expect("processed");
+        let names: std::collections::BTreeSet<String> = p
+            .snap
+            .allocs_by_job("default", "api")
+            .map(|a| p.snap.node(&a.node_id).expect("node").name.clone())
+            .collect();
+        assert_eq!(p.snap.allocs_by_job("default", "api").count(), 9);
+        let allowed = ["n0", "n4", "n5"].map(String::from).into();
+        assert!(names.is_subset(&allowed), "placed on {names:?}");
+        assert!(names.contains("n5"), "the new node is used: {names:?}");
     }
 
     #[test]

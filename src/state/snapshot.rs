@@ -11,13 +11,24 @@ use super::apply::Txn;
 use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionKey, JobVersionRef, Table};
 use super::command::{Command, PlanResults};
 use super::ApplyError;
+use crate::scheduler::catalog::NodeCatalogCache;
+use crate::scheduler::util::Fnv;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobSummary, Node,
     NodeId, SchedulerConfiguration,
 };
-use imbl::{OrdMap, OrdSet};
+use imbl::shared_ptr::DefaultSharedPtr;
+use imbl::{GenericHashMap, OrdMap, OrdSet};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
+
+/// What each node's live allocations hold, by node. Hashed rather than
+/// ordered: the scheduler looks up the usage of most nodes in every
+/// evaluation, and a hash lookup is several times cheaper than a search of
+/// the ordered map's tree of 16-byte keys.
+pub(crate) type NodeUsageMap =
+    GenericHashMap<NodeId, Arc<NodeAllocUsage>, BuildHasherDefault<Fnv>, DefaultSharedPtr>;
 
 /// The tables. Secondary indexes (`allocs_by_*`, `evals_by_job`,
 /// `version_refs`) are derived from the primary tables and rebuilt at load.
@@ -41,7 +52,11 @@ pub(crate) struct Tables {
     pub version_refs: OrdMap<JobVersionKey, u64>,
     /// What each node's live allocations hold (nodes with none are absent):
     /// fitting a plan reads this instead of every allocation on the node.
-    pub node_usage: OrdMap<NodeId, Arc<NodeAllocUsage>>,
+    pub node_usage: NodeUsageMap,
+    /// The scheduler's catalog of the `nodes` table, built on first use
+    /// and shared with the tables derived from these (it is only handed
+    /// out for the node table it was built from).
+    pub node_catalog: NodeCatalogCache,
 }
 
 impl Tables {
@@ -139,9 +154,7 @@ fn count_version_refs(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> OrdMap<JobVe
 }
 
 /// Each node's usage by its live allocations (nodes with none absent).
-fn sum_node_usage(
-    allocs: &OrdMap<AllocId, Arc<Allocation>>,
-) -> OrdMap<NodeId, Arc<NodeAllocUsage>> {
+fn sum_node_usage(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> NodeUsageMap {
     let mut usage: std::collections::BTreeMap<NodeId, NodeAllocUsage> =
         std::collections::BTreeMap::new();
     for a in allocs.values().filter(|a| !a.is_terminal()) {
