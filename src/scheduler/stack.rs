@@ -276,9 +276,17 @@ impl PropertyCounter {
         if let Some(v) = self.node_values.get(&id) {
             return *v;
         }
-        let value = resolve_target(&self.attribute, node).map(|v| v.into_owned());
-        let interned = value.map(|v| self.intern(&v));
+        let interned = self.resolve(node);
         self.node_values.insert(id, interned);
+        interned
+    }
+
+    /// The interned value of the attribute on a node, uncached. Interned
+    /// from the node's own string: no copy unless the value is new.
+    fn resolve(&mut self, node: &Node) -> Option<u32> {
+        let attribute = std::mem::take(&mut self.attribute);
+        let interned = resolve_target(&attribute, node).map(|v| self.intern(&v));
+        self.attribute = attribute;
         interned
     }
 
@@ -292,8 +300,9 @@ impl PropertyCounter {
         }
         match self.slot_values[at.slot] {
             SLOT_UNKNOWN => {
-                let node = node();
-                let v = self.value_of(node.id, node);
+                // Cached by slot only: an evaluation visits nearly every
+                // node once; the by-ID cache is for the few it places on.
+                let v = self.resolve(node());
                 self.slot_values[at.slot] = v.unwrap_or(SLOT_MISSING);
                 v
             }

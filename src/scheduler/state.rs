@@ -9,6 +9,7 @@ use super::catalog::{NodeCatalog, NodeCatalogCache};
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
 use imbl::{HashMap as PHashMap, OrdMap, Vector};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// A consistent, read-only view of the cluster.
@@ -29,11 +30,13 @@ pub trait State: Send + Sync {
     /// while their node table does not change.
     fn node_catalog(&self) -> Arc<NodeCatalog>;
     /// What the node's live allocations hold (`None`: nothing). The state
-    /// store keeps this up to date per node and shares it; the default
-    /// sums the node's allocations.
-    fn node_usage(&self, node: &NodeId) -> Option<Arc<NodeAllocUsage>> {
+    /// store keeps this up to date per node and lends it (an evaluation
+    /// reads it for nearly every node: a reference count moved per node,
+    /// on memory the other workers read too, cost more than the lookup);
+    /// the default sums the node's allocations.
+    fn node_usage(&self, node: &NodeId) -> Option<Cow<'_, NodeAllocUsage>> {
         let usage = NodeAllocUsage::of(self.allocs_by_node(node).iter().map(|a| &**a));
-        (usage.live > 0).then(|| Arc::new(usage))
+        (usage.live > 0).then_some(Cow::Owned(usage))
     }
     /// One allocation, if it exists.
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>>;

@@ -10,7 +10,9 @@
 
 use super::changes::{AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet};
 use super::command::{AllocClientUpdate, Command, PlanResults};
-use super::snapshot::{count_usage, index_alloc, set_insert, set_remove, Tables};
+use super::snapshot::{
+    count_usage, count_usage_in, index_alloc, index_alloc_by_job, set_insert, set_remove, Tables,
+};
 use super::ApplyError;
 use crate::structs::job::job_status;
 use crate::structs::{
@@ -24,6 +26,25 @@ use std::sync::Arc;
 /// How many versions of a job are kept (Nomad's `JobTrackedVersions`),
 /// besides the newest stable one and versions allocations still run.
 pub const JOB_TRACKED_VERSIONS: usize = 6;
+
+/// From this many new placements on, a plan's apply runs in two stages
+/// (`Txn::place_new_allocs`); below it a second thread costs more than it
+/// saves.
+const PARALLEL_PLACEMENTS: usize = 64;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests move the threshold to compare both ways of applying.
+    pub(crate) static PARALLEL_PLACEMENTS_IN_TESTS: std::cell::Cell<usize> =
+        const { std::cell::Cell::new(PARALLEL_PLACEMENTS) };
+}
+
+fn parallel_placements() -> usize {
+    #[cfg(test)]
+    return PARALLEL_PLACEMENTS_IN_TESTS.with(std::cell::Cell::get);
+    #[cfg(not(test))]
+    PARALLEL_PLACEMENTS
+}
 
 pub(crate) struct Txn {
     t: Tables,
@@ -674,6 +695,10 @@ impl Txn {
         for stop in plan.node_preemptions.values().flatten() {
             self.stop_alloc(stop, plan.updated_at, true);
         }
+        // Updates in place first, then new placements: a replacement
+        // marks the allocation it replaces (`link_previous`) after any
+        // update of that allocation in the same plan, not before it.
+        let mut new = Vec::new();
         for (node_id, allocs) in &plan.node_allocation {
             for alloc in allocs {
                 if alloc.node_id != *node_id || alloc.id.is_nil() {
@@ -682,9 +707,14 @@ impl Txn {
                         alloc.id, alloc.node_id
                     )));
                 }
-                self.place_alloc(alloc);
+                if alloc.create_index == 0 {
+                    new.push(alloc);
+                } else {
+                    self.place_alloc(alloc);
+                }
             }
         }
+        self.place_new_allocs(&new);
         self.upsert_evals(&plan.evals)?;
         // The planning evaluation's ModifyIndex tells a retrying worker
         // which state it must wait for.
@@ -760,6 +790,68 @@ impl Txn {
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
         self.put_alloc(alloc, old.as_deref());
+    }
+
+    /// New placements of one plan. A large plan (a thousand placements)
+    /// is the store's longest write and every worker waits on it, so its
+    /// node-keyed bookkeeping (the node index and node usage, about half
+    /// the work) runs on a second thread while this one inserts the rows;
+    /// the job-keyed rest follows. The result is the same as placing one
+    /// by one (`place_alloc`), which `a_large_plan_applies_as_its_placements_one_by_one`
+    /// checks, including a placement whose ID exists after all: it takes
+    /// the update path.
+    fn place_new_allocs(&mut self, allocs: &[&Allocation]) {
+        if allocs.len() < parallel_placements() {
+            allocs.iter().for_each(|a| self.place_alloc(a));
+            return;
+        }
+        let index = self.index;
+        let new: Vec<Arc<Allocation>> = allocs
+            .iter()
+            .map(|a| {
+                let mut new = (*a).clone();
+                new.create_index = index;
+                new.modify_index = index;
+                new.alloc_modify_index = index;
+                Arc::new(new)
+            })
+            .collect();
+        let t = &mut self.t;
+        let (rows, by_node, node_usage) = (&mut t.allocs, &mut t.allocs_by_node, &mut t.node_usage);
+        let existed = std::thread::scope(|scope| {
+            let nodes = scope.spawn(|| {
+                for a in &new {
+                    count_usage_in(node_usage, None, Some(a));
+                    by_node.entry(a.node_id).or_default().insert(a.id);
+                }
+            });
+            let mut existed = Vec::new();
+            for (i, a) in new.iter().enumerate() {
+                if let Some(old) = rows.insert(a.id, a.clone()) {
+                    rows.insert(old.id, old);
+                    existed.push(i);
+                }
+            }
+            if let Err(panic) = nodes.join() {
+                std::panic::resume_unwind(panic);
+            }
+            existed
+        });
+        // An ID that existed: its usage is taken back (the update path
+        // counts it again); its node index entry may stay, since the
+        // update files it under this same node.
+        for &i in &existed {
+            count_usage(&mut self.t, Some(&new[i]), None);
+        }
+        for (i, a) in new.iter().enumerate() {
+            if existed.binary_search(&i).is_err() {
+                self.link_previous(a);
+                self.track_placed_alloc(a);
+            }
+        }
+        for &i in &existed {
+            self.place_alloc(allocs[i]);
+        }
     }
 
     /// A placement the scheduler made new (`CreateIndex` 0) is inserted
@@ -842,13 +934,31 @@ impl Txn {
     /// Everything that follows an allocation row but the row itself: the
     /// job summary, node usage, indexes, and the row's change record.
     fn track_alloc(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
+        match old {
+            Some(old) => {
+                count_usage(&mut self.t, Some(old), Some(alloc));
+                self.reindex_alloc(old, alloc);
+                self.track_job_part(alloc, Some(old));
+            }
+            None => {
+                count_usage(&mut self.t, None, Some(alloc));
+                set_insert(&mut self.t.allocs_by_node, alloc.node_id, alloc.id);
+                self.track_placed_alloc(alloc);
+            }
+        }
+    }
+
+    /// `track_alloc` of a new allocation whose node index and usage are
+    /// already done.
+    fn track_placed_alloc(&mut self, alloc: &Arc<Allocation>) {
+        index_alloc_by_job(&mut self.t, alloc);
+        self.track_job_part(alloc, None);
+    }
+
+    /// The job summary and the row's change record.
+    fn track_job_part(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
         let key = JobKey::of_alloc(alloc);
         self.count_in_summary(&key, alloc, old);
-        count_usage(&mut self.t, old, Some(alloc));
-        match old {
-            Some(old) => self.reindex_alloc(old, alloc),
-            None => index_alloc(&mut self.t, alloc),
-        }
         self.touched.insert(RowKey::Alloc {
             create_index: alloc.create_index,
             id: alloc.id,

@@ -795,3 +795,103 @@ fn applied_changes_name_the_touched_tables_and_rows() {
     );
     assert_eq!(changes.changes.len(), 4, "job, version, summary, eval");
 }
+
+/// A large plan's new placements are applied in two stages on two threads
+/// (`Txn::place_new_allocs`); the state and the change records must be
+/// those of placing them one by one, also with a placement whose ID exists
+/// (a wrong plan: it becomes an update) and a replacement that marks the
+/// allocation it replaces.
+#[test]
+fn a_large_plan_applies_as_its_placements_one_by_one() {
+    let nodes: Vec<Node> = (0..3).map(|i| fixtures::node(&format!("n{i}"))).collect();
+    let job = web();
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    let first = allocs_for(&job, &nodes[0], &eval, 3);
+    let mut big: Vec<Allocation> = (0..120)
+        .map(|i| AllocBuilder::new(&job, "frontend").build(i, nodes[i as usize % 3].id, eval.id, 5))
+        .collect();
+    big[7].previous_allocation = Some(first[1].id);
+    // CreateIndex 0, but the ID exists (on another node).
+    let mut moved = first[2].clone();
+    moved.node_id = nodes[1].id;
+    big.push(moved);
+    let plan = |allocs: &[Allocation]| {
+        let mut node_allocation: HashMap<_, Vec<_>> = HashMap::new();
+        for a in allocs {
+            node_allocation
+                .entry(a.node_id)
+                .or_default()
+                .push(a.clone());
+        }
+        Command::ApplyPlanResults(PlanResults {
+            eval_id: eval.id,
+            job: Some(Arc::new(job.clone())),
+            node_allocation,
+            updated_at: 10,
+            ..Default::default()
+        })
+    };
+    let mut commands: Vec<Command> = nodes
+        .iter()
+        .map(|n| Command::NodeRegister {
+            node: Arc::new(n.clone()),
+        })
+        .collect();
+    commands.push(Command::JobRegister {
+        job: Arc::new(job.clone()),
+        eval: Some(eval.clone()),
+        enforce_index: None,
+    });
+    commands.push(plan(&first));
+    commands.push(Command::AllocClientUpdate {
+        updates: vec![AllocClientUpdate {
+            id: first[1].id,
+            client_status: ClientStatus::Failed,
+            modify_time: 20,
+            ..Default::default()
+        }],
+        evals: vec![],
+    });
+    commands.push(plan(&big));
+    let run = |threshold: usize| {
+        super::apply::PARALLEL_PLACEMENTS_IN_TESTS.with(|c| c.set(threshold));
+        let mut h = Harness::new();
+        let changes: Vec<_> = commands
+            .iter()
+            .map(|c| h.apply(c.clone()).unwrap())
+            .collect();
+        (h.state, changes)
+    };
+    let (two_stages, staged_changes) = run(1);
+    let (one_by_one, changes) = run(usize::MAX);
+    super::apply::PARALLEL_PLACEMENTS_IN_TESTS.with(|c| c.set(64));
+    assert!(two_stages == one_by_one, "the states differ");
+    let rows = |c: &[super::AppliedChanges]| -> Vec<_> {
+        c.iter()
+            .flat_map(|c| c.changes.iter().map(|r| (r.key.clone(), r.row.clone())))
+            .collect()
+    };
+    assert_eq!(rows(&staged_changes), rows(&changes));
+    // What the two ways agree on is right: every placement counted once.
+    let s = &two_stages;
+    assert_eq!(s.alloc_count(), 123);
+    let live: u32 = nodes
+        .iter()
+        .filter_map(|n| s.node_usage(&n.id))
+        .map(|u| u.live)
+        .sum();
+    assert_eq!(live, 122, "all but the failed one are live, none twice");
+    assert_eq!(s.allocs_by_node(&nodes[0].id).count(), 42);
+    assert_eq!(s.allocs_by_node(&nodes[1].id).count(), 41);
+    assert_eq!(
+        s.alloc(&first[1].id).unwrap().next_allocation,
+        Some(big[7].id)
+    );
+    let replaced = s.alloc(&first[2].id).unwrap();
+    assert_eq!(
+        replaced.create_index,
+        s.alloc(&first[0].id).unwrap().create_index
+    );
+    let tg = &s.job_summary("default", "web").unwrap().summary["frontend"];
+    assert_eq!((tg.starting, tg.failed), (122, 1));
+}

@@ -10,6 +10,7 @@ use crate::scheduler::catalog::NodeCatalog;
 use crate::scheduler::State;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 impl State for StateSnapshot {
@@ -36,8 +37,8 @@ impl State for StateSnapshot {
         self.tables.node_catalog.get(&self.tables.nodes)
     }
 
-    fn node_usage(&self, node: &NodeId) -> Option<Arc<NodeAllocUsage>> {
-        StateSnapshot::node_usage(self, node).cloned()
+    fn node_usage(&self, node: &NodeId) -> Option<Cow<'_, NodeAllocUsage>> {
+        StateSnapshot::node_usage(self, node).map(|u| Cow::Borrowed(&**u))
     }
 
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>> {

@@ -169,8 +169,14 @@ fn sum_node_usage(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> NodeUsageMap {
 
 /// Adds an allocation to the secondary indexes.
 pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
-    let job = JobKey::of_alloc(alloc);
     set_insert(&mut t.allocs_by_node, alloc.node_id, alloc.id);
+    index_alloc_by_job(t, alloc);
+}
+
+/// `index_alloc` but for the node index: the job and evaluation indexes
+/// and the version reference.
+pub(crate) fn index_alloc_by_job(t: &mut Tables, alloc: &Allocation) {
+    let job = JobKey::of_alloc(alloc);
     set_insert(&mut t.allocs_by_eval, alloc.eval_id, alloc.id);
     *t.version_refs
         .entry(JobVersionKey {
@@ -185,6 +191,15 @@ pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
 /// for an insert or a delete). Terminal allocations count for nothing, so
 /// a stop releases its resources here.
 pub(crate) fn count_usage(t: &mut Tables, old: Option<&Allocation>, new: Option<&Allocation>) {
+    count_usage_in(&mut t.node_usage, old, new);
+}
+
+/// `count_usage` on the usage map alone.
+pub(crate) fn count_usage_in(
+    node_usage: &mut NodeUsageMap,
+    old: Option<&Allocation>,
+    new: Option<&Allocation>,
+) {
     let old = old.filter(|a| !a.is_terminal());
     let new = new.filter(|a| !a.is_terminal());
     if old.is_none() && new.is_none() {
@@ -193,8 +208,7 @@ pub(crate) fn count_usage(t: &mut Tables, old: Option<&Allocation>, new: Option<
     let mut nodes: Vec<NodeId> = old.iter().chain(new.iter()).map(|a| a.node_id).collect();
     nodes.dedup();
     for node in nodes {
-        let mut usage = t
-            .node_usage
+        let mut usage = node_usage
             .get(&node)
             .map_or_else(NodeAllocUsage::default, |u| (**u).clone());
         if let Some(a) = old.filter(|a| a.node_id == node) {
@@ -204,9 +218,9 @@ pub(crate) fn count_usage(t: &mut Tables, old: Option<&Allocation>, new: Option<
             usage.add(a);
         }
         if usage.live == 0 {
-            t.node_usage.remove(&node);
+            node_usage.remove(&node);
         } else {
-            t.node_usage.insert(node, Arc::new(usage));
+            node_usage.insert(node, Arc::new(usage));
         }
     }
 }
