@@ -59,20 +59,7 @@ impl Harness {
     }
 
     fn place(&mut self, allocs: &[Allocation], job: &Job) -> u64 {
-        let mut node_allocation: HashMap<_, Vec<_>> = HashMap::new();
-        for a in allocs {
-            node_allocation
-                .entry(a.node_id)
-                .or_default()
-                .push(a.clone());
-        }
-        self.ok(Command::ApplyPlanResults(PlanResults {
-            eval_id: allocs[0].eval_id,
-            job: Some(Arc::new(job.clone())),
-            node_allocation,
-            updated_at: 10,
-            ..Default::default()
-        }))
+        self.ok(plan_placing(allocs, job))
     }
 
     fn job(&self, id: &str) -> Arc<Job> {
@@ -96,6 +83,25 @@ impl Harness {
         done.status = EvalStatus::Complete;
         self.ok(Command::EvalUpdate { evals: vec![done] })
     }
+}
+
+/// A plan's committed part that places `allocs` (of `job`, planned by the
+/// first one's evaluation).
+fn plan_placing(allocs: &[Allocation], job: &Job) -> Command {
+    let mut node_allocation: HashMap<_, Vec<_>> = HashMap::new();
+    for a in allocs {
+        node_allocation
+            .entry(a.node_id)
+            .or_default()
+            .push(a.clone());
+    }
+    Command::ApplyPlanResults(PlanResults {
+        eval_id: allocs[0].eval_id,
+        job: Some(Arc::new(job.clone())),
+        node_allocation,
+        updated_at: 10,
+        ..Default::default()
+    })
 }
 
 fn web() -> Job {
@@ -815,22 +821,7 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
     let mut moved = first[2].clone();
     moved.node_id = nodes[1].id;
     big.push(moved);
-    let plan = |allocs: &[Allocation]| {
-        let mut node_allocation: HashMap<_, Vec<_>> = HashMap::new();
-        for a in allocs {
-            node_allocation
-                .entry(a.node_id)
-                .or_default()
-                .push(a.clone());
-        }
-        Command::ApplyPlanResults(PlanResults {
-            eval_id: eval.id,
-            job: Some(Arc::new(job.clone())),
-            node_allocation,
-            updated_at: 10,
-            ..Default::default()
-        })
-    };
+    let plan = |allocs: &[Allocation]| plan_placing(allocs, &job);
     let mut commands: Vec<Command> = nodes
         .iter()
         .map(|n| Command::NodeRegister {
