@@ -96,6 +96,17 @@ impl CommitAll {
     }
 }
 
+/// The answer to a plan committed whole at `alloc_index`.
+fn committed_whole(plan: Plan, alloc_index: u64) -> PlanResult {
+    PlanResult {
+        node_allocation: plan.node_allocation,
+        node_update: plan.node_update,
+        node_preemptions: plan.node_preemptions,
+        alloc_index,
+        ..Default::default()
+    }
+}
+
 impl Planner for CommitAll {
     fn submit_plan(
         &mut self,
@@ -103,16 +114,8 @@ impl Planner for CommitAll {
     ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError> {
         self.placed += plan.node_allocation.values().map(Vec::len).sum::<usize>();
         self.fold_digest(&plan);
-        Ok((
-            PlanResult {
-                node_allocation: plan.node_allocation,
-                node_update: plan.node_update,
-                node_preemptions: plan.node_preemptions,
-                alloc_index: plan.snapshot_index + 1,
-                ..Default::default()
-            },
-            None,
-        ))
+        let index = plan.snapshot_index + 1;
+        Ok((committed_whole(plan, index), None))
     }
     fn update_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
         Ok(())
@@ -489,16 +492,8 @@ impl Planner for StoreCommit {
             evals: vec![],
             updated_at: NOW,
         });
-        Ok((
-            PlanResult {
-                node_allocation: plan.node_allocation,
-                node_update: plan.node_update,
-                node_preemptions: plan.node_preemptions,
-                alloc_index: self.index + self.pending.len() as u64,
-                ..Default::default()
-            },
-            None,
-        ))
+        let index = self.index + self.pending.len() as u64;
+        Ok((committed_whole(plan, index), None))
     }
     fn update_eval(&mut self, _: Evaluation) -> Result<(), PlannerError> {
         Ok(())
