@@ -10,6 +10,7 @@
 //! [`EvalContext::plan_log`] instead of rescanning the plan per placement.
 
 use super::state::State;
+use super::usage_column::UsageColumn;
 use super::util::FastMap;
 use crate::structs::{
     AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, ComparableResources, DesiredStatus,
@@ -50,6 +51,9 @@ struct UsageSlot {
     /// evaluation looks at have none, and computing their usage then
     /// skips looking the node up in the plan's maps.
     in_plan: bool,
+    /// The node's catalog position, when the caller knows it: its usage
+    /// is then read from the state's usage column.
+    position: Option<u32>,
     usage: NodeUsage,
 }
 
@@ -128,6 +132,9 @@ pub struct EvalContext {
     /// The job's live allocations in the snapshot, by node; read once, on
     /// the first usage computed.
     job_allocs: Option<JobAllocsByNode>,
+    /// The state's usage column, fetched on first use (`None` inside when
+    /// the state keeps none).
+    column: Option<Option<Arc<UsageColumn>>>,
     priorities: FastMap<(Arc<str>, Arc<str>), i32>,
 }
 
@@ -145,6 +152,7 @@ impl EvalContext {
             usage_index: FastMap::default(),
             usage_slots: Vec::new(),
             job_allocs: None,
+            column: None,
             priorities: FastMap::default(),
         }
     }
@@ -174,23 +182,27 @@ impl EvalContext {
     /// same node again and again (the stack, per candidate): `hint`
     /// remembers where the node's usage is kept, so later calls find it
     /// without hashing the ID.
-    /// The node is only asked for when its usage has to be computed.
+    /// `position` is the node's place in the state's catalog: most nodes'
+    /// usage is then computed without touching the node at all (see
+    /// [`UsageColumn`]); the node is only asked for when it must be.
     #[inline]
     pub fn usage_hinted<'n>(
         &mut self,
         hint: &mut UsageHint,
         id: NodeId,
+        position: Option<u32>,
         node: impl FnOnce() -> &'n Node,
     ) -> &NodeUsage {
         let slot = match self.usage_slots.get(hint.0 as usize) {
             Some(s) if s.id == id => hint.0,
             _ => {
                 let slot = self.usage_slot(id);
+                self.usage_slots[slot as usize].position = position;
                 *hint = UsageHint(slot);
                 slot
             }
         };
-        if !self.usage_slots[slot as usize].fresh {
+        if !self.usage_slots[slot as usize].fresh && !self.recompute_from_column(slot) {
             self.recompute_usage(slot, node());
         }
         &self.usage_slots[slot as usize].usage
@@ -205,6 +217,7 @@ impl EvalContext {
                 id,
                 fresh: false,
                 in_plan: false,
+                position: None,
                 usage: NodeUsage::default(),
             });
         }
@@ -232,8 +245,50 @@ impl EvalContext {
             "the plan changed node {} behind the usage cache's back",
             node.id
         );
-        entry.usage = compute_usage(&*self.state, plan, job_allocs, self.job_key.as_ref(), node);
+        let base = base_usage(&*self.state, node);
+        entry.usage = compute_usage(
+            &*self.state,
+            plan,
+            job_allocs,
+            self.job_key.as_ref(),
+            node.id,
+            base,
+        );
         entry.fresh = true;
+    }
+
+    /// Recomputes a slot's usage from the state's usage column, if it has
+    /// the node's position and the node holds and reserves no ports (whose
+    /// lists only the map and the node have); `false` if it could not.
+    fn recompute_from_column(&mut self, slot: u32) -> bool {
+        let Some(position) = self.usage_slots[slot as usize].position else {
+            return false;
+        };
+        let state = &self.state;
+        let column = self.column.get_or_insert_with(|| state.node_usage_column());
+        let id = self.usage_slots[slot as usize].id;
+        let base = match column.as_ref().and_then(|c| c.get(position, &id)) {
+            Some(b) if !b.has_ports && !b.reserves_ports => NodeUsage {
+                used: b.used,
+                ..Default::default()
+            },
+            _ => return false,
+        };
+        let job_allocs = self
+            .job_allocs
+            .get_or_insert_with(|| live_job_allocs_by_node(&*self.state, self.job_key.as_ref()));
+        let entry = &mut self.usage_slots[slot as usize];
+        let plan = entry.in_plan.then_some(&self.plan);
+        entry.usage = compute_usage(
+            &*self.state,
+            plan,
+            job_allocs,
+            self.job_key.as_ref(),
+            id,
+            base,
+        );
+        entry.fresh = true;
+        true
     }
 
     /// Adds a planned allocation to its node's cached usage when that is
@@ -463,17 +518,9 @@ fn leaving_ids(plan: &Plan, node: NodeId, planned: &[Allocation]) -> Vec<AllocId
     leaving
 }
 
-/// What a node holds with the plan applied: the store's usage of the
-/// node, less what the plan takes off it, plus what it places. O(the
-/// plan's entries for the node), whatever already runs there.
-/// `plan` is `None` when it has no entries for the node.
-fn compute_usage(
-    state: &dyn State,
-    plan: Option<&Plan>,
-    job_allocs: &JobAllocsByNode,
-    job_key: Option<&(String, String)>,
-    node: &Node,
-) -> NodeUsage {
+/// What the store says a node holds: its allocations' resources and
+/// ports, and the host ports the node reserves.
+fn base_usage(state: &dyn State, node: &Node) -> NodeUsage {
     let mut usage = match state.node_usage(&node.id) {
         Some(base) => NodeUsage {
             used: base.used,
@@ -493,26 +540,41 @@ fn compute_usage(
             usage.ports.extend(ports);
         }
     }
+    usage
+}
+
+/// What node `id` holds with the plan applied: its `usage` in the store
+/// (see [`base_usage`]), less what the plan takes off it, plus what it
+/// places. O(the plan's entries for the node), whatever already runs
+/// there. `plan` is `None` when it has no entries for the node.
+fn compute_usage(
+    state: &dyn State,
+    plan: Option<&Plan>,
+    job_allocs: &JobAllocsByNode,
+    job_key: Option<&(String, String)>,
+    id: NodeId,
+    mut usage: NodeUsage,
+) -> NodeUsage {
     let (planned, leaving) = match plan {
         Some(plan) => {
-            let planned = planned_on(plan, node.id);
-            (planned, leaving_ids(plan, node.id, planned))
+            let planned = planned_on(plan, id);
+            (planned, leaving_ids(plan, id, planned))
         }
         None => (&[][..], Vec::new()),
     };
-    for id in &leaving {
-        let Some(alloc) = state.alloc_by_id(id) else {
+    for leaving_id in &leaving {
+        let Some(alloc) = state.alloc_by_id(leaving_id) else {
             continue;
         };
-        if alloc.node_id == node.id && !alloc.is_terminal() {
+        if alloc.node_id == id && !alloc.is_terminal() {
             usage.used.sub(&alloc.allocated_resources.comparable());
             for port in alloc.allocated_resources.ports() {
                 usage.ports.remove(&port);
             }
         }
     }
-    for (id, group) in job_allocs.get(&node.id).into_iter().flatten() {
-        if leaving.binary_search(id).is_err() {
+    for (alloc_id, group) in job_allocs.get(&id).into_iter().flatten() {
+        if leaving.binary_search(alloc_id).is_err() {
             count_group(&mut usage, group);
         }
     }

@@ -22,6 +22,7 @@ pub mod stack;
 pub mod state;
 pub mod system;
 mod tally;
+pub mod usage_column;
 pub mod util;
 
 #[cfg(test)]

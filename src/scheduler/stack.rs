@@ -21,7 +21,7 @@
 //! paths (a class seen for the first time, preemption, ports, affinities,
 //! distinct_*) are out of line.
 
-use super::catalog::{CandidateMeta, Interner, NodeCatalog};
+use super::catalog::{AttributeColumn, CandidateMeta, Interner, NodeCatalog};
 use super::context::{EvalContext, UsageHint};
 use super::feasible::{
     check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
@@ -199,6 +199,8 @@ const SLOT_MISSING: u32 = u32::MAX - 1;
 #[derive(Clone, Copy)]
 struct SlotRef {
     slot: usize,
+    /// The candidate's catalog position (`None` for a node given directly).
+    position: Option<u32>,
     len: usize,
     generation: u64,
 }
@@ -218,6 +220,9 @@ struct PropertyCounter {
     values: Vec<String>,
     counts: Vec<u64>,
     node_values: FastMap<NodeId, Option<u32>>,
+    /// The attribute on every catalog node; its value numbers are this
+    /// counter's first ones.
+    column: Option<Arc<AttributeColumn>>,
     log_offset: usize,
     initialised: bool,
 }
@@ -233,14 +238,20 @@ impl PropertyCounter {
             values: Vec::new(),
             counts: Vec::new(),
             node_values: FastMap::default(),
+            column: None,
             log_offset: 0,
             initialised: false,
         }
     }
 
-    fn sync(&mut self, ctx: &EvalContext, job: &Job) {
+    fn sync(&mut self, ctx: &EvalContext, job: &Job, catalog: &NodeCatalog) {
         if !self.initialised {
             self.initialised = true;
+            let column = catalog.attribute_column(&self.attribute);
+            for value in column.values() {
+                self.intern(value);
+            }
+            self.column = Some(column);
             for alloc in ctx.state.allocs_by_job(&job.namespace, &job.id) {
                 if !alloc.is_terminal() && self.group_matches(&alloc.task_group) {
                     self.add(ctx, alloc.node_id, 1);
@@ -293,6 +304,10 @@ impl PropertyCounter {
     /// The interned value for the candidate at `at`.
     #[inline]
     fn value_at<'n>(&mut self, at: SlotRef, node: impl FnOnce() -> &'n Node) -> Option<u32> {
+        if let (Some(column), Some(position)) = (&self.column, at.position) {
+            let v = column.at(position);
+            return (v != AttributeColumn::MISSING).then_some(v);
+        }
         if self.slot_generation != at.generation || self.slot_values.len() != at.len {
             self.slot_generation = at.generation;
             self.slot_values.clear();
@@ -433,16 +448,16 @@ impl GroupInfo {
         }
     }
 
-    fn sync(&mut self, ctx: &EvalContext, job: &Job) {
+    fn sync(&mut self, ctx: &EvalContext, job: &Job, catalog: &NodeCatalog) {
         for s in &mut self.spreads {
-            s.counter.sync(ctx, job);
+            s.counter.sync(ctx, job, catalog);
             let used = s.counter.counts.iter().copied().filter(|c| *c > 0);
             let (min, max) = used.fold((u64::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
             s.min_used = if max == 0 { 0 } else { min };
             s.max_used = max;
         }
         for d in &mut self.distinct {
-            d.counter.sync(ctx, job);
+            d.counter.sync(ctx, job, catalog);
         }
     }
 
@@ -492,6 +507,15 @@ impl Candidates {
         match &self.single {
             Some(node) => node,
             None => self.catalog.node(self.order[slot]),
+        }
+    }
+
+    /// The candidate's catalog position (`None` for a node given directly).
+    #[inline]
+    fn position(&self, slot: usize) -> Option<u32> {
+        match &self.single {
+            Some(_) => None,
+            None => Some(self.order[slot]),
         }
     }
 }
@@ -657,7 +681,7 @@ impl Stack {
                 info
             }
         };
-        info.sync(ctx, &self.job);
+        info.sync(ctx, &self.job, &self.candidates.catalog);
         let result = self.select_with(ctx, &mut info, opts);
         let (catalog, extra) = (&self.candidates.catalog, &self.extra_node_classes);
         self.tally.flush_into(&mut ctx.metrics, |class| {
@@ -791,6 +815,7 @@ impl Stack {
         let (id, capacity) = (self.meta[slot].id, self.meta[slot].capacity);
         let at = SlotRef {
             slot,
+            position: self.candidates.position(slot),
             len: self.meta.len(),
             generation: self.generation,
         };
@@ -815,7 +840,8 @@ impl Stack {
         let (mut util, group_collisions) = {
             let candidates = &self.candidates;
             let node = || &**candidates.node(slot);
-            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, node);
+            let position = candidates.position(slot);
+            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, position, node);
             (usage.used, usage.job_count(Some(&info.name)))
         };
         util.add(&info.ask.resources);
@@ -914,7 +940,8 @@ impl Stack {
         slot: usize,
     ) -> Result<AllocatedResources, &'static str> {
         let node = self.candidates.node(slot);
-        let usage = ctx.usage_hinted(&mut self.cached[slot].usage, node.id, || node);
+        let position = self.candidates.position(slot);
+        let usage = ctx.usage_hinted(&mut self.cached[slot].usage, node.id, position, || node);
         assign_ports(&info.ask, node, &usage.ports, &mut self.rng)
     }
 

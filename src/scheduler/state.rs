@@ -6,6 +6,7 @@
 //! answers from one consistent point in time.
 
 use super::catalog::{NodeCatalog, NodeCatalogCache};
+use super::usage_column::UsageColumn;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
 use imbl::{HashMap as PHashMap, OrdMap, Vector};
@@ -37,6 +38,12 @@ pub trait State: Send + Sync {
     fn node_usage(&self, node: &NodeId) -> Option<Cow<'_, NodeAllocUsage>> {
         let usage = NodeAllocUsage::of(self.allocs_by_node(node).iter().map(|a| &**a));
         (usage.live > 0).then_some(Cow::Owned(usage))
+    }
+    /// Every catalog node's usage in one vector (see [`UsageColumn`]), for
+    /// states that keep one; with `None` placements look nodes up one by
+    /// one with [`node_usage`](Self::node_usage). Must agree with it.
+    fn node_usage_column(&self) -> Option<Arc<UsageColumn>> {
+        None
     }
     /// One allocation, if it exists.
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>>;

@@ -7,6 +7,7 @@
 
 use super::StateSnapshot;
 use crate::scheduler::catalog::NodeCatalog;
+use crate::scheduler::usage_column::UsageColumn;
 use crate::scheduler::State;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
@@ -39,6 +40,15 @@ impl State for StateSnapshot {
 
     fn node_usage(&self, node: &NodeId) -> Option<Cow<'_, NodeAllocUsage>> {
         StateSnapshot::node_usage(self, node).map(|u| Cow::Borrowed(&**u))
+    }
+
+    fn node_usage_column(&self) -> Option<Arc<UsageColumn>> {
+        let catalog = State::node_catalog(self);
+        Some(
+            self.tables
+                .usage_columns
+                .get(&catalog, &self.tables.node_usage),
+        )
     }
 
     fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>> {
@@ -283,5 +293,153 @@ mod tests {
         nodes.sort();
         nodes.dedup();
         assert_eq!(nodes.len(), 4, "one per node");
+    }
+
+    /// The store's snapshot with its usage column hidden: placements then
+    /// look every node's usage up one by one, as before the column.
+    struct WithoutColumn(StateSnapshot);
+
+    impl State for WithoutColumn {
+        fn nodes(&self) -> Vec<Arc<crate::structs::Node>> {
+            State::nodes(&self.0)
+        }
+        fn node_by_id(&self, id: &crate::structs::NodeId) -> Option<Arc<crate::structs::Node>> {
+            self.0.node_by_id(id)
+        }
+        fn allocs_by_job(&self, ns: &str, id: &str) -> Vec<Arc<crate::structs::Allocation>> {
+            State::allocs_by_job(&self.0, ns, id)
+        }
+        fn allocs_by_node(
+            &self,
+            node: &crate::structs::NodeId,
+        ) -> Vec<Arc<crate::structs::Allocation>> {
+            State::allocs_by_node(&self.0, node)
+        }
+        fn node_catalog(&self) -> Arc<crate::scheduler::catalog::NodeCatalog> {
+            State::node_catalog(&self.0)
+        }
+        fn node_usage(
+            &self,
+            node: &crate::structs::NodeId,
+        ) -> Option<std::borrow::Cow<'_, crate::structs::fit::NodeAllocUsage>> {
+            State::node_usage(&self.0, node)
+        }
+        fn alloc_by_id(
+            &self,
+            id: &crate::structs::AllocId,
+        ) -> Option<Arc<crate::structs::Allocation>> {
+            self.0.alloc_by_id(id)
+        }
+        fn job_by_id(&self, ns: &str, id: &str) -> Option<Arc<crate::structs::Job>> {
+            self.0.job_by_id(ns, id)
+        }
+        fn job_by_version(&self, ns: &str, id: &str, v: u64) -> Option<Arc<crate::structs::Job>> {
+            State::job_by_version(&self.0, ns, id, v)
+        }
+        fn scheduler_config(&self) -> crate::structs::SchedulerConfiguration {
+            State::scheduler_config(&self.0)
+        }
+        fn latest_index(&self) -> u64 {
+            State::latest_index(&self.0)
+        }
+    }
+
+    /// Runs evaluations one after the other over one store, each against
+    /// the state the previous ones left; where each live allocation ended.
+    fn place_in_turn(
+        nodes: &[crate::structs::Node],
+        steps: &[(crate::structs::Job, Evaluation)],
+        hide_column: bool,
+    ) -> std::collections::BTreeMap<String, String> {
+        let mut p = SnapshotPlanner {
+            snap: StateSnapshot::new(),
+            index: 0,
+            evals: vec![],
+        };
+        for node in nodes {
+            p.apply(Command::NodeRegister {
+                node: Arc::new(node.clone()),
+            });
+        }
+        for (job, eval) in steps {
+            p.apply(Command::JobRegister {
+                job: Arc::new(job.clone()),
+                eval: Some(eval.clone()),
+                enforce_index: None,
+            });
+            let eval = p
+                .snap
+                .eval(&eval.id)
+                .map(|e| (**e).clone())
+                .expect("stored");
+            let state: Arc<dyn State> = if hide_column {
+                Arc::new(WithoutColumn(p.snap.clone()))
+            } else {
+                Arc::new(p.snap.clone())
+            };
+            new_scheduler(&job.job_type, state, &mut p, 1)
+                .expect("scheduler")
+                .process(&eval)
+                .expect("processed");
+        }
+        let names: std::collections::HashMap<_, _> =
+            nodes.iter().map(|n| (n.id, n.name.clone())).collect();
+        let mut placed = std::collections::BTreeMap::new();
+        for (job, _) in steps {
+            for a in p.snap.allocs_by_job("default", &job.id) {
+                if !a.is_terminal() {
+                    placed.insert(
+                        format!("{} {}", a.name, a.create_index),
+                        names[&a.node_id].clone(),
+                    );
+                }
+            }
+        }
+        placed
+    }
+
+    /// The usage column (carried from state to state by difference) must
+    /// place exactly as looking every node up does: across placements,
+    /// scale-downs that free capacity, spreads, batch jobs, and nodes that
+    /// reserve host ports (whose usage is still read from the node).
+    #[test]
+    fn the_usage_column_places_exactly_as_per_node_lookups() {
+        let nodes: Vec<_> = (0..12)
+            .map(|i| {
+                let mut n = fixtures::node(&format!("n{i}"));
+                n.meta.insert("rack".into(), format!("r{}", i % 3));
+                if i % 4 == 0 {
+                    n.reserved_resources.networks.reserved_host_ports = "22".into();
+                }
+                n
+            })
+            .collect();
+        let job = |id: &str, count: i32, kind: JobType, spread: bool| {
+            let mut job = fixtures::job("default", id, &[("g", count)]);
+            job.job_type = kind;
+            if spread {
+                job.spreads.push(crate::structs::Spread {
+                    attribute: "${meta.rack}".into(),
+                    weight: 50,
+                    ..Default::default()
+                });
+            }
+            job.canonicalize();
+            let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+            (job, eval)
+        };
+        let steps = vec![
+            job("a", 40, JobType::Service, true),
+            job("b", 25, JobType::Batch, false),
+            job("c", 30, JobType::Service, false),
+            job("a", 12, JobType::Service, true),
+            job("d", 45, JobType::Service, false),
+            job("b", 5, JobType::Batch, false),
+            job("e", 20, JobType::Service, true),
+        ];
+        let with = place_in_turn(&nodes, &steps, false);
+        let without = place_in_turn(&nodes, &steps, true);
+        assert_eq!(with.len(), 12 + 5 + 30 + 45 + 20);
+        assert_eq!(with, without);
     }
 }

@@ -12,23 +12,20 @@ use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionKey, JobVersionRe
 use super::command::{Command, PlanResults};
 use super::ApplyError;
 use crate::scheduler::catalog::NodeCatalogCache;
-use crate::scheduler::util::Fnv;
+use crate::scheduler::usage_column::UsageColumnCache;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobSummary, Node,
     NodeId, SchedulerConfiguration,
 };
-use imbl::shared_ptr::DefaultSharedPtr;
-use imbl::{GenericHashMap, OrdMap, OrdSet};
-use std::hash::BuildHasherDefault;
+use imbl::{OrdMap, OrdSet};
 use std::sync::Arc;
 
-/// What each node's live allocations hold, by node. Hashed rather than
-/// ordered: the scheduler looks up the usage of most nodes in every
-/// evaluation, and a hash lookup is several times cheaper than a search of
-/// the ordered map's tree of 16-byte keys.
-pub(crate) type NodeUsageMap =
-    GenericHashMap<NodeId, Arc<NodeAllocUsage>, BuildHasherDefault<Fnv>, DefaultSharedPtr>;
+/// What each node's live allocations hold, by node. Ordered, so that the
+/// scheduler's per-node usage column moves from one state to the next by
+/// the maps' difference (see [`crate::scheduler::usage_column`]) instead
+/// of a lookup per node per evaluation.
+pub(crate) type NodeUsageMap = crate::scheduler::usage_column::UsageMap;
 
 /// The tables. Secondary indexes (`allocs_by_*`, `evals_by_job`,
 /// `version_refs`) are derived from the primary tables and rebuilt at load.
@@ -57,6 +54,9 @@ pub(crate) struct Tables {
     /// and shared with the tables derived from these (it is only handed
     /// out for the node table it was built from).
     pub node_catalog: NodeCatalogCache,
+    /// The scheduler's usage columns of recent `node_usage` maps, shared
+    /// likewise.
+    pub usage_columns: UsageColumnCache,
 }
 
 impl Tables {
