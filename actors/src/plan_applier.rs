@@ -9,6 +9,10 @@
 //! the verification overlap instead of taking turns. At most one write is
 //! in flight, so the optimistic state never runs more than one plan ahead
 //! of the durable one.
+//!
+//! A plan committed whole is answered when its write starts, not when it
+//! ends (see [`PlanAnswer`]): its submitter learns nothing more from the
+//! write's end but the index, and waited a third of its time for it.
 
 use crate::broker::Outstanding;
 use actix::prelude::*;
@@ -47,10 +51,33 @@ impl InFlightView {
     }
 }
 
-/// Submit a plan; answered once it is durable (or refused).
+/// Submit a plan; answered once it is decided and, unless it was
+/// committed whole, durable (see [`PlanAnswer`]).
 #[derive(Message)]
-#[rtype(result = "Result<PlanResult, PlanApplyError>")]
+#[rtype(result = "Result<PlanAnswer, PlanApplyError>")]
 pub struct SubmitPlan(pub Plan);
+
+/// The outcome of a plan's write: the index it was committed at, or why
+/// it failed.
+pub type PlanWrite = oneshot::Receiver<Result<u64, String>>;
+
+/// The answer to a submitted plan.
+///
+/// Nomad answers a worker once the plan is applied. Here a plan that fits
+/// whole is answered as soon as it is checked and its write has started:
+/// the worker needs no state that shows it (its next evaluation is another
+/// job's, scheduled against the in-flight view, which does), only the
+/// assurance that the write will land, which `write` gives later. The
+/// worker acknowledges the evaluation only once that write and the
+/// evaluation's own are durable, so nothing is acknowledged sooner than
+/// before. A partial plan is answered after its write, with `write`
+/// `None`: its submitter must refresh to a state that holds it.
+#[derive(Debug)]
+pub struct PlanAnswer {
+    /// `alloc_index` is 0 while the write is in flight (`write` has it).
+    pub result: PlanResult,
+    pub write: Option<PlanWrite>,
+}
 
 /// Leadership: a disabled queue refuses plans ("plan queue is disabled"),
 /// which workers treat as transient and retry.
@@ -90,12 +117,13 @@ impl PlanApplyError {
     }
 }
 
-type Reply = oneshot::Sender<Result<PlanResult, PlanApplyError>>;
+type Reply = oneshot::Sender<Result<PlanAnswer, PlanApplyError>>;
 
 struct Queued {
     plan: Plan,
     seq: u64,
-    reply: Reply,
+    /// Taken when the plan is answered ahead of its write.
+    reply: Option<Reply>,
     enqueued: Instant,
 }
 
@@ -133,6 +161,31 @@ struct Answer {
     queued: Queued,
     result: PlanResult,
     partial: bool,
+    /// Whether the store is sure to accept the write (see
+    /// [`well_formed`]); only then may the plan be answered ahead of it.
+    well_formed: bool,
+    /// Where the write's outcome goes once the plan has been answered.
+    outcome_to: Option<oneshot::Sender<Result<u64, String>>>,
+}
+
+impl Answer {
+    /// Answers a plan committed whole now, its write's outcome to follow.
+    fn answer_ahead_of_write(&mut self) {
+        if self.partial || !self.well_formed {
+            return;
+        }
+        let Some(reply) = self.queued.reply.take() else {
+            return;
+        };
+        let (tx, rx) = oneshot::channel();
+        let answer = PlanAnswer {
+            result: std::mem::take(&mut self.result),
+            write: Some(rx),
+        };
+        if reply.send(Ok(answer)).is_ok() {
+            self.outcome_to = Some(tx);
+        }
+    }
 }
 
 pub struct PlanApplier {
@@ -171,7 +224,8 @@ impl PlanApplier {
     }
 
     /// What workers may schedule against while a plan is being written:
-    /// the durable state plus that plan's placements and stops.
+    /// the durable state plus that plan's placements and stops, and those
+    /// of the checked plan waiting behind it.
     pub fn in_flight_view(&self) -> InFlightView {
         self.view.clone()
     }
@@ -185,6 +239,7 @@ impl PlanApplier {
                     break;
                 };
                 self.next = Some(self.verify(queued));
+                self.publish_view();
             }
             if self.writing {
                 break;
@@ -197,6 +252,25 @@ impl PlanApplier {
         metrics::gauge!("herder.plan.queue_depth").set(self.stats.depth as f64);
     }
 
+    /// Shows workers the plan being written and, once it is checked, the
+    /// one that follows: a worker answered ahead of its plan's write goes
+    /// on to its next evaluation while the other worker's plan may be the
+    /// checked one waiting, and scheduling without it ran into it.
+    fn publish_view(&mut self) {
+        let Some(optimistic) = &self.optimistic else {
+            return;
+        };
+        let mut view = optimistic.clone();
+        if let Some(Verified {
+            command: Command::ApplyPlanResults(plan),
+            ..
+        }) = &self.next
+        {
+            view.apply_plan_usage(plan);
+        }
+        self.view.set(Some(view));
+    }
+
     fn verify(&self, queued: Queued) -> Verified {
         let snap = self
             .optimistic
@@ -207,6 +281,7 @@ impl PlanApplier {
             tracing::debug!(eval_id = %queued.plan.eval_id, node_id = %node, reason = %why, "plan node rejected");
         }
         let partial = !verdict.rejected.is_empty();
+        let well_formed = well_formed(&verdict.result);
         let evals = preemption_evals(&snap, &verdict.result);
         let command = Command::ApplyPlanResults(PlanResults {
             eval_id: queued.plan.eval_id,
@@ -223,12 +298,17 @@ impl PlanApplier {
                 queued,
                 result: verdict.result,
                 partial,
+                well_formed,
+                outcome_to: None,
             },
         }
     }
 
     fn start_write(&mut self, v: Verified, ctx: &mut Context<Self>) {
-        let Verified { command, answer } = v;
+        let Verified {
+            command,
+            mut answer,
+        } = v;
         if answer.result.is_no_op() {
             // Nothing fit (or nothing was asked): no write, answer now.
             self.finish(answer, Ok(self.store.latest_index()));
@@ -243,10 +323,13 @@ impl PlanApplier {
         if let Command::ApplyPlanResults(plan) = &command {
             optimistic.apply_plan_usage(plan);
         }
-        self.view.set(Some(optimistic.clone()));
         self.optimistic = Some(optimistic);
+        self.publish_view();
         self.writing = true;
         let rx = self.store.submit(command);
+        // Submitted first: whatever the worker writes next is ordered
+        // after this plan.
+        answer.answer_ahead_of_write();
         let started = Instant::now();
         rx.into_actor(self)
             .map(move |res, act, ctx| {
@@ -265,7 +348,8 @@ impl PlanApplier {
                 act.view.set(None);
                 if outcome.is_err() {
                     // A plan verified against the failed write's effect must
-                    // be checked again.
+                    // be checked again (it has not been answered: only a
+                    // plan whose write started is).
                     if let Some(stale) = act.next.take() {
                         act.queue.push(stale.answer.queued);
                     }
@@ -279,27 +363,53 @@ impl PlanApplier {
     fn finish(&mut self, v: Answer, outcome: Result<u64, PlanApplyError>) {
         metrics::histogram!("herder.plan.wait_seconds")
             .record(v.queued.enqueued.elapsed().as_secs_f64());
-        let reply = match outcome {
-            Ok(index) => {
-                let mut result = v.result;
-                result.alloc_index = index;
-                if v.partial {
-                    result.refresh_index = result.refresh_index.max(index);
-                    self.stats.partial += 1;
-                    self.stats.rejected_nodes += result.rejected_nodes.len() as u64;
-                }
-                self.stats.applied += 1;
-                // Set here, not only by the once-a-second ServerMetrics, so
-                // a reader never sees counts up to a second old.
-                metrics::gauge!("herder.plan.applied").set(self.stats.applied as f64);
-                metrics::gauge!("herder.plan.partial").set(self.stats.partial as f64);
-                metrics::gauge!("herder.plan.rejected_nodes").set(self.stats.rejected_nodes as f64);
-                Ok(result)
+        if outcome.is_ok() {
+            self.count_applied(v.partial, v.result.rejected_nodes.len());
+        }
+        if let Some(to) = v.outcome_to {
+            let _ = to.send(outcome.map_err(|e| e.to_string()));
+            return;
+        }
+        let reply = outcome.map(|index| {
+            let mut result = v.result;
+            result.alloc_index = index;
+            if v.partial {
+                result.refresh_index = result.refresh_index.max(index);
             }
-            Err(e) => Err(e),
-        };
-        let _ = v.queued.reply.send(reply);
+            PlanAnswer {
+                result,
+                write: None,
+            }
+        });
+        if let Some(to) = v.queued.reply {
+            let _ = to.send(reply);
+        }
     }
+
+    fn count_applied(&mut self, partial: bool, rejected_nodes: usize) {
+        if partial {
+            self.stats.partial += 1;
+            self.stats.rejected_nodes += rejected_nodes as u64;
+        }
+        self.stats.applied += 1;
+        // Set here, not only by the once-a-second ServerMetrics, so a
+        // reader never sees counts up to a second old.
+        metrics::gauge!("herder.plan.applied").set(self.stats.applied as f64);
+        metrics::gauge!("herder.plan.partial").set(self.stats.partial as f64);
+        metrics::gauge!("herder.plan.rejected_nodes").set(self.stats.rejected_nodes as f64);
+    }
+}
+
+/// Whether the store will accept the plan's write whatever else it holds:
+/// the only checks it makes of a plan are that each allocation is filed
+/// under its own node and has an ID (the preemption evaluations the
+/// applier adds always have one). A plan failing them is answered after
+/// its write, which then fails.
+fn well_formed(result: &PlanResult) -> bool {
+    result
+        .node_allocation
+        .iter()
+        .all(|(node, allocs)| allocs.iter().all(|a| a.node_id == *node && !a.id.is_nil()))
 }
 
 /// One evaluation per job whose allocations this plan preempts, so the
@@ -333,7 +443,7 @@ impl Actor for PlanApplier {
 }
 
 impl Handler<SubmitPlan> for PlanApplier {
-    type Result = ResponseActFuture<Self, Result<PlanResult, PlanApplyError>>;
+    type Result = ResponseActFuture<Self, Result<PlanAnswer, PlanApplyError>>;
 
     fn handle(&mut self, msg: SubmitPlan, _ctx: &mut Context<Self>) -> Self::Result {
         if !self.enabled {
@@ -382,13 +492,13 @@ impl PlanApplier {
         &mut self,
         plan: Plan,
         ctx: &mut Context<Self>,
-    ) -> oneshot::Receiver<Result<PlanResult, PlanApplyError>> {
+    ) -> oneshot::Receiver<Result<PlanAnswer, PlanApplyError>> {
         let (tx, rx) = oneshot::channel();
         self.seq += 1;
         self.queue.push(Queued {
             plan,
             seq: self.seq,
-            reply: tx,
+            reply: Some(tx),
             enqueued: Instant::now(),
         });
         self.pump(ctx);
@@ -402,8 +512,8 @@ impl Handler<SetEnabled> for PlanApplier {
     fn handle(&mut self, msg: SetEnabled, _ctx: &mut Context<Self>) {
         self.enabled = msg.0;
         if !msg.0 {
-            for q in self.queue.drain() {
-                let _ = q.reply.send(Err(PlanApplyError::Disabled));
+            for reply in self.queue.drain().filter_map(|q| q.reply) {
+                let _ = reply.send(Err(PlanApplyError::Disabled));
             }
         }
     }
@@ -429,7 +539,7 @@ mod tests {
                 ..Default::default()
             },
             seq,
-            reply,
+            reply: Some(reply),
             enqueued: Instant::now(),
         }
     }

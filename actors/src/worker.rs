@@ -24,7 +24,7 @@ use crate::broker::{
     Ack, Delivery, Dequeue, EvalBroker, Nack, Outstanding, PauseNackTimeout, ResumeNackTimeout,
     Token,
 };
-use crate::plan_applier::{InFlightView, PlanApplier, SubmitPlan};
+use crate::plan_applier::{InFlightView, PlanAnswer, PlanApplier, PlanWrite, SubmitPlan};
 use actix::prelude::*;
 use futures::executor::block_on;
 use herder::scheduler::{new_scheduler, Planner, PlannerError, Scheduler, SchedulerError, State};
@@ -563,6 +563,40 @@ struct WorkerLoop {
 /// The store's answer to an evaluation's final write, not yet awaited.
 type PendingWrite = futures::channel::oneshot::Receiver<Result<ApplyOutcome, StoreError>>;
 
+/// The writes an evaluation's acknowledgement waits for: plans answered
+/// ahead of their write (see [`crate::plan_applier::PlanAnswer`]) and the
+/// evaluation's final status.
+#[derive(Default)]
+struct PendingWrites {
+    plans: Vec<PlanWrite>,
+    eval: Option<PendingWrite>,
+}
+
+impl PendingWrites {
+    fn is_empty(&self) -> bool {
+        self.plans.is_empty() && self.eval.is_none()
+    }
+
+    /// `Ok` once every write is durable, else why one is not.
+    async fn durable(self) -> Result<(), String> {
+        for plan in self.plans {
+            match plan.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(format!("a plan's write failed: {e}")),
+                Err(_) => return Err("the plan applier stopped".to_string()),
+            }
+        }
+        match self.eval {
+            None => Ok(()),
+            Some(write) => match write.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("the store stopped".to_string()),
+            },
+        }
+    }
+}
+
 impl WorkerLoop {
     async fn run(mut self) {
         self.info.set_status(WorkerStatus::Started);
@@ -667,8 +701,8 @@ impl WorkerLoop {
             }
         };
         match outcome {
-            Ok(None) => ack(&self.deps.broker, eval.id, token).await,
-            Ok(Some(write)) => self.finish_when_durable(eval.id, token, write),
+            Ok(writes) if writes.is_empty() => ack(&self.deps.broker, eval.id, token).await,
+            Ok(writes) => self.finish_when_durable(eval.id, token, writes),
             Err(e) => {
                 tracing::error!(error = %e, "failed to process evaluation");
                 nack(&self.deps.broker, eval.id, token).await;
@@ -676,28 +710,27 @@ impl WorkerLoop {
         }
     }
 
-    /// Acks the evaluation once its final write is durable (nacks it if
-    /// the write fails), while this worker goes on to the next one: the
+    /// Acks the evaluation once its writes are durable (nacks it if one
+    /// fails), while this worker goes on to the next one: the
     /// write waits its turn behind plans in the store's group commit, and
     /// waiting for it here kept the worker idle a quarter of its time.
     /// Nothing is acked before it is durable, and the broker hands out no
     /// other evaluation of the job until the ack, so the order of
     /// decisions per job is Nomad's.
-    fn finish_when_durable(&mut self, eval_id: EvalId, token: Token, write: PendingWrite) {
+    fn finish_when_durable(&mut self, eval_id: EvalId, token: Token, writes: PendingWrites) {
         self.finishing.retain(|f| !f.is_finished());
         let broker = self.deps.broker.clone();
         let limit = self.deps.timing.raft_sync_limit;
         let start = Instant::now();
         let finish = async move {
-            let durable = tokio::time::timeout(limit, write).await;
+            let durable = tokio::time::timeout(limit, writes.durable()).await;
             metrics::histogram!("herder.worker.update_eval_seconds")
                 .record(start.elapsed().as_secs_f64());
             match durable {
-                Ok(Ok(Ok(_))) => ack(&broker, eval_id, token).await,
+                Ok(Ok(())) => ack(&broker, eval_id, token).await,
                 failed => {
                     let error = match failed {
-                        Ok(Ok(Err(e))) => e.to_string(),
-                        Ok(Err(_)) => "the store stopped".to_string(),
+                        Ok(Err(e)) => e,
                         _ => format!("not durable within {limit:?}"),
                     };
                     tracing::error!(%eval_id, error, "writing the evaluation's outcome failed");
@@ -755,7 +788,7 @@ impl WorkerLoop {
         eval: Arc<Evaluation>,
         token: Token,
         snapshot: StateSnapshot,
-    ) -> Result<Option<PendingWrite>, EvalError> {
+    ) -> Result<PendingWrites, EvalError> {
         self.info.set_workload(WorkloadStatus::Scheduling);
         let mut bridge = PlannerBridge {
             deps: self.deps.clone(),
@@ -766,6 +799,7 @@ impl WorkerLoop {
             token,
             snapshot_index: snapshot.latest_index(),
             final_write: None,
+            plan_writes: Vec::new(),
         };
         let factory = self.deps.schedulers.clone();
         let scheduler_type = eval.eval_type.as_str().to_string();
@@ -782,16 +816,19 @@ impl WorkerLoop {
             // the waits for plans and evaluation writes to be durable.
             metrics::histogram!("herder.worker.scheduler_cpu_seconds")
                 .record(thread_cpu_time().saturating_sub(cpu_before).as_secs_f64());
-            (result, bridge.backoff, bridge.final_write)
+            let writes = PendingWrites {
+                plans: bridge.plan_writes,
+                eval: bridge.final_write,
+            };
+            (result, bridge.backoff, writes)
         })
         .await;
         metrics::histogram!("herder.worker.invoke_scheduler_seconds", "scheduler" => scheduler_type)
             .record(start.elapsed().as_secs_f64());
-        let (result, backoff, final_write) =
-            joined.map_err(|e| EvalError::Panicked(e.to_string()))?;
+        let (result, backoff, writes) = joined.map_err(|e| EvalError::Panicked(e.to_string()))?;
         self.backoff = backoff;
         result?;
-        Ok(final_write)
+        Ok(writes)
     }
 }
 
@@ -859,6 +896,9 @@ struct PlannerBridge {
     /// The evaluation's last status write, submitted but not awaited: the
     /// worker loop acks once it is durable (`finish_when_durable`).
     final_write: Option<PendingWrite>,
+    /// Writes of plans answered before they were durable: the evaluation
+    /// is acked only once they are.
+    plan_writes: Vec<PlanWrite>,
 }
 
 impl PlannerBridge {
@@ -919,8 +959,9 @@ impl PlannerBridge {
             // A refused plan does not come back, so each try sends a copy.
             let answer = block_on(self.deps.plan_applier.send(SubmitPlan(plan.clone())));
             match answer {
-                Ok(Ok(result)) => {
+                Ok(Ok(PlanAnswer { result, write })) => {
                     self.backoff.reset();
+                    self.plan_writes.extend(write);
                     return Ok(result);
                 }
                 Ok(Err(e)) if e.is_transient() => {

@@ -7,7 +7,9 @@ use herder::state::fixtures::{self, AllocBuilder};
 use herder::state::{Command, StateStore, StoreOptions};
 use herder::structs::{new_id, Allocation, Job, Node, Plan};
 use herder_actors::broker::{BrokerConfig, Dequeue, Enqueue, EvalBroker, EvalWrites};
-use herder_actors::plan_applier::{PlanApplier, PlanApplyError, SetEnabled, SubmitPlan};
+use herder_actors::plan_applier::{
+    PlanAnswer, PlanApplier, PlanApplyError, SetEnabled, SubmitPlan,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,6 +70,16 @@ impl Cluster {
     }
 }
 
+/// The plan's result once its write is over: a plan answered ahead of its
+/// write gets its index from the write's outcome.
+async fn settled(answer: PlanAnswer) -> herder::structs::PlanResult {
+    let mut result = answer.result;
+    if let Some(write) = answer.write {
+        result.alloc_index = write.await.expect("outcome sent").expect("written");
+    }
+    result
+}
+
 fn node_with_slots(slots: i64) -> Node {
     let mut n = fixtures::node("n");
     n.node_resources.cpu.cpu_shares = 100 * slots;
@@ -82,8 +94,8 @@ async fn two_plans_racing_for_one_slot_one_wins_the_other_must_refresh() {
     let first = applier.send(SubmitPlan(c.plan(&node, 1)));
     let second = applier.send(SubmitPlan(c.plan(&node, 1)));
     let (a, b) = (
-        first.await.unwrap().unwrap(),
-        second.await.unwrap().unwrap(),
+        settled(first.await.unwrap().unwrap()).await,
+        settled(second.await.unwrap().unwrap()).await,
     );
     let placed =
         |r: &herder::structs::PlanResult| r.node_allocation.values().map(Vec::len).sum::<usize>();
@@ -108,7 +120,7 @@ async fn pipelined_plans_never_over_commit_a_node() {
         .collect();
     let mut committed = 0;
     for r in futures::future::join_all(replies).await {
-        let r = r.unwrap().unwrap();
+        let r = settled(r.unwrap().unwrap()).await;
         committed += r.node_allocation.values().map(Vec::len).sum::<usize>();
     }
     assert_eq!(committed, 10);
@@ -131,7 +143,7 @@ async fn plans_to_different_nodes_all_commit_at_increasing_indexes() {
         .collect();
     let mut indexes = Vec::new();
     for r in futures::future::join_all(replies).await {
-        let r = r.unwrap().unwrap();
+        let r = settled(r.unwrap().unwrap()).await;
         assert!(r.rejected_nodes.is_empty());
         indexes.push(r.alloc_index);
     }
@@ -192,7 +204,7 @@ async fn a_plan_whose_eval_is_not_outstanding_under_its_token_is_refused() {
     let mut good = c.plan(&node, 1);
     good.eval_id = eval.id;
     good.eval_token = delivery.token.to_string();
-    let r = applier.send(SubmitPlan(good)).await.unwrap().unwrap();
+    let r = settled(applier.send(SubmitPlan(good)).await.unwrap().unwrap()).await;
     assert_eq!(r.node_allocation[&node.id].len(), 1);
 }
 
@@ -209,4 +221,40 @@ async fn a_disabled_queue_refuses_plans_as_a_transient_error() {
         .unwrap_err();
     assert!(err.is_transient(), "{err}");
     assert_eq!(err.to_string(), "plan queue is disabled");
+}
+
+/// A plan that fits whole is answered as soon as its write starts, the
+/// write's outcome following; one that is partly refused is answered only
+/// after its write, so that its submitter can refresh to a state that
+/// holds it.
+#[actix::test]
+async fn a_whole_plan_is_answered_ahead_of_its_write_a_partial_one_after() {
+    let node = node_with_slots(3);
+    let c = Cluster::new(&[&node]);
+    let applier = PlanApplier::new(c.store.clone(), None).start();
+    let answer = applier
+        .send(SubmitPlan(c.plan(&node, 3)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.result.node_allocation[&node.id].len(), 3);
+    assert_eq!(answer.result.alloc_index, 0, "not known before the write");
+    let write = answer.write.expect("answered ahead of its write");
+    let index = write.await.expect("outcome sent").expect("written");
+    assert!(c.store.snapshot().latest_index() >= index);
+    assert_eq!(
+        c.allocs_on(&node).len(),
+        3,
+        "durable once the outcome is in"
+    );
+
+    let answer = applier
+        .send(SubmitPlan(c.plan(&node, 2)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(answer.write.is_none(), "a refused plan waits for its write");
+    assert_eq!(answer.result.rejected_nodes, vec![node.id]);
+    assert!(answer.result.refresh_index >= index);
+    assert_eq!(c.allocs_on(&node).len(), 3);
 }
