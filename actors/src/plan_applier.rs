@@ -96,6 +96,8 @@ pub struct PlanQueueStats {
     pub applied: u64,
     pub partial: u64,
     pub rejected_nodes: u64,
+    /// Placements refused with their nodes: scheduling work done again.
+    pub refused_placements: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +163,8 @@ struct Answer {
     queued: Queued,
     result: PlanResult,
     partial: bool,
+    /// How many placements were refused with their nodes.
+    refused: usize,
     /// Whether the store is sure to accept the write (see
     /// [`well_formed`]); only then may the plan be answered ahead of it.
     well_formed: bool,
@@ -281,6 +285,12 @@ impl PlanApplier {
             tracing::debug!(eval_id = %queued.plan.eval_id, node_id = %node, reason = %why, "plan node rejected");
         }
         let partial = !verdict.rejected.is_empty();
+        let refused: usize = verdict
+            .rejected
+            .iter()
+            .filter_map(|(node, _)| queued.plan.node_allocation.get(node))
+            .map(Vec::len)
+            .sum();
         let well_formed = well_formed(&verdict.result);
         let evals = preemption_evals(&snap, &verdict.result);
         let command = Command::ApplyPlanResults(PlanResults {
@@ -298,6 +308,7 @@ impl PlanApplier {
                 queued,
                 result: verdict.result,
                 partial,
+                refused,
                 well_formed,
                 outcome_to: None,
             },
@@ -364,7 +375,7 @@ impl PlanApplier {
         metrics::histogram!("herder.plan.wait_seconds")
             .record(v.queued.enqueued.elapsed().as_secs_f64());
         if outcome.is_ok() {
-            self.count_applied(v.partial, v.result.rejected_nodes.len());
+            self.count_applied(v.partial, v.result.rejected_nodes.len(), v.refused);
         }
         if let Some(to) = v.outcome_to {
             let _ = to.send(outcome.map_err(|e| e.to_string()));
@@ -386,10 +397,11 @@ impl PlanApplier {
         }
     }
 
-    fn count_applied(&mut self, partial: bool, rejected_nodes: usize) {
+    fn count_applied(&mut self, partial: bool, rejected_nodes: usize, refused: usize) {
         if partial {
             self.stats.partial += 1;
             self.stats.rejected_nodes += rejected_nodes as u64;
+            self.stats.refused_placements += refused as u64;
         }
         self.stats.applied += 1;
         // Set here, not only by the once-a-second ServerMetrics, so a
@@ -397,6 +409,7 @@ impl PlanApplier {
         metrics::gauge!("herder.plan.applied").set(self.stats.applied as f64);
         metrics::gauge!("herder.plan.partial").set(self.stats.partial as f64);
         metrics::gauge!("herder.plan.rejected_nodes").set(self.stats.rejected_nodes as f64);
+        metrics::gauge!("herder.plan.refused_placements").set(self.stats.refused_placements as f64);
     }
 }
 

@@ -53,6 +53,7 @@ impl ServerMetrics {
                 metrics::gauge!("herder.plan.applied").set(s.applied as f64);
                 metrics::gauge!("herder.plan.partial").set(s.partial as f64);
                 metrics::gauge!("herder.plan.rejected_nodes").set(s.rejected_nodes as f64);
+                metrics::gauge!("herder.plan.refused_placements").set(s.refused_placements as f64);
             }
         }));
     }

@@ -132,6 +132,8 @@ pub struct EvalContext {
     /// The job's live allocations in the snapshot, by node; read once, on
     /// the first usage computed.
     job_allocs: Option<JobAllocsByNode>,
+    /// Every allocation of the job in the snapshot, read on first use.
+    job_alloc_list: std::sync::OnceLock<Arc<Vec<Arc<Allocation>>>>,
     /// The state's usage column, fetched on first use (`None` inside when
     /// the state keeps none).
     column: Option<Option<Arc<UsageColumn>>>,
@@ -152,9 +154,32 @@ impl EvalContext {
             usage_index: FastMap::default(),
             usage_slots: Vec::new(),
             job_allocs: None,
+            job_alloc_list: std::sync::OnceLock::new(),
             column: None,
             priorities: FastMap::default(),
         }
+    }
+
+    /// Every allocation of the evaluation's job in the snapshot (terminal
+    /// ones included; none without a job), read once: reconciling, the
+    /// usage cache and the spread counters all start from it, and each
+    /// reading looked up every allocation in the state's largest table.
+    pub fn job_allocs_in_state(&self) -> Arc<Vec<Arc<Allocation>>> {
+        self.job_alloc_list
+            .get_or_init(|| {
+                Arc::new(match &self.job_key {
+                    Some((namespace, id)) => self.state.allocs_by_job(namespace, id),
+                    None => Vec::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// Whether the evaluation's job is `namespace`/`id`.
+    pub fn is_job(&self, namespace: &str, id: &str) -> bool {
+        self.job_key
+            .as_ref()
+            .is_some_and(|(n, i)| n == namespace && i == id)
     }
 
     /// Starts the metrics of a new placement.
@@ -235,9 +260,11 @@ impl EvalContext {
     #[cold]
     #[inline(never)]
     fn recompute_usage(&mut self, slot: u32, node: &Node) {
+        let list = &self.job_alloc_list;
+        let (state, key) = (&self.state, self.job_key.as_ref());
         let job_allocs = self
             .job_allocs
-            .get_or_insert_with(|| live_job_allocs_by_node(&*self.state, self.job_key.as_ref()));
+            .get_or_insert_with(|| live_job_allocs_by_node(list, &**state, key));
         let entry = &mut self.usage_slots[slot as usize];
         let plan = entry.in_plan.then_some(&self.plan);
         debug_assert!(
@@ -274,9 +301,11 @@ impl EvalContext {
             },
             _ => return false,
         };
+        let list = &self.job_alloc_list;
+        let (state, key) = (&self.state, self.job_key.as_ref());
         let job_allocs = self
             .job_allocs
-            .get_or_insert_with(|| live_job_allocs_by_node(&*self.state, self.job_key.as_ref()));
+            .get_or_insert_with(|| live_job_allocs_by_node(list, &**state, key));
         let entry = &mut self.usage_slots[slot as usize];
         let plan = entry.in_plan.then_some(&self.plan);
         entry.usage = compute_usage(
@@ -467,12 +496,14 @@ type JobAllocsByNode = FastMap<NodeId, Vec<(AllocId, Arc<str>)>>;
 
 /// The job's live allocations by node, with their groups.
 fn live_job_allocs_by_node(
+    list: &std::sync::OnceLock<Arc<Vec<Arc<Allocation>>>>,
     state: &dyn State,
     job_key: Option<&(String, String)>,
 ) -> JobAllocsByNode {
     let mut by_node = JobAllocsByNode::default();
     if let Some((namespace, id)) = job_key {
-        for alloc in state.allocs_by_job(namespace, id) {
+        let allocs = list.get_or_init(|| Arc::new(state.allocs_by_job(namespace, id)));
+        for alloc in allocs.iter() {
             if !alloc.is_terminal() {
                 by_node
                     .entry(alloc.node_id)

@@ -145,7 +145,11 @@ impl<'p> GenericScheduler<'p> {
         mut stack: Option<&mut Stack>,
     ) -> Result<Option<std::time::Duration>, SchedulerError> {
         let state = ctx.state.clone();
-        let allocs = state.allocs_by_job(&eval.namespace, &eval.job_id);
+        let allocs = if ctx.is_job(&eval.namespace, &eval.job_id) {
+            ctx.job_allocs_in_state()
+        } else {
+            Arc::new(state.allocs_by_job(&eval.namespace, &eval.job_id))
+        };
         let tainted = tainted_nodes(&*state, &allocs);
         mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
         let reconciler = Reconciler {

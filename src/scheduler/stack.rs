@@ -252,7 +252,12 @@ impl PropertyCounter {
                 self.intern(value);
             }
             self.column = Some(column);
-            for alloc in ctx.state.allocs_by_job(&job.namespace, &job.id) {
+            let allocs = if ctx.is_job(&job.namespace, &job.id) {
+                ctx.job_allocs_in_state()
+            } else {
+                Arc::new(ctx.state.allocs_by_job(&job.namespace, &job.id))
+            };
+            for alloc in allocs.iter() {
                 if !alloc.is_terminal() && self.group_matches(&alloc.task_group) {
                     self.add(ctx, alloc.node_id, 1);
                 }

@@ -120,6 +120,9 @@ pub struct Report {
     pub plans_applied: f64,
     pub plans_partial: f64,
     pub partial_commit_rate: f64,
+    /// Placements refused with their nodes by partial commits (scheduled
+    /// again).
+    pub refused_placements: f64,
     pub plan_queue_depth_max: f64,
     /// Scheduling alone, summed over evaluations (plan submission and
     /// its wait excluded).
@@ -570,6 +573,8 @@ fn read_metrics(
     report.plans_applied = view.gauge("herder_plan_applied") - base.gauge("herder_plan_applied");
     report.plans_partial = view.gauge("herder_plan_partial") - base.gauge("herder_plan_partial");
     report.partial_commit_rate = report.plans_partial / report.plans_applied.max(1.0);
+    report.refused_placements =
+        view.gauge("herder_plan_refused_placements") - base.gauge("herder_plan_refused_placements");
     // A scheduler's run includes submitting its plans and waiting for
     // them to be durable; its CPU time is the scheduling alone.
     let delta = |name: &str| view.sample(name).0 - base.sample(name).0;

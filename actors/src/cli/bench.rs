@@ -215,6 +215,10 @@ fn write_table(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
             ),
         ),
         (
+            "Placements refused by partial plans",
+            format!("{}", r.refused_placements),
+        ),
+        (
             "Plan queue depth max",
             format!("{}", r.plan_queue_depth_max),
         ),
