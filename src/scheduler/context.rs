@@ -109,6 +109,13 @@ impl Eligibility {
     }
 }
 
+/// A catalog node with no usage slot, that neither the plan nor the
+/// evaluation's job has touched: its usage is the column's.
+const UNTOUCHED: u32 = u32::MAX;
+/// A catalog node without a slot yet that holds allocations of the
+/// evaluation's job (its usage counts them per group).
+const JOB_ON_NODE: u32 = u32::MAX - 1;
+
 pub struct EvalContext {
     pub state: Arc<dyn State>,
     /// The plan under construction. Its stops, placements and evictions
@@ -137,6 +144,10 @@ pub struct EvalContext {
     /// The state's usage column, fetched on first use (`None` inside when
     /// the state keeps none).
     column: Option<Option<Arc<UsageColumn>>>,
+    /// By the column's catalog positions (empty until the column is
+    /// fetched, and without one): the node's slot in `usage_slots`, or
+    /// [`UNTOUCHED`] or [`JOB_ON_NODE`].
+    by_position: Vec<u32>,
     priorities: FastMap<(Arc<str>, Arc<str>), i32>,
 }
 
@@ -156,6 +167,7 @@ impl EvalContext {
             job_allocs: None,
             job_alloc_list: std::sync::OnceLock::new(),
             column: None,
+            by_position: Vec::new(),
             priorities: FastMap::default(),
         }
     }
@@ -233,6 +245,70 @@ impl EvalContext {
         &self.usage_slots[slot as usize].usage
     }
 
+    /// What the stack scores a candidate on: the resources the node would
+    /// hold with the plan applied, and how many allocations of the job's
+    /// `group` it would hold. A node that neither the plan nor the job has
+    /// touched (most of them) is read straight from the state's usage
+    /// column, without a slot of its own; the others as
+    /// [`usage_hinted`](Self::usage_hinted).
+    #[inline]
+    pub fn used_and_collisions<'n>(
+        &mut self,
+        hint: &mut UsageHint,
+        id: NodeId,
+        position: Option<u32>,
+        group: &str,
+        node: impl FnOnce() -> &'n Node,
+    ) -> (ComparableResources, u32) {
+        if let Some(used) = position.and_then(|p| self.untouched_usage(p, &id)) {
+            return (used, 0);
+        }
+        let usage = self.usage_hinted(hint, id, position, node);
+        (usage.used, usage.job_count(Some(group)))
+    }
+
+    /// The column's usage of the node at `position`, if nothing in this
+    /// evaluation has touched it.
+    #[inline]
+    fn untouched_usage(&mut self, position: u32, id: &NodeId) -> Option<ComparableResources> {
+        if self.column.is_none() {
+            self.fetch_column();
+        }
+        if self.by_position.get(position as usize) != Some(&UNTOUCHED) {
+            return None;
+        }
+        let column = self.column.as_ref()?.as_ref()?;
+        column.get(position, id).map(|b| b.used)
+    }
+
+    /// Fetches the state's usage column and marks the positions of the
+    /// nodes already in slots or holding the job's allocations.
+    #[cold]
+    #[inline(never)]
+    fn fetch_column(&mut self) {
+        let column = self.state.node_usage_column();
+        if let Some(column) = &column {
+            let mut by_position = vec![UNTOUCHED; column.len()];
+            let list = &self.job_alloc_list;
+            let (state, key) = (&self.state, self.job_key.as_ref());
+            let job_allocs = self
+                .job_allocs
+                .get_or_insert_with(|| live_job_allocs_by_node(list, &**state, key));
+            for node in job_allocs.keys() {
+                if let Some(p) = column.position(node) {
+                    by_position[p as usize] = JOB_ON_NODE;
+                }
+            }
+            for (slot, entry) in self.usage_slots.iter().enumerate() {
+                if let Some(p) = column.position(&entry.id) {
+                    by_position[p as usize] = slot as u32;
+                }
+            }
+            self.by_position = by_position;
+        }
+        self.column = Some(column);
+    }
+
     /// The node's slot in the usage cache, created (stale) on first use.
     fn usage_slot(&mut self, id: NodeId) -> u32 {
         let next = self.usage_slots.len() as u32;
@@ -245,8 +321,20 @@ impl EvalContext {
                 position: None,
                 usage: NodeUsage::default(),
             });
+            self.note_slot_position(id, slot);
         }
         slot
+    }
+
+    /// Records a new slot's node as touched in `by_position`.
+    fn note_slot_position(&mut self, id: NodeId, slot: u32) {
+        if self.by_position.is_empty() {
+            return;
+        }
+        let column = self.column.as_ref().and_then(Option::as_ref);
+        if let Some(p) = column.and_then(|c| c.position(&id)) {
+            self.by_position[p as usize] = slot;
+        }
     }
 
     #[inline]
@@ -291,10 +379,12 @@ impl EvalContext {
         let Some(position) = self.usage_slots[slot as usize].position else {
             return false;
         };
-        let state = &self.state;
-        let column = self.column.get_or_insert_with(|| state.node_usage_column());
+        if self.column.is_none() {
+            self.fetch_column();
+        }
+        let column = self.column.as_ref().and_then(Option::as_ref);
         let id = self.usage_slots[slot as usize].id;
-        let base = match column.as_ref().and_then(|c| c.get(position, &id)) {
+        let base = match column.and_then(|c| c.get(position, &id)) {
             Some(b) if !b.has_ports && !b.reserves_ports => NodeUsage {
                 used: b.used,
                 ..Default::default()

@@ -846,8 +846,8 @@ impl Stack {
             let candidates = &self.candidates;
             let node = || &**candidates.node(slot);
             let position = candidates.position(slot);
-            let usage = ctx.usage_hinted(&mut self.cached[slot].usage, id, position, node);
-            (usage.used, usage.job_count(Some(&info.name)))
+            let hint = &mut self.cached[slot].usage;
+            ctx.used_and_collisions(hint, id, position, &info.name, node)
         };
         util.add(&info.ask.resources);
         let mut grant: Option<Box<Grant>> = None;

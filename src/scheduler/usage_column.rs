@@ -117,6 +117,20 @@ impl UsageColumn {
         }
     }
 
+    /// How many catalog nodes there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The catalog position of node `id`, if it has one.
+    pub fn position(&self, id: &NodeId) -> Option<u32> {
+        self.catalog.position(id)
+    }
+
     /// The map this column was made from (for the ports of a node whose
     /// entry has any).
     pub fn source(&self) -> &UsageMap {

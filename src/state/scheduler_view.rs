@@ -348,7 +348,7 @@ mod tests {
     /// the state the previous ones left; where each live allocation ended.
     fn place_in_turn(
         nodes: &[crate::structs::Node],
-        steps: &[(crate::structs::Job, Evaluation)],
+        steps: &[(crate::structs::Job, Evaluation, Option<usize>)],
         hide_column: bool,
     ) -> std::collections::BTreeMap<String, String> {
         let mut p = SnapshotPlanner {
@@ -361,11 +361,21 @@ mod tests {
                 node: Arc::new(node.clone()),
             });
         }
-        for (job, eval) in steps {
-            p.apply(Command::JobRegister {
-                job: Arc::new(job.clone()),
-                eval: Some(eval.clone()),
-                enforce_index: None,
+        for (job, eval, down) in steps {
+            p.apply(match down {
+                // The job is evaluated again because a node went down.
+                Some(n) => Command::NodeUpdateStatus {
+                    node_id: nodes[*n].id,
+                    status: NodeStatus::Down,
+                    event: None,
+                    evals: vec![eval.clone()],
+                    updated_at: 1,
+                },
+                None => Command::JobRegister {
+                    job: Arc::new(job.clone()),
+                    eval: Some(eval.clone()),
+                    enforce_index: None,
+                },
             });
             let eval = p
                 .snap
@@ -385,7 +395,7 @@ mod tests {
         let names: std::collections::HashMap<_, _> =
             nodes.iter().map(|n| (n.id, n.name.clone())).collect();
         let mut placed = std::collections::BTreeMap::new();
-        for (job, _) in steps {
+        for (job, _, _) in steps {
             for a in p.snap.allocs_by_job("default", &job.id) {
                 if !a.is_terminal() {
                     placed.insert(
@@ -426,7 +436,13 @@ mod tests {
             }
             job.canonicalize();
             let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-            (job, eval)
+            (job, eval, None)
+        };
+        // Its allocations on node `n` are lost and placed again, beside
+        // the job's others on nodes this evaluation does not touch.
+        let node_down = |step: &(crate::structs::Job, Evaluation, Option<usize>), n| {
+            let eval = fixtures::eval(&step.0, TriggeredBy::NodeUpdate, 1);
+            (step.0.clone(), eval, Some(n))
         };
         let steps = vec![
             job("a", 40, JobType::Service, true),
@@ -436,10 +452,20 @@ mod tests {
             job("d", 45, JobType::Service, false),
             job("b", 5, JobType::Batch, false),
             job("e", 20, JobType::Service, true),
+            // Scaled up: new placements beside the job's own allocations.
+            job("c", 44, JobType::Service, false),
+            job("e", 33, JobType::Service, true),
         ];
+        let steps = {
+            let mut steps = steps;
+            let (c, e) = (steps[7].clone(), steps[8].clone());
+            steps.push(node_down(&c, 1));
+            steps.push(node_down(&e, 2));
+            steps
+        };
         let with = place_in_turn(&nodes, &steps, false);
         let without = place_in_turn(&nodes, &steps, true);
-        assert_eq!(with.len(), 12 + 5 + 30 + 45 + 20);
+        assert_eq!(with.len(), 12 + 5 + 44 + 45 + 33);
         assert_eq!(with, without);
     }
 }
