@@ -348,6 +348,18 @@ impl EvalContext {
     #[cold]
     #[inline(never)]
     fn recompute_usage(&mut self, slot: u32, node: &Node) {
+        debug_assert!(
+            self.usage_slots[slot as usize].in_plan || !plan_touches(&self.plan, &node.id),
+            "the plan changed node {} behind the usage cache's back",
+            node.id
+        );
+        let base = base_usage(&*self.state, node);
+        self.set_slot_usage(slot, node.id, base);
+    }
+
+    /// A slot's usage from the store's `base` usage of its node, with the
+    /// plan and the job's allocations there counted in.
+    fn set_slot_usage(&mut self, slot: u32, id: NodeId, base: NodeUsage) {
         let list = &self.job_alloc_list;
         let (state, key) = (&self.state, self.job_key.as_ref());
         let job_allocs = self
@@ -355,20 +367,7 @@ impl EvalContext {
             .get_or_insert_with(|| live_job_allocs_by_node(list, &**state, key));
         let entry = &mut self.usage_slots[slot as usize];
         let plan = entry.in_plan.then_some(&self.plan);
-        debug_assert!(
-            plan.is_some() || !plan_touches(&self.plan, &node.id),
-            "the plan changed node {} behind the usage cache's back",
-            node.id
-        );
-        let base = base_usage(&*self.state, node);
-        entry.usage = compute_usage(
-            &*self.state,
-            plan,
-            job_allocs,
-            self.job_key.as_ref(),
-            node.id,
-            base,
-        );
+        entry.usage = compute_usage(&**state, plan, job_allocs, key, id, base);
         entry.fresh = true;
     }
 
@@ -391,22 +390,7 @@ impl EvalContext {
             },
             _ => return false,
         };
-        let list = &self.job_alloc_list;
-        let (state, key) = (&self.state, self.job_key.as_ref());
-        let job_allocs = self
-            .job_allocs
-            .get_or_insert_with(|| live_job_allocs_by_node(list, &**state, key));
-        let entry = &mut self.usage_slots[slot as usize];
-        let plan = entry.in_plan.then_some(&self.plan);
-        entry.usage = compute_usage(
-            &*self.state,
-            plan,
-            job_allocs,
-            self.job_key.as_ref(),
-            id,
-            base,
-        );
-        entry.fresh = true;
+        self.set_slot_usage(slot, id, base);
         true
     }
 

@@ -98,6 +98,12 @@ mod tests {
             self.index += 1;
             self.snap.apply(self.index, &cmd).expect("command applies");
         }
+
+        /// The evaluation as stored (with its indexes).
+        fn stored(&self, eval: &Evaluation) -> Evaluation {
+            let stored = self.snap.eval(&eval.id).map(|e| (**e).clone());
+            stored.expect("evaluation stored")
+        }
     }
 
     impl Planner for SnapshotPlanner {
@@ -153,11 +159,7 @@ mod tests {
             eval: Some(eval.clone()),
             enforce_index: None,
         });
-        let eval = p
-            .snap
-            .eval(&eval.id)
-            .map(|e| (**e).clone())
-            .expect("eval stored");
+        let eval = p.stored(&eval);
         let state: Arc<dyn State> = Arc::new(p.snap.clone());
         let mut planner = SnapshotPlanner {
             snap: p.snap.clone(),
@@ -345,12 +347,12 @@ mod tests {
     }
 
     /// Runs evaluations one after the other over one store, each against
-    /// the state the previous ones left; where each live allocation ended.
+    /// the state the previous ones left; where the live allocations ended.
     fn place_in_turn(
         nodes: &[crate::structs::Node],
         steps: &[(crate::structs::Job, Evaluation, Option<usize>)],
         hide_column: bool,
-    ) -> std::collections::BTreeMap<String, String> {
+    ) -> Vec<String> {
         let mut p = SnapshotPlanner {
             snap: StateSnapshot::new(),
             index: 0,
@@ -377,11 +379,7 @@ mod tests {
                     enforce_index: None,
                 },
             });
-            let eval = p
-                .snap
-                .eval(&eval.id)
-                .map(|e| (**e).clone())
-                .expect("stored");
+            let eval = p.stored(eval);
             let state: Arc<dyn State> = if hide_column {
                 Arc::new(WithoutColumn(p.snap.clone()))
             } else {
@@ -394,17 +392,20 @@ mod tests {
         }
         let names: std::collections::HashMap<_, _> =
             nodes.iter().map(|n| (n.id, n.name.clone())).collect();
-        let mut placed = std::collections::BTreeMap::new();
-        for (job, _, _) in steps {
-            for a in p.snap.allocs_by_job("default", &job.id) {
+        // Which node each write placed how many of a job's allocations
+        // on; not by name: which lost allocation's replacement goes first
+        // follows the allocations' IDs, random in each run.
+        let mut placed = Vec::new();
+        let jobs: std::collections::BTreeSet<&str> = steps.iter().map(|s| &*s.0.id).collect();
+        for job in jobs {
+            for a in p.snap.allocs_by_job("default", job) {
                 if !a.is_terminal() {
-                    placed.insert(
-                        format!("{} {}", a.name, a.create_index),
-                        names[&a.node_id].clone(),
-                    );
+                    let node = &names[&a.node_id];
+                    placed.push(format!("{job} {} {node}", a.create_index));
                 }
             }
         }
+        placed.sort();
         placed
     }
 
