@@ -48,7 +48,74 @@ pub struct Ports {
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub http_max_body_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub http_body_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub http_cpu_work_timeout: Duration,
+    pub json_max_nesting_depth: usize,
+    pub hcl_max_nesting_depth: usize,
+    pub hcl_max_expansion_bytes: usize,
+    pub filter_max_bytes: usize,
+    pub filter_max_depth: usize,
     pub max_job_bytes: usize,
+    pub max_task_groups: usize,
+    pub max_tasks_per_job: usize,
+    pub max_count_per_group: i64,
+    pub max_allocs_per_job: i64,
+    pub max_name_bytes: usize,
+}
+
+impl Default for Limits {
+    /// The documented defaults of `config/default.toml`.
+    fn default() -> Self {
+        Figment::from(Toml::string(DEFAULT_TOML))
+            .extract_inner("limits")
+            .expect("the compiled-in [limits] are complete (tested below)")
+    }
+}
+
+impl Limits {
+    /// A limit of zero would refuse everything: always a mistake.
+    fn check(&self) -> Result<(), String> {
+        let l = self;
+        let sizes = [
+            ("http_max_body_bytes", l.http_max_body_bytes),
+            ("json_max_nesting_depth", l.json_max_nesting_depth),
+            ("hcl_max_nesting_depth", l.hcl_max_nesting_depth),
+            ("hcl_max_expansion_bytes", l.hcl_max_expansion_bytes),
+            ("filter_max_bytes", l.filter_max_bytes),
+            ("filter_max_depth", l.filter_max_depth),
+            ("max_job_bytes", l.max_job_bytes),
+            ("max_task_groups", l.max_task_groups),
+            ("max_tasks_per_job", l.max_tasks_per_job),
+            ("max_name_bytes", l.max_name_bytes),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("limits.{name}: must be at least 1"));
+        }
+        if l.max_count_per_group < 1 || l.max_allocs_per_job < 1 {
+            return Err(
+                "limits.max_count_per_group and max_allocs_per_job: must be at least 1".into(),
+            );
+        }
+        if l.http_body_read_timeout.is_zero() || l.http_cpu_work_timeout.is_zero() {
+            return Err(
+                "limits.http_body_read_timeout and http_cpu_work_timeout: must be positive".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The limits a job is validated against.
+    pub fn job_limits(&self) -> herder::structs::validate::JobLimits {
+        herder::structs::validate::JobLimits {
+            max_task_groups: self.max_task_groups,
+            max_tasks: self.max_tasks_per_job,
+            max_group_count: self.max_count_per_group,
+            max_allocs: self.max_allocs_per_job,
+            max_name_bytes: self.max_name_bytes,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -208,6 +275,7 @@ impl AgentConfig {
         if self.server.eval_delivery_limit == 0 {
             return bad("server.eval_delivery_limit: must be at least 1".into());
         }
+        self.limits.check().map_err(ConfigError::Invalid)?;
         if !self.server.enabled && !self.client.enabled {
             return bad(
                 "neither server.enabled nor client.enabled is set: give -server, -client or -dev"

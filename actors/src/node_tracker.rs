@@ -318,7 +318,54 @@ fn validate_node(node: &Node) -> Result<(), NodeError> {
             "missing node name for client registration".into(),
         ));
     }
-    Ok(())
+    validate_node_resources(node)
+}
+
+/// A node's stated capacity within the bounds jobs are held to, so that
+/// adding up what it runs can never overflow (a node offering i64::MAX
+/// MHz would wrap its usage negative and be over-committed).
+fn validate_node_resources(node: &Node) -> Result<(), NodeError> {
+    use herder::structs::validate::{MAX_CORES, MAX_RESOURCE_VALUE};
+    let (r, reserved) = (&node.node_resources, &node.reserved_resources);
+    for (name, value) in [
+        ("NodeResources.Cpu.CpuShares", r.cpu.cpu_shares),
+        ("NodeResources.Memory.MemoryMB", r.memory.memory_mb),
+        ("NodeResources.Disk.DiskMB", r.disk.disk_mb),
+        ("ReservedResources.Cpu.CpuShares", reserved.cpu.cpu_shares),
+        (
+            "ReservedResources.Memory.MemoryMB",
+            reserved.memory.memory_mb,
+        ),
+        ("ReservedResources.Disk.DiskMB", reserved.disk.disk_mb),
+    ] {
+        if !(0..=MAX_RESOURCE_VALUE).contains(&value) {
+            return Err(NodeError::Invalid(format!(
+                "{name} must be between 0 and {MAX_RESOURCE_VALUE}, got {value}"
+            )));
+        }
+    }
+    if i64::from(r.cpu.total_cpu_cores) > MAX_CORES
+        || r.cpu.reservable_cpu_cores.len() as i64 > MAX_CORES
+    {
+        return Err(NodeError::Invalid(format!(
+            "NodeResources.Cpu: at most {MAX_CORES} cores"
+        )));
+    }
+    if let Some(n) = r
+        .networks
+        .iter()
+        .find(|n| !(0..=MAX_RESOURCE_VALUE).contains(&n.mbits))
+    {
+        return Err(NodeError::Invalid(format!(
+            "NodeResources.Networks: MBits must be between 0 and {MAX_RESOURCE_VALUE}, got {}",
+            n.mbits
+        )));
+    }
+    reserved
+        .networks
+        .parse_ports()
+        .map(|_| ())
+        .map_err(|e| NodeError::Invalid(format!("ReservedResources.Networks: {e}")))
 }
 
 fn status_command(

@@ -23,6 +23,7 @@ use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
 use crate::worker_supervisor::{self, WorkerConfigError, WorkerPoolConfig, WorkerSupervisor};
 use actix::prelude::*;
 use herder::state::{StateStore, StoreError, StoreOptions};
+use herder::structs::validate::JobLimits;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -53,6 +54,8 @@ pub struct ServerHandle {
     pub workers: Addr<WorkerSupervisor>,
     pub periodic: Addr<PeriodicLauncher>,
     pub gc: Addr<GarbageCollector>,
+    /// How large a job may be (`[limits]`); every write path checks it.
+    pub job_limits: JobLimits,
 }
 
 /// A running server.
@@ -172,6 +175,7 @@ impl Server {
                 workers,
                 periodic,
                 gc,
+                job_limits: config.limits.job_limits(),
             },
             router,
             drainer,

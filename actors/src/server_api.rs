@@ -19,6 +19,7 @@ use herder::state::{
     TableSet,
 };
 use herder::structs::job::{MAX_PRIORITY, MIN_PRIORITY};
+use herder::structs::validate::JobLimits;
 use herder::structs::{
     AllocId, Allocation, EvalId, EvalStatus, Evaluation, Job, Node, NodeId, TriggeredBy,
 };
@@ -111,7 +112,7 @@ impl ServerApi {
             eval_priority,
         } = request;
         job.canonicalize();
-        check_job(&job)?;
+        check_job(&job, &self.server.job_limits)?;
         if eval_priority.is_some_and(|p| !(MIN_PRIORITY..=MAX_PRIORITY).contains(&p)) {
             return Err(ServerApiError::Invalid(format!(
                 "eval priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}"
@@ -352,13 +353,13 @@ impl ServerApi {
 }
 
 /// The checks every registration passes, whatever the transport.
-pub fn check_job(job: &Job) -> Result<(), ServerApiError> {
+pub fn check_job(job: &Job, limits: &JobLimits) -> Result<(), ServerApiError> {
     if job.id.is_empty() {
         return Err(ServerApiError::Invalid(
             "Job ID hasn't been provided".into(),
         ));
     }
-    job.validate()
+    job.validate_with(limits)
         .map_err(|e| ServerApiError::Invalid(e.to_string()))
 }
 

@@ -357,6 +357,78 @@ fn validation_names_the_field_for_every_user_mistake() {
                 j.task_groups[0].count = 3;
             }),
         ),
+        // Issue 15: sizes, names that become paths, and arithmetic.
+        (
+            "Count 2147483647 is more than the limit of 100000",
+            Box::new(|j: &mut Job| j.task_groups[0].count = i32::MAX),
+        ),
+        (
+            "more than the limit of 1000 (limits.max_task_groups)",
+            Box::new(|j: &mut Job| {
+                let g = j.task_groups[0].clone();
+                j.task_groups = (0..1001)
+                    .map(|i| TaskGroup {
+                        name: format!("g{i}"),
+                        ..g.clone()
+                    })
+                    .collect();
+            }),
+        ),
+        (
+            "more than the limit of 5000 (limits.max_tasks_per_job)",
+            Box::new(|j: &mut Job| {
+                let t = j.task_groups[0].tasks[0].clone();
+                j.task_groups[0].tasks = vec![t; 5001];
+            }),
+        ),
+        (
+            "Job asks for 200000 allocations in all",
+            Box::new(|j: &mut Job| {
+                j.task_groups[0].count = 100_000;
+                let mut g = j.task_groups[0].clone();
+                g.name = "h".into();
+                j.task_groups.push(g);
+            }),
+        ),
+        (
+            "Task name \"../../tmp/x\" cannot include slashes",
+            Box::new(|j: &mut Job| j.task_groups[0].tasks[0].name = "../../tmp/x".into()),
+        ),
+        (
+            "Task name \"..\" cannot be a relative path",
+            Box::new(|j: &mut Job| j.task_groups[0].tasks[0].name = "..".into()),
+        ),
+        (
+            "Task group name \"a\\\\b\" cannot include slashes",
+            Box::new(|j: &mut Job| j.task_groups[0].name = "a\\b".into()),
+        ),
+        (
+            "Job ID is 201 bytes long, more than the limit of 200",
+            Box::new(|j: &mut Job| j.id = "x".repeat(201)),
+        ),
+        (
+            "Resources: CPU must be at most 1099511627776",
+            Box::new(|j: &mut Job| j.task_groups[0].tasks[0].resources.cpu = i64::MAX - 1),
+        ),
+        (
+            "Resources: MemoryMB must be at most",
+            Box::new(|j: &mut Job| j.task_groups[0].tasks[0].resources.memory_mb = i64::MAX),
+        ),
+        (
+            "Resources: Cores must be between 0 and 65536",
+            Box::new(|j: &mut Job| {
+                j.task_groups[0].tasks[0].resources.cpu = 0;
+                j.task_groups[0].tasks[0].resources.cores = i64::MAX;
+            }),
+        ),
+        (
+            "2147483647 attempts with a",
+            Box::new(|j: &mut Job| {
+                let rp = j.task_groups[0].restart_policy.as_mut().unwrap();
+                rp.attempts = i32::MAX;
+                rp.delay = std::time::Duration::from_secs(u64::MAX / 2);
+            }),
+        ),
     ];
     for (want, mutate) in cases {
         let err = job_with(mutate).expect_err(want);

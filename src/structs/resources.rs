@@ -227,9 +227,12 @@ impl AllocatedResources {
             disk_mb: self.shared.disk_mb,
             ..Default::default()
         };
+        // Saturating, as every sum of resources: validation bounds each
+        // value far below overflow, and a sum that still reached it must
+        // read as "does not fit", never wrap to a small number.
         for t in self.tasks.values() {
-            c.cpu += t.cpu.cpu_shares;
-            c.memory_mb += t.memory.memory_mb;
+            c.cpu = c.cpu.saturating_add(t.cpu.cpu_shares);
+            c.memory_mb = c.memory_mb.saturating_add(t.memory.memory_mb);
         }
         c
     }
@@ -308,16 +311,18 @@ pub struct ComparableResources {
 }
 
 impl ComparableResources {
+    /// Saturating (see [`AllocatedResources::comparable`]).
     pub fn add(&mut self, other: &ComparableResources) {
-        self.cpu += other.cpu;
-        self.memory_mb += other.memory_mb;
-        self.disk_mb += other.disk_mb;
+        self.cpu = self.cpu.saturating_add(other.cpu);
+        self.memory_mb = self.memory_mb.saturating_add(other.memory_mb);
+        self.disk_mb = self.disk_mb.saturating_add(other.disk_mb);
     }
 
+    /// Saturating (see [`AllocatedResources::comparable`]).
     pub fn sub(&mut self, other: &ComparableResources) {
-        self.cpu -= other.cpu;
-        self.memory_mb -= other.memory_mb;
-        self.disk_mb -= other.disk_mb;
+        self.cpu = self.cpu.saturating_sub(other.cpu);
+        self.memory_mb = self.memory_mb.saturating_sub(other.memory_mb);
+        self.disk_mb = self.disk_mb.saturating_sub(other.disk_mb);
     }
 
     /// Whether `self` fits inside `capacity`; if not, the first dimension

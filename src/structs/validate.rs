@@ -41,15 +41,67 @@ pub const MIN_CPU: i64 = 1;
 /// Reschedule delays below this are refused (Nomad's limit).
 pub const MIN_RESCHEDULE_DELAY: Duration = Duration::from_secs(5);
 
+/// How large a job may be. Every bound is far above what real jobs use
+/// (and what Nomad's own servers handle well), and each is configurable in
+/// the agent's `[limits]`; they exist because a job is expanded into
+/// allocations, plans and rows, so an absurd size becomes an absurd amount
+/// of memory and CPU on every server, and, once written, at every restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobLimits {
+    /// Task groups in one job.
+    pub max_task_groups: usize,
+    /// Tasks in one job, all groups together.
+    pub max_tasks: usize,
+    /// `Count` of one group.
+    pub max_group_count: i64,
+    /// The sum of every group's `Count`: the allocations one version of the
+    /// job asks for.
+    pub max_allocs: i64,
+    /// Bytes of an ID or a name (job, group, task, namespace, region,
+    /// datacenter, meta key, port label).
+    pub max_name_bytes: usize,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            max_task_groups: 1_000,
+            max_tasks: 5_000,
+            max_group_count: 100_000,
+            max_allocs: 100_000,
+            max_name_bytes: 200,
+        }
+    }
+}
+
+/// The largest CPU (MHz), memory or disk (MB) and bandwidth (Mbits) one task
+/// or node may state: 2^40, a million times any machine built, and small
+/// enough that summing every allocation's ask on a node can never overflow
+/// an i64 (the plan applier adds them up to decide whether a node fits).
+pub const MAX_RESOURCE_VALUE: i64 = 1 << 40;
+/// The most cores one task may reserve.
+pub const MAX_CORES: i64 = 1 << 16;
+
 impl Job {
-    /// Checks the job; returns every problem found.
+    /// Checks the job against the default [`JobLimits`]; returns every
+    /// problem found.
     pub fn validate(&self) -> Result<(), ValidationError> {
+        self.validate_with(&JobLimits::default())
+    }
+
+    /// Checks the job against `limits`; returns every problem found.
+    pub fn validate_with(&self, limits: &JobLimits) -> Result<(), ValidationError> {
         let mut errs = Vec::new();
-        validate_job_header(self, &mut errs);
+        if !validate_size(self, limits, &mut errs) {
+            // Too large to look at item by item: the size is the problem
+            // to fix, and checking 10^5 groups is the work being refused.
+            return Err(ValidationError { errors: errs });
+        }
+        validate_job_header(self, limits, &mut errs);
         validate_constraints("Job", &self.constraints, &mut errs);
         validate_affinities("Job", &self.affinities, &mut errs);
         validate_spreads("Job", &self.spreads, &mut errs);
-        validate_groups(self, &mut errs);
+        validate_groups(self, limits, &mut errs);
         if let Some(p) = &self.periodic {
             if !matches!(self.job_type, JobType::Batch | JobType::SysBatch) {
                 errs.push("Periodic: periodic can only be used with batch or sysbatch jobs".into());
@@ -80,18 +132,92 @@ impl Job {
     }
 }
 
-fn validate_job_header(job: &Job, errs: &mut Vec<String>) {
+/// The job's shape against the limits; `false` when it is too large to
+/// validate further.
+fn validate_size(job: &Job, limits: &JobLimits, errs: &mut Vec<String>) -> bool {
+    let groups = job.task_groups.len();
+    if groups > limits.max_task_groups {
+        errs.push(format!(
+            "Job has {groups} task groups, more than the limit of {} (limits.max_task_groups)",
+            limits.max_task_groups
+        ));
+    }
+    let tasks = job
+        .task_groups
+        .iter()
+        .map(|tg| tg.tasks.len())
+        .sum::<usize>();
+    if tasks > limits.max_tasks {
+        errs.push(format!(
+            "Job has {tasks} tasks, more than the limit of {} (limits.max_tasks_per_job)",
+            limits.max_tasks
+        ));
+    }
+    if !errs.is_empty() {
+        return false;
+    }
+    let mut allocs: i64 = 0;
+    for tg in &job.task_groups {
+        let count = i64::from(tg.count);
+        if count > limits.max_group_count {
+            errs.push(format!(
+                "Task group {:?}: Count {count} is more than the limit of {} (limits.max_count_per_group)",
+                tg.name, limits.max_group_count
+            ));
+        }
+        allocs = allocs.saturating_add(count.max(0));
+    }
+    if allocs > limits.max_allocs {
+        errs.push(format!(
+            "Job asks for {allocs} allocations in all, more than the limit of {} (limits.max_allocs_per_job)",
+            limits.max_allocs
+        ));
+    }
+    true
+}
+
+/// An ID or name: not longer than the limit, no NUL.
+fn check_name(what: &str, name: &str, limits: &JobLimits, errs: &mut Vec<String>) {
+    if name.len() > limits.max_name_bytes {
+        errs.push(format!(
+            "{what} is {} bytes long, more than the limit of {} (limits.max_name_bytes)",
+            name.len(),
+            limits.max_name_bytes
+        ));
+    }
+    if name.contains('\0') {
+        errs.push(format!("{what} contains a null character"));
+    }
+}
+
+/// A name that becomes a directory or file name on a client (a task's
+/// directory and log files, a group's): one plain path component.
+fn check_path_name(what: &str, name: &str, errs: &mut Vec<String>) {
+    if name.contains(['/', '\\']) {
+        errs.push(format!("{what} {name:?} cannot include slashes"));
+    } else if name == "." || name == ".." {
+        errs.push(format!("{what} {name:?} cannot be a relative path"));
+    }
+}
+
+fn validate_job_header(job: &Job, limits: &JobLimits, errs: &mut Vec<String>) {
+    check_name("Job ID", &job.id, limits, errs);
+    check_name("Job Name", &job.name, limits, errs);
+    check_name("Job Namespace", &job.namespace, limits, errs);
+    check_name("Job Region", &job.region, limits, errs);
+    for dc in &job.datacenters {
+        check_name("Job datacenter", dc, limits, errs);
+    }
+    for key in job.meta.keys() {
+        check_name("Job meta key", key, limits, errs);
+    }
     if job.id.is_empty() {
         errs.push("Missing job ID".into());
     } else if job.id.contains(' ') {
         errs.push("Job ID contains a space".into());
-    } else if job.id.contains('\0') {
-        errs.push("Job ID contains a null character".into());
     }
     if job.name.is_empty() {
         errs.push("Missing job name".into());
-    } else if job.name.contains('\0') {
-        errs.push("Job Name contains a null character".into());
     }
     if job.namespace.is_empty() {
         errs.push("Job must be in a namespace".into());
@@ -120,25 +246,30 @@ fn validate_job_header(job: &Job, errs: &mut Vec<String>) {
     }
 }
 
-fn validate_groups(job: &Job, errs: &mut Vec<String>) {
+fn validate_groups(job: &Job, limits: &JobLimits, errs: &mut Vec<String>) {
     if job.task_groups.is_empty() {
         errs.push("Missing job task groups".into());
     }
-    let mut seen: Vec<&str> = Vec::new();
+    // Names to positions: a list searched per group made validation
+    // quadratic in the group count.
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
     for (i, tg) in job.task_groups.iter().enumerate() {
         if tg.name.is_empty() {
             errs.push(format!("Job task group {} missing name", i + 1));
-        } else if let Some(j) = seen.iter().position(|n| *n == tg.name) {
+        } else if let Some(j) = seen.get(tg.name.as_str()) {
             errs.push(format!(
                 "Job task group {} redefines '{}' from group {}",
                 i + 1,
                 tg.name,
                 j + 1
             ));
+        } else {
+            seen.insert(&tg.name, i);
         }
-        seen.push(&tg.name);
         let mut group_errs = Vec::new();
-        validate_group(job, tg, &mut group_errs);
+        check_name("Name", &tg.name, limits, &mut group_errs);
+        check_path_name("Task group name", &tg.name, &mut group_errs);
+        validate_group(job, tg, limits, &mut group_errs);
         let label = if tg.name.is_empty() {
             format!("Task group {}", i + 1)
         } else {
@@ -148,7 +279,7 @@ fn validate_groups(job: &Job, errs: &mut Vec<String>) {
     }
 }
 
-fn validate_group(job: &Job, tg: &TaskGroup, errs: &mut Vec<String>) {
+fn validate_group(job: &Job, tg: &TaskGroup, limits: &JobLimits, errs: &mut Vec<String>) {
     if tg.count < 0 {
         errs.push(format!("Count can't be negative, got {}", tg.count));
     }
@@ -178,12 +309,15 @@ fn validate_group(job: &Job, tg: &TaskGroup, errs: &mut Vec<String>) {
         }
     }
     if let Some(d) = &tg.ephemeral_disk {
-        if d.size_mb < 0 {
+        if !(0..=MAX_RESOURCE_VALUE).contains(&d.size_mb) {
             errs.push(format!(
-                "EphemeralDisk: SizeMB can't be negative, got {}",
+                "EphemeralDisk: SizeMB must be between 0 and {MAX_RESOURCE_VALUE}, got {}",
                 d.size_mb
             ));
         }
+    }
+    for key in tg.meta.keys() {
+        check_name("Meta key", key, limits, errs);
     }
     if let Some(u) = &tg.update {
         if u.max_parallel < 0 {
@@ -209,22 +343,34 @@ fn validate_group(job: &Job, tg: &TaskGroup, errs: &mut Vec<String>) {
         }
     }
     validate_networks("Networks", &tg.networks, errs);
-    let mut task_names: Vec<&str> = Vec::new();
+    let mut task_names: std::collections::HashMap<&str, usize> = Default::default();
     let mut leaders = 0;
     for (i, task) in tg.tasks.iter().enumerate() {
         if task.name.is_empty() {
             errs.push(format!("Task {} missing name", i + 1));
-        } else if let Some(j) = task_names.iter().position(|n| *n == task.name) {
+        } else if let Some(j) = task_names.get(task.name.as_str()) {
             errs.push(format!(
                 "Task {} redefines '{}' from task {}",
                 i + 1,
                 task.name,
                 j + 1
             ));
+        } else {
+            task_names.insert(&task.name, i);
         }
-        task_names.push(&task.name);
         leaders += usize::from(task.leader);
         let mut task_errs = Vec::new();
+        check_name("Name", &task.name, limits, &mut task_errs);
+        // A task's name is its directory in the allocation and the stem
+        // of its log files on the client.
+        check_path_name("Task name", &task.name, &mut task_errs);
+        if task.name == "alloc" {
+            task_errs
+                .push("Task name \"alloc\" is reserved for the shared allocation directory".into());
+        }
+        for key in task.meta.keys().chain(task.env.keys()) {
+            check_name("Meta or env key", key, limits, &mut task_errs);
+        }
         validate_task(task, &mut task_errs);
         let label = if task.name.is_empty() {
             format!("Task {}", i + 1)
@@ -268,11 +414,24 @@ fn validate_task(task: &Task, errs: &mut Vec<String>) {
 }
 
 fn validate_resources(r: &Resources, errs: &mut Vec<String>) {
-    if r.cores < 0 {
+    if !(0..=MAX_CORES).contains(&r.cores) {
         errs.push(format!(
-            "Resources: Cores can't be negative, got {}",
+            "Resources: Cores must be between 0 and {MAX_CORES}, got {}",
             r.cores
         ));
+    }
+    for (name, value) in [
+        ("CPU", r.cpu),
+        ("MemoryMB", r.memory_mb),
+        ("MemoryMaxMB", r.memory_max_mb),
+        ("DiskMB", r.disk_mb),
+        ("IOPS", r.iops),
+    ] {
+        if value > MAX_RESOURCE_VALUE {
+            errs.push(format!(
+                "Resources: {name} must be at most {MAX_RESOURCE_VALUE}, got {value}"
+            ));
+        }
     }
     if r.cores > 0 && r.cpu > 0 {
         errs.push("Resources: only one of CPU and Cores may be set".into());
@@ -306,8 +465,11 @@ fn validate_resources(r: &Resources, errs: &mut Vec<String>) {
 
 fn validate_networks(label: &str, nets: &[NetworkResource], errs: &mut Vec<String>) {
     for n in nets {
-        if n.mbits < 0 {
-            errs.push(format!("{label}: MBits can't be negative, got {}", n.mbits));
+        if !(0..=MAX_RESOURCE_VALUE).contains(&n.mbits) {
+            errs.push(format!(
+                "{label}: MBits must be between 0 and {MAX_RESOURCE_VALUE}, got {}",
+                n.mbits
+            ));
         }
         for p in &n.reserved_ports {
             if p.value <= 0 || p.value > 65535 {
@@ -371,7 +533,12 @@ fn validate_restart(label: &str, rp: &RestartPolicy, errs: &mut Vec<String>) {
     if rp.attempts > 0 && rp.interval.is_zero() {
         errs.push(format!("{label}: Interval must be set when Attempts > 0"));
     }
-    if !rp.interval.is_zero() && rp.delay * rp.attempts.max(0) as u32 > rp.interval {
+    // Checked: attempts near i32::MAX times a long delay overflows a
+    // Duration, and an overflow is as much "can't fit" as any.
+    let total = u32::try_from(rp.attempts.max(0))
+        .ok()
+        .and_then(|n| rp.delay.checked_mul(n));
+    if !rp.interval.is_zero() && total.is_none_or(|t| t > rp.interval) {
         errs.push(format!(
             "{label}: {} attempts with a {:?} delay can't fit in the {:?} interval",
             rp.attempts, rp.delay, rp.interval

@@ -100,6 +100,8 @@ impl RotatingLog {
     /// Opens the task's newest log file for appending (a restarted task or
     /// client continues where the last one stopped, as logmon does).
     pub fn open(dir: &Path, task: &str, kind: LogKind, config: &LogConfig) -> io::Result<Self> {
+        // The task's name is the files' stem: it must not lead elsewhere.
+        crate::client::task_dir::check_task_name(task)?;
         fs::create_dir_all(dir)?;
         let index = log_indices(dir, task, kind)?.last().copied().unwrap_or(0);
         let path = log_path(dir, task, kind, index);

@@ -57,12 +57,7 @@ impl AllocDir {
 
     /// Creates one task's directories (the name must be a plain name).
     pub fn build_task(&self, task: &str) -> io::Result<()> {
-        if task.is_empty() || task.contains('/') || task == "alloc" || task.starts_with('.') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("task name {task:?} cannot be a directory name"),
-            ));
-        }
+        check_task_name(task)?;
         build_task_dir(&self.task_dir(task))
     }
 
@@ -72,6 +67,26 @@ impl AllocDir {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// Refuses a task name that is not one plain directory name. A task's
+/// name becomes its directory under the allocation's and the stem of its
+/// log files: `../../tmp/x` would create both outside the data dir. The
+/// servers refuse such jobs; the client checks again because it must not
+/// trust a server (an older one, or a restored state) with its disk.
+pub fn check_task_name(task: &str) -> io::Result<()> {
+    let plain = !task.is_empty()
+        && !task.contains(['/', '\\', '\0'])
+        && task != "alloc"
+        && !task.starts_with('.');
+    if plain {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("task name {task:?} cannot be a directory name"),
+        ))
     }
 }
 

@@ -12,7 +12,7 @@
 use crate::client::driver::{Driver, DriverError, ExitResult, HandleState, TaskConfig, TaskHandle};
 use crate::client::now_nanos;
 use crate::client::restart::{go_duration, RestartDecision, RestartTracker};
-use crate::client::task_dir::build_task_dir;
+use crate::client::task_dir::{build_task_dir, check_task_name};
 use actix::prelude::*;
 use herder::structs::alloc::task_event;
 use herder::structs::{TaskEvent, TaskState};
@@ -185,14 +185,18 @@ impl TaskRunner {
             self.event(task_event::SETUP, "Building Task Directory".into(), |e| {
                 e.message = "Building Task Directory".into();
             });
-            let built = if self.ephemeral {
-                Ok(())
-            } else {
-                build_task_dir(&self.config.task_dir)
-            };
+            let built = check_task_name(&self.config.task_name).and_then(|()| {
+                if self.ephemeral {
+                    Ok(())
+                } else {
+                    build_task_dir(&self.config.task_dir)
+                }
+            });
             if let Err(e) = built {
                 let msg = format!("failed to build task directory: {e}");
-                self.node_failure = true;
+                // A name no directory can have is the job's fault; only a
+                // disk that refuses is the node's.
+                self.node_failure = e.kind() != std::io::ErrorKind::InvalidInput;
                 self.event(task_event::SETUP_FAILURE, msg.clone(), |ev| {
                     ev.setup_error = msg.clone();
                     ev.fails_task = true;

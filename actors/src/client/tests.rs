@@ -552,6 +552,30 @@ async fn mock_driver_runs_for_exits_and_fails_to_start() {
 }
 
 #[actix_rt::test]
+async fn a_task_name_that_leads_outside_the_allocation_creates_nothing_and_is_the_jobs_fault() {
+    // Issue 15: `../../tmp/x` created directories outside the data dir.
+    let mut h = Harness::new();
+    let marker = format!("escaped-{}", herder::structs::new_id());
+    let name = format!("../../../{marker}");
+    let job = job_with(JobType::Batch, vec![sh_task(&name, "true")], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let failed = h
+        .until("failure", |u| u.client_status == ClientStatus::Failed)
+        .await;
+    assert!(!failed.node_failure, "a bad name is the job's fault");
+    let outside = h.data_dir.path().parent().unwrap();
+    for dir in [outside, h.data_dir.path()] {
+        let leaked: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(&marker))
+            .collect();
+        assert!(leaked.is_empty(), "created {leaked:?}");
+    }
+}
+
+#[actix_rt::test]
 async fn missing_driver_is_reported_as_a_node_failure() {
     let mut h = Harness::new();
     let mut task = sh_task("t", "true");

@@ -1,5 +1,6 @@
 //! `/v1/agent/*` and `/v1/status/*`: about the agent itself.
 
+use super::body::Body;
 use super::ApiError;
 use crate::agent::AgentInfo;
 use crate::worker_supervisor::{GetConfig, GetWorkers, SetConfig, WorkerSupervisor};
@@ -68,7 +69,7 @@ struct WorkerConfigRequest {
 
 async fn set_worker_config(
     info: web::Data<AgentInfo>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let request: WorkerConfigRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("invalid worker configuration: {e}")))?;

@@ -11,6 +11,8 @@
 //! Heartbeats and allocation updates are authenticated by the node's
 //! SecretID in `X-Nomad-Token`.
 
+use super::body::Body;
+use super::query::decode_json;
 use super::ApiError;
 use crate::agent::AgentInfo;
 use crate::node_tracker::NodeReply;
@@ -18,7 +20,7 @@ use crate::server::ServerHandle;
 use crate::server_api::ServerApi;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::state::AllocClientUpdate;
-use herder::structs::{Node, NodeId, NodeStatus};
+use herder::structs::{Node, NodeId};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -45,7 +47,7 @@ struct RegisterRequest {
 #[serde(rename_all = "PascalCase")]
 struct HeartbeatRequest {
     #[serde(default)]
-    status: Option<NodeStatus>,
+    status: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -92,13 +94,10 @@ fn node_reply(r: NodeReply) -> HttpResponse {
         }))
 }
 
-async fn register(
-    info: web::Data<AgentInfo>,
-    body: web::Json<RegisterRequest>,
-) -> Result<HttpResponse, ApiError> {
+async fn register(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
     let server = server(&info)?;
-    let node = body
-        .into_inner()
+    let request: RegisterRequest = decode_json(&body)?;
+    let node = request
         .node
         .ok_or_else(|| ApiError::BadRequest("missing node for client registration".into()))?;
     Ok(node_reply(api(server).register_node(node).await?))
@@ -108,12 +107,10 @@ async fn heartbeat(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     path: web::Path<String>,
-    body: Option<web::Json<HeartbeatRequest>>,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let server = server(&info)?;
-    let ready = body
-        .and_then(|b| b.into_inner().status)
-        .is_none_or(|s| s == NodeStatus::Ready);
+    let ready = heartbeat_ready(&body)?;
     let reply = api(server)
         .heartbeat(node_id(&path)?, &token(&req), ready)
         .await?;
@@ -126,14 +123,32 @@ async fn heartbeat(
         })))
 }
 
+/// Whether a heartbeat reports the node ready. A client heartbeats with
+/// no body or `{"Status": "ready" | "initializing"}`; any other status is
+/// the servers' to set (down, disconnected) or unknown, and refused: a
+/// typo must not read as "ready".
+fn heartbeat_ready(body: &[u8]) -> Result<bool, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(true);
+    }
+    let request: HeartbeatRequest = decode_json(body)?;
+    match request.status.as_deref() {
+        None | Some("") | Some("ready") => Ok(true),
+        Some("initializing") => Ok(false),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "invalid status {other:?} for a node heartbeat: must be \"ready\" or \"initializing\""
+        ))),
+    }
+}
+
 async fn update_allocs(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     path: web::Path<String>,
-    body: web::Json<AllocsRequest>,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let server = server(&info)?;
-    let updates = body.into_inner().allocs;
+    let updates = decode_json::<AllocsRequest>(&body)?.allocs;
     let index = api(server)
         .update_allocations(node_id(&path)?, &token(&req), updates)
         .await?;

@@ -23,10 +23,32 @@ use serde_json::Value;
 #[derive(Clone, Debug)]
 pub struct Filter(Expr);
 
+/// How large a filter may be. Parsing recurses once per `not` and `(`,
+/// so the depth bound is what keeps a hostile filter from overflowing the
+/// stack; `and`/`or` chains are kept flat and cost no depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterLimits {
+    /// Bytes of the expression.
+    pub max_bytes: usize,
+    /// Nesting of parentheses and `not`.
+    pub max_depth: usize,
+}
+
+impl Default for FilterLimits {
+    fn default() -> Self {
+        FilterLimits {
+            max_bytes: 4096,
+            max_depth: 32,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Expr {
-    Or(Box<Expr>, Box<Expr>),
-    And(Box<Expr>, Box<Expr>),
+    /// Any of the terms (never fewer than two).
+    Or(Vec<Expr>),
+    /// All of the terms (never fewer than two).
+    And(Vec<Expr>),
     Not(Box<Expr>),
     Match(Match),
 }
@@ -67,9 +89,26 @@ enum Token {
 pub struct FilterError(String);
 
 impl Filter {
+    /// Parses `text` within the default [`FilterLimits`].
     pub fn parse(text: &str) -> Result<Filter, FilterError> {
+        Filter::parse_with_limits(text, &FilterLimits::default())
+    }
+
+    pub fn parse_with_limits(text: &str, limits: &FilterLimits) -> Result<Filter, FilterError> {
+        if text.len() > limits.max_bytes {
+            return Err(FilterError(format!(
+                "the expression is {} bytes long, more than the limit of {} (limits.filter_max_bytes)",
+                text.len(),
+                limits.max_bytes
+            )));
+        }
         let tokens = tokenize(text)?;
-        let mut p = Parser { tokens, pos: 0 };
+        let mut p = Parser {
+            tokens,
+            pos: 0,
+            depth: 0,
+            max_depth: limits.max_depth,
+        };
         let expr = p.expr()?;
         if p.pos != p.tokens.len() {
             return Err(FilterError(format!(
@@ -184,6 +223,9 @@ fn read_quoted(chars: &[char], start: usize) -> Result<(String, usize), FilterEr
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
+    /// `not`s and parentheses open at this point.
+    depth: usize,
+    max_depth: usize,
 }
 
 impl Parser {
@@ -214,37 +256,55 @@ impl Parser {
     }
 
     fn expr(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.and()?;
+        let mut terms = vec![self.and()?];
         while self.peek_word("or") {
             self.pos += 1;
-            left = Expr::Or(Box::new(left), Box::new(self.and()?));
+            terms.push(self.and()?);
         }
-        Ok(left)
+        Ok(one_or(terms, Expr::Or))
     }
 
     fn and(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.unary()?;
+        let mut terms = vec![self.unary()?];
         while self.peek_word("and") {
             self.pos += 1;
-            left = Expr::And(Box::new(left), Box::new(self.unary()?));
+            terms.push(self.unary()?);
         }
-        Ok(left)
+        Ok(one_or(terms, Expr::And))
     }
 
     fn unary(&mut self) -> Result<Expr, FilterError> {
         if self.peek_word("not") {
             self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.unary()?)));
+            let inner = self.nested(Parser::unary)?;
+            return Ok(Expr::Not(Box::new(inner)));
         }
         if self.peek() == Some(&Token::LParen) {
             self.pos += 1;
-            let e = self.expr()?;
+            let e = self.nested(Parser::expr)?;
             if self.next() != Some(Token::RParen) {
                 return Err(FilterError("missing ')'".into()));
             }
             return Ok(e);
         }
         self.matcher()
+    }
+
+    /// Parses one level deeper, within the depth limit.
+    fn nested(
+        &mut self,
+        parse: fn(&mut Parser) -> Result<Expr, FilterError>,
+    ) -> Result<Expr, FilterError> {
+        if self.depth >= self.max_depth {
+            return Err(FilterError(format!(
+                "parentheses and `not` nest deeper than {} levels (limits.filter_max_depth)",
+                self.max_depth
+            )));
+        }
+        self.depth += 1;
+        let e = parse(self);
+        self.depth -= 1;
+        e
     }
 
     fn matcher(&mut self) -> Result<Expr, FilterError> {
@@ -366,6 +426,15 @@ impl Parser {
     }
 }
 
+/// A single term as itself, several joined by `join`.
+fn one_or(mut terms: Vec<Expr>, join: fn(Vec<Expr>) -> Expr) -> Expr {
+    if terms.len() == 1 {
+        terms.remove(0)
+    } else {
+        join(terms)
+    }
+}
+
 fn maybe_not(negate: bool, m: Match) -> Expr {
     let e = Expr::Match(m);
     if negate {
@@ -377,8 +446,8 @@ fn maybe_not(negate: bool, m: Match) -> Expr {
 
 fn eval(e: &Expr, v: &Value) -> bool {
     match e {
-        Expr::Or(a, b) => eval(a, v) || eval(b, v),
-        Expr::And(a, b) => eval(a, v) && eval(b, v),
+        Expr::Or(terms) => terms.iter().any(|t| eval(t, v)),
+        Expr::And(terms) => terms.iter().all(|t| eval(t, v)),
         Expr::Not(a) => !eval(a, v),
         Expr::Match(m) => eval_match(m, v),
     }
@@ -488,5 +557,33 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn hostile_filters_are_refused_not_overflowing_the_stack() {
+        // A few thousand `(` or `not ` once overflowed the stack of the
+        // HTTP worker and aborted the server.
+        for hostile in [
+            "(".repeat(3000),
+            "not ".repeat(1000) + "Status == \"x\"",
+            "(".repeat(40) + "Status == \"x\"" + &")".repeat(40),
+        ] {
+            let err = Filter::parse(&hostile).unwrap_err().to_string();
+            assert!(err.contains("limits.filter_"), "{err}");
+        }
+        // Long and/or chains are flat: no depth, and still evaluated.
+        let chain = vec!["Status == \"x\""; 200].join(" or ") + " or Status == \"running\"";
+        assert!(Filter::parse(&chain).unwrap().matches(&job()));
+        let limits = FilterLimits {
+            max_bytes: 100_000,
+            max_depth: 32,
+        };
+        let long = vec!["Status == \"running\""; 4000].join(" and ");
+        assert!(Filter::parse_with_limits(&long, &limits)
+            .unwrap()
+            .matches(&job()));
+        // The deepest filter allowed parses and evaluates.
+        let deepest = "not ".repeat(31) + "(Status == \"running\")";
+        assert!(!Filter::parse(&deepest).unwrap().matches(&job()));
     }
 }

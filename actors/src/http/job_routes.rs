@@ -5,6 +5,8 @@
 //! answer once the command is durable; the eval router hands the
 //! evaluation to the broker from the store's change feed.
 
+use super::body::off_worker;
+use super::body::Body;
 use super::errors::ApiError;
 use super::plan;
 use super::query::{
@@ -203,25 +205,33 @@ struct RegisterOptions {
 }
 
 /// Reads `{"Job": {...}, ...}`: the job with Nomad's defaults filled in
-/// and validated, or the 400 that says what to fix.
-pub(super) fn decode_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Value), ApiError> {
-    let (job, value) = parse_job_body(info, body)?;
-    check_job(&job)?;
-    Ok((job, value))
+/// and validated, or the 400 that says what to fix. Runs off the HTTP
+/// workers (see [`off_worker`]).
+pub(super) async fn decode_job_body(
+    info: &AgentInfo,
+    body: Body,
+) -> Result<(Job, Value), ApiError> {
+    let limits = server(info)?.job_limits;
+    let max_job_bytes = info.config.limits.max_job_bytes;
+    off_worker(info, move || {
+        let (job, value) = parse_job_body(max_job_bytes, &body)?;
+        check_job(&job, &limits)?;
+        Ok((job, value))
+    })
+    .await
 }
 
 /// As [`decode_job_body`] without the validation, for registration,
 /// where `ServerApi::register_job` validates (once) for every transport.
-fn parse_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Value), ApiError> {
+fn parse_job_body(max_job_bytes: usize, body: &[u8]) -> Result<(Job, Value), ApiError> {
     let value: Value = decode_json(body)?;
     match value.get("Job") {
         None | Some(Value::Null) => {
             return Err(ApiError::BadRequest("Job must be specified".into()))
         }
-        Some(job) if job.to_string().len() > info.config.limits.max_job_bytes => {
+        Some(job) if job.to_string().len() > max_job_bytes => {
             return Err(ApiError::BadRequest(format!(
-                "job is larger than the limit of {} bytes (limits.max_job_bytes)",
-                info.config.limits.max_job_bytes
+                "job is larger than the limit of {max_job_bytes} bytes (limits.max_job_bytes)"
             )))
         }
         Some(_) => {}
@@ -235,7 +245,7 @@ fn parse_job_body(info: &AgentInfo, body: &[u8]) -> Result<(Job, Value), ApiErro
 async fn register_new(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     register(info, req, None, body).await
 }
@@ -244,7 +254,7 @@ async fn register_existing(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     id: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     register(info, req, Some(id.into_inner()), body).await
 }
@@ -253,11 +263,12 @@ async fn register(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     path_id: Option<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
     let api = ServerApi::new(server(&info)?.clone());
-    let (job, value) = parse_job_body(&info, &body)?;
+    let max_job_bytes = info.config.limits.max_job_bytes;
+    let (job, value) = off_worker(&info, move || parse_job_body(max_job_bytes, &body)).await?;
     if path_id.as_ref().is_some_and(|id| *id != job.id) {
         return Err(ApiError::BadRequest("Job ID does not match name".into()));
     }
@@ -387,7 +398,7 @@ async fn scale(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     id: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
@@ -432,7 +443,7 @@ async fn scale(
                 i32::MAX
             ))
         })?;
-    job.validate()
+    job.validate_with(&server(&info)?.job_limits)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let now = now_nanos();
     job.submit_time = now;
@@ -484,23 +495,23 @@ struct ParseRequest {
 
 /// HCL to the JSON job. herder always answers the canonical job (its
 /// parser fills defaults as it reads), whatever `Canonicalize` says.
-async fn parse_job(body: web::Bytes) -> Result<HttpResponse, ApiError> {
+async fn parse_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
     let request: ParseRequest = decode_json(&body)?;
-    let job = jobspec::parse_hcl(&request.job_hcl, "input.hcl")
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let job = off_worker(&info, move || {
+        jobspec::parse_hcl(&request.job_hcl, "input.hcl")
+            .map_err(|e| ApiError::BadRequest(e.to_string()))
+    })
+    .await?;
     Ok(HttpResponse::Ok().json(job))
 }
 
 /// Nomad's `JobValidateResponse`: problems are listed, not an error.
-async fn validate_job(
-    info: web::Data<AgentInfo>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
+async fn validate_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
     let value: Value = decode_json(&body)?;
     if value.get("Job").is_none_or(Value::is_null) {
         return Err(ApiError::BadRequest("Job must be specified".into()));
     }
-    let errors: Vec<String> = match decode_job_body(&info, &body) {
+    let errors: Vec<String> = match decode_job_body(&info, body).await {
         Ok(_) => vec![],
         Err(e) => e
             .to_string()

@@ -5,6 +5,7 @@
 //! message that says what to fix; a handler never panics on user input.
 
 mod agent_routes;
+mod body;
 mod client_routes;
 mod errors;
 mod eval_alloc_routes;

@@ -5,6 +5,7 @@
 //! them: one per job with allocations on the node plus one per system or
 //! sysbatch job (those may now place on, or must leave, the node).
 
+use super::body::Body;
 use super::errors::ApiError;
 use super::eval_alloc_routes::parse_id;
 use super::job_routes::write_answer;
@@ -169,7 +170,7 @@ struct EligibilityRequest {
 async fn eligibility(
     info: web::Data<AgentInfo>,
     id: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let store = &server(&info)?.store;
     let id = parse_id(&id, "node")?;
@@ -245,7 +246,7 @@ struct DrainRequest {
 async fn drain(
     info: web::Data<AgentInfo>,
     id: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let store = &server(&info)?.store;
     let id = parse_id(&id, "node")?;

@@ -1,6 +1,7 @@
 //! `/v1/operator/scheduler/configuration`: the cluster-wide scheduler
 //! settings, with check-and-set writes.
 
+use super::body::Body;
 use super::errors::ApiError;
 use super::job_routes::write_answer;
 use super::query::{blocking_read, decode_json, json_with_index, server, QueryOptions};
@@ -39,7 +40,7 @@ async fn read_config(
 async fn write_config(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;

@@ -7,6 +7,8 @@
 //! (`DesiredTGUpdates`), the placements it could not make, and a diff of
 //! the job against the stored one in Nomad's shape.
 
+use super::body::off_worker;
+use super::body::Body;
 use super::errors::ApiError;
 use super::job_routes::decode_job_body;
 use super::query::{now_nanos, server, QueryOptions};
@@ -66,23 +68,36 @@ pub async fn plan_job(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     id: web::Path<String>,
-    body: web::Bytes,
+    body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
-    let (job, value) = decode_job_body(&info, &body)?;
+    let (job, value) = decode_job_body(&info, body).await?;
     if job.id != *id {
         return Err(ApiError::BadRequest("Job ID does not match".into()));
     }
-    let want_diff = value.get("Diff").and_then(Value::as_bool).unwrap_or(false);
+    let want_diff = plan_flag(&value, "Diff")?;
+    // Accepted and without effect: herder has no Sentinel policies.
+    plan_flag(&value, "PolicyOverride")?;
     let snap = store.snapshot();
     let index = snap.latest_index().max(1);
-    let answer = web::block(move || dry_run(snap, job, want_diff))
-        .await
-        .map_err(|e| ApiError::Internal(format!("the dry run did not finish: {e}")))??;
+    let answer = off_worker(&info, move || dry_run(snap, job, want_diff)).await?;
     let mut answer = answer;
     answer["Index"] = json!(index);
     Ok(super::query::json_with_index(index, &answer))
+}
+
+/// A boolean option of the plan request: absent or `null` is false,
+/// anything but a JSON boolean (`"yes"`, `1`) is a 400, as Nomad's decoder
+/// answers.
+fn plan_flag(body: &Value, name: &str) -> Result<bool, ApiError> {
+    match body.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(ApiError::BadRequest(format!(
+            "Failed to decode request body: {name} must be true or false, got {other}"
+        ))),
+    }
 }
 
 /// Registers `job` into a copy of `snap` and schedules it there.

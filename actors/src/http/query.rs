@@ -8,7 +8,7 @@
 //! wait/16 so that many clients woken together do not return together.
 
 use super::errors::ApiError;
-use super::filter::Filter;
+use super::filter::{Filter, FilterLimits};
 use crate::agent::AgentInfo;
 use crate::server::ServerHandle;
 use actix_web::{http::header, HttpRequest, HttpResponse, HttpResponseBuilder};
@@ -65,7 +65,17 @@ impl QueryOptions {
             q.prefix = v.clone();
         }
         if let Some(v) = params.get("filter").filter(|v| !v.is_empty()) {
-            q.filter = Some(Filter::parse(v).map_err(|e| ApiError::BadRequest(e.to_string()))?);
+            let limits = req
+                .app_data::<actix_web::web::Data<AgentInfo>>()
+                .map(|info| FilterLimits {
+                    max_bytes: info.config.limits.filter_max_bytes,
+                    max_depth: info.config.limits.filter_max_depth,
+                })
+                .unwrap_or_default();
+            q.filter = Some(
+                Filter::parse_with_limits(v, &limits)
+                    .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+            );
         }
         if let Some(v) = params.get("per_page") {
             let n: usize = v
