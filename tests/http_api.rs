@@ -1131,3 +1131,48 @@ fn preserve_counts_eval_priority_and_namespaces() {
         .all(|e| e["Namespace"] == "prod"));
     assert_eq!(evals.as_array().unwrap().len(), 1);
 }
+
+/// Issue 16: the JSON Nomad's own `job run -output` prints, `null`s
+/// included, registers, validates and plans as Nomad takes it; and every
+/// other request body takes `null` as "not set" too.
+#[test]
+fn nomads_job_json_with_nulls_registers_validates_and_plans() {
+    let (agent, _dir) = start();
+    for name in [
+        "job-run-output-example.json",
+        "parse-web.json",
+        "parse-nightly.json",
+        "parse-cleanup.json",
+    ] {
+        let job = fixture(name);
+        let job = job.get("Job").cloned().unwrap_or(job);
+        let id = job["ID"].as_str().expect("an ID").to_string();
+        let body = json!({"Job": job}).to_string();
+        assert!(body.contains("null"), "{name} has no null to test");
+        let a = call("PUT", &agent.url("/v1/validate/job"), Some(&body));
+        assert_eq!(a.status, 200, "{name}: {}", a.body);
+        assert!(
+            a.body.contains("\"ValidationErrors\":null"),
+            "{name}: {}",
+            a.body
+        );
+        let a = call(
+            "PUT",
+            &agent.url(&format!("/v1/job/{id}/plan")),
+            Some(&body),
+        );
+        assert_eq!(a.status, 200, "{name}: {}", a.body);
+        let a = call("PUT", &agent.url("/v1/jobs"), Some(&body));
+        assert_eq!(a.status, 200, "{name}: {}", a.body);
+        assert_eq!(get(&agent.url(&format!("/v1/job/{id}"))).0, 200);
+    }
+    // Not only jobs: a scheduler configuration with nulls keeps defaults.
+    let a = call(
+        "PUT",
+        &agent.url("/v1/operator/scheduler/configuration"),
+        Some(
+            r#"{"SchedulerAlgorithm": null, "PreemptionConfig": null, "MemoryOversubscriptionEnabled": null}"#,
+        ),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+}

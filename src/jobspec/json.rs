@@ -39,11 +39,14 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Job, JobspecError> {
             .unwrap_or("")
             .to_string(),
     };
-    let value: Value = serde_json::from_str(text).map_err(error)?;
+    let mut value: Value = serde_json::from_str(text).map_err(error)?;
+    // `null` anywhere means "not set" (Nomad's API structs are pointers):
+    // the members go, and the merges below fill their defaults.
+    crate::structs::serde_util::strip_nulls(&mut value);
     let mut raw = match value {
         Value::Object(mut map) => match map.remove("Job") {
             Some(Value::Object(job)) => {
-                serde_json::from_str::<Wrapped>(text).map_err(error)?;
+                check_types::<Wrapped>(text, || json!({"Job": job.clone()})).map_err(error)?;
                 job
             }
             // A bare job never has a "Job" field; put back what was taken.
@@ -51,7 +54,7 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Job, JobspecError> {
                 if let Some(v) = other {
                     map.insert("Job".to_string(), v);
                 }
-                serde_json::from_str::<Job>(text).map_err(error)?;
+                check_types::<Job>(text, || Value::Object(map.clone())).map_err(error)?;
                 map
             }
         },
@@ -84,6 +87,20 @@ pub(crate) fn parse(text: &str, file: &str) -> Result<Job, JobspecError> {
         column: 1,
         message: format!("after filling defaults: {e}"),
     })
+}
+
+/// Checks the typed shape: read from the text, so that an error has its
+/// line and column; a text whose only trouble is a `null` (which the
+/// typed read refuses where a field is not optional) is accepted when its
+/// null-free value (made only on that path) reads.
+fn check_types<T: serde::de::DeserializeOwned>(
+    text: &str,
+    null_free: impl FnOnce() -> Value,
+) -> Result<(), serde_json::Error> {
+    match serde_json::from_str::<T>(text) {
+        Ok(_) => Ok(()),
+        Err(e) => T::deserialize(null_free()).map(|_| ()).map_err(|_| e),
+    }
 }
 
 /// Merges written fields over Nomad's defaults, level by level.

@@ -479,3 +479,64 @@ fn group_without_update_copies_the_jobs_whole_update_block() {
     assert_eq!(u.health_check, "checks");
     assert_eq!(u.min_healthy_time, std::time::Duration::from_secs(10));
 }
+
+/// Every object member of `value`, as JSON pointers.
+fn member_pointers(value: &Value, at: String, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let here = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+                out.push(here.clone());
+                member_pointers(v, here, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                member_pointers(v, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Issue 16: `null` means "not set" for every field of every type, as in
+/// Nomad's Go API: the JSON `nomad job run -output` prints (nulls
+/// included) reads, and so does each fixture with any one member turned to
+/// `null`, which then takes the same value as when it is left out.
+#[test]
+fn null_is_not_set_for_every_field_of_every_job_fixture() {
+    for name in [
+        "job-run-output-example.json",
+        "parse-web.json",
+        "parse-nightly.json",
+        "parse-node-agent.json",
+        "parse-cleanup.json",
+        "job.json",
+    ] {
+        let text = fixture_text(name);
+        crate::jobspec::parse_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let original = fixture(name);
+        let mut pointers = Vec::new();
+        member_pointers(&original, String::new(), &mut pointers);
+        for pointer in pointers {
+            let mut nulled = original.clone();
+            *nulled.pointer_mut(&pointer).unwrap() = Value::Null;
+            let with_null = crate::jobspec::parse_json(&nulled.to_string())
+                .unwrap_or_else(|e| panic!("{name} with {pointer} = null: {e}"));
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            let mut left_out = original.clone();
+            let holder = if parent.is_empty() {
+                &mut left_out
+            } else {
+                left_out.pointer_mut(parent).unwrap()
+            };
+            holder
+                .as_object_mut()
+                .unwrap()
+                .remove(&key.replace("~1", "/").replace("~0", "~"));
+            if let Ok(without) = crate::jobspec::parse_json(&left_out.to_string()) {
+                assert_eq!(with_null, without, "{name}: {pointer} = null");
+            }
+        }
+    }
+}

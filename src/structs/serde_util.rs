@@ -8,6 +8,44 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::time::Duration;
 
+/// Reads `bytes` as `T`, taking `null` anywhere as "not set", as Nomad's
+/// Go API does (its request structs are pointers): a member whose value is
+/// `null` reads as if it were left out, so it takes the field's default.
+///
+/// The bytes are read straight into `T` first, so the common case costs
+/// nothing and a real type error keeps serde_json's line and column; only
+/// a body that failed and holds a `null` is read again without them.
+pub fn from_slice_nulls_unset<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, serde_json::Error> {
+    let first = match serde_json::from_slice(bytes) {
+        Ok(value) => return Ok(value),
+        Err(e) => e,
+    };
+    if !bytes.windows(4).any(|w| w == b"null") {
+        return Err(first);
+    }
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Err(first);
+    };
+    strip_nulls(&mut value);
+    serde_json::from_value(value).map_err(|_| first)
+}
+
+/// Removes every object member whose value is `null`, at every depth (see
+/// [`from_slice_nulls_unset`]). serde_json bounds a `Value`'s depth, and so
+/// this recursion.
+pub fn strip_nulls(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
 /// `null` for an empty collection on output, `null` accepted as empty on input.
 ///
 /// Use as `#[serde(default, with = "nullable")]` on Vec, map and VecMap fields.

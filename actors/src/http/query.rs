@@ -271,12 +271,13 @@ pub fn now_nanos() -> i64 {
 }
 
 /// Reads a JSON body, answering 400 with the decoder's message when it is
-/// malformed or has wrong types.
+/// malformed or has wrong types. `null` anywhere means "not set", as in
+/// Nomad's API.
 pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::BadRequest("Request body is empty".into()));
     }
-    serde_json::from_slice(body)
+    herder::structs::serde_util::from_slice_nulls_unset(body)
         .map_err(|e| ApiError::BadRequest(format!("Failed to decode request body: {e}")))
 }
 
