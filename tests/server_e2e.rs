@@ -297,3 +297,89 @@ fn a_node_that_stops_heartbeating_goes_down_and_its_work_is_replaced_elsewhere()
     assert_eq!(old.client_status, herder::structs::ClientStatus::Lost);
     assert!(old.server_terminal());
 }
+
+/// Issue 16: allocations and evaluations carry Nomad's timestamps. A
+/// client report is stamped with the server's time (a report without
+/// `ModifyTime`, as a Nomad-shaped client may send, once left it 0, and
+/// a failed allocation without task finish times was then never
+/// rescheduled), and an evaluation's `ModifyTime` moves when it finishes.
+#[test]
+fn client_reports_are_stamped_by_the_server_and_failures_are_rescheduled() {
+    let dir = temp_dir();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    let mut node = fixtures::node("n0");
+    node.status = NodeStatus::Ready;
+    let (code, body) = send_json(
+        "PUT",
+        &agent.url("/v1/node/register"),
+        None,
+        &json!({"Node": node}),
+    );
+    assert_eq!(code, 200, "{body}");
+    let job = json!({"Job": {
+        "ID": "stamped", "Type": "batch", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1,
+            "ReschedulePolicy": {"Attempts": 1, "Interval": 3_600_000_000_000u64,
+                "Delay": 5_000_000_000u64, "DelayFunction": "constant"},
+            "Tasks": [{"Name": "t", "Driver": "exec", "Config": {"command": "/bin/true"},
+                "Resources": {"CPU": 100, "MemoryMB": 64}}]}]
+    }});
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &job);
+    assert_eq!(code, 200, "{body}");
+    let store = agent.server.as_ref().unwrap().store.clone();
+    let first = wait_for(Duration::from_secs(20), || {
+        store
+            .snapshot()
+            .allocs_by_job("default", "stamped")
+            .next()
+            .map(|a| (**a).clone())
+    })
+    .expect("placed");
+    assert!(first.create_time > 0 && first.modify_time >= first.create_time);
+    let eval = wait_for(Duration::from_secs(20), || {
+        let snap = store.snapshot();
+        let e = snap.evals_by_job("default", "stamped").next()?.clone();
+        e.status.is_terminal().then_some(e)
+    })
+    .expect("the evaluation finishes");
+    assert!(
+        eval.modify_time > eval.create_time,
+        "ModifyTime {} not after CreateTime {}",
+        eval.modify_time,
+        eval.create_time
+    );
+
+    // Failed, without task states or a ModifyTime.
+    let before = herder_now();
+    let report = json!({"Allocs": [{"ID": first.id, "ClientStatus": "failed"}]});
+    let (code, body) = send_json(
+        "PUT",
+        &agent.url(&format!("/v1/node/{}/allocations", node.id)),
+        Some(&node.secret_id),
+        &report,
+    );
+    assert_eq!(code, 200, "{body}");
+    let failed = store.snapshot().alloc(&first.id).unwrap().clone();
+    assert!(
+        failed.modify_time >= before,
+        "ModifyTime {} of a report made after {before}",
+        failed.modify_time
+    );
+    let replacement = wait_for(Duration::from_secs(30), || {
+        store
+            .snapshot()
+            .allocs_by_job("default", "stamped")
+            .find(|a| a.previous_allocation == Some(first.id))
+            .map(|a| a.id)
+    });
+    assert!(
+        replacement.is_some(),
+        "the failed allocation was not rescheduled"
+    );
+}
+
+fn herder_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}

@@ -216,8 +216,17 @@ impl NodeTracker {
                 }
             }
         }
+        // The server's clock stamps the change, as Nomad's does: a client's
+        // clock may be off or absent (a report without `ModifyTime` left it
+        // 0, and the rescheduler, which falls back to it for a failure
+        // with no task finish time, never rescheduled such an allocation).
+        let now = unix_nanos();
+        let mut updates = msg.updates;
+        for update in &mut updates {
+            update.modify_time = now;
+        }
         let mut commands = vec![Command::AllocClientUpdate {
-            updates: msg.updates,
+            updates,
             evals: evals.into_values().collect(),
         }];
         if node_failed {

@@ -1055,6 +1055,8 @@ impl Planner for PlannerBridge {
         self.check_outstanding()?;
         self.await_final_write()?;
         eval.snapshot_index = self.snapshot_index;
+        // The status changes now (Nomad's worker stamps it the same way).
+        eval.modify_time = unix_nanos_now();
         let write = self
             .deps
             .store
