@@ -395,7 +395,7 @@ impl AllocRunner {
             task_config,
             driver: c.drivers.get(&task.driver),
             driver_name: task.driver.clone(),
-            restart: RestartTracker::new(policy, c.job.job_type.is_batch_like(), Instant::now()),
+            restart: RestartTracker::new(policy, runs_to_completion(&c.job, task), Instant::now()),
             kill_timeout: if task.kill_timeout.is_zero() {
                 Duration::from_secs(5)
             } else {
@@ -520,6 +520,14 @@ impl AllocRunner {
         }
         self.publish();
     }
+}
+
+/// Whether a task is done once it exits successfully: batch work, and a
+/// lifecycle task that is not a sidecar (an init step before the main
+/// tasks, a hook after them), as in Nomad. Restarting a prestart task
+/// that had finished its work kept the main tasks from ever starting.
+fn runs_to_completion(job: &herder::structs::Job, task: &Task) -> bool {
+    job.job_type.is_batch_like() || task.lifecycle.as_ref().is_some_and(|l| !l.sidecar)
 }
 
 /// A task's lifecycle phase and whether it is a sidecar.

@@ -258,7 +258,7 @@ async fn raw_exec_reports_exit_code_and_captures_stdout() {
 }
 
 #[tokio::test]
-async fn raw_exec_missing_binary_is_a_node_failure() {
+async fn raw_exec_missing_binary_is_the_jobs_fault() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = BTreeMap::new();
     config.insert(
@@ -275,7 +275,11 @@ async fn raw_exec_missing_binary_is_a_node_failure() {
         })
         .await
         .unwrap_err();
-    assert!(err.is_node_failure(), "{err}");
+    // Issue 16: a command the node lacks suspended the node for 15 min.
+    assert!(
+        !err.is_node_failure(),
+        "a missing binary is the job's fault: {err}"
+    );
     let err = RawExecDriver::new()
         .start_task(TaskConfig {
             task_name: "t".into(),
@@ -604,6 +608,48 @@ async fn prestart_task_runs_before_the_main_task() {
     h.until("complete", |u| u.client_status == ClientStatus::Complete)
         .await;
     assert_eq!(stdout_of(&h, &alloc, "main"), "init\nmain\n");
+}
+
+#[actix_rt::test]
+async fn a_services_prestart_task_runs_once_and_the_main_task_then_runs() {
+    // Issue 16: a non-sidecar prestart task that exited 0 was restarted
+    // by the service restart policy, so the main task never started.
+    let mut h = Harness::new();
+    let mut init = sh_task("init", "echo init >> ../alloc/data/order");
+    init.lifecycle = Some(herder::structs::job::TaskLifecycle {
+        hook: "prestart".into(),
+        sidecar: false,
+    });
+    let main = sh_task("main", "cat ../alloc/data/order; exec sleep 300");
+    let policy = RestartPolicy {
+        attempts: 3,
+        interval: Duration::from_secs(600),
+        delay: Duration::from_millis(20),
+        mode: "fail".into(),
+    };
+    let job = job_with(JobType::Service, vec![main, init], policy);
+    let alloc = alloc_for(&job);
+    let a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let running = h
+        .until("main running", |u| {
+            u.task_states
+                .get("main")
+                .is_some_and(|s| s.state == "running")
+        })
+        .await;
+    let init = running.task_states.get("init").unwrap();
+    assert_eq!(
+        (init.state.as_str(), init.failed, init.restarts),
+        ("dead", false, 0)
+    );
+    assert_eq!(running.client_status, ClientStatus::Running);
+    eventually("main's output", || {
+        stdout_of(&h, &alloc, "main") == "init\n"
+    })
+    .await;
+    a.do_send(Stop {
+        reason: "test over".into(),
+    });
 }
 
 #[actix_rt::test]

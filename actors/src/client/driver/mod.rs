@@ -26,8 +26,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Why a driver could not do what it was asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DriverError {
-    /// The node is at fault (driver unavailable, binary missing, I/O error):
-    /// the servers should count it against the node, not the job.
+    /// The node is at fault (driver unavailable, an I/O error of its disk,
+    /// no process could be forked): the servers should count it against the
+    /// node, not the job. A binary the job names and the node lacks is the
+    /// job's fault (`Task`): counting it against the node suspended healthy
+    /// nodes for 15 minutes and left the job with "no nodes eligible".
     #[error("{0}")]
     Node(String),
     /// The task is at fault (bad configuration, a start error of its own).

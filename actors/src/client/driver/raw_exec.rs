@@ -120,9 +120,19 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
     let err = rw(&stderr_fifo).map_err(|e| node_err("opening the stderr pipe", e))?;
 
     let mut cmd = build_command(&program, &args, &config, out, err)?;
-    let child = cmd
-        .spawn()
-        .map_err(|e| DriverError::Node(format!("failed to start {}: {e}", program.display())))?;
+    let child = cmd.spawn().map_err(|e| {
+        let message = format!("failed to start {}: {e}", program.display());
+        // A program that is missing, not executable or not a program is
+        // the job's to fix; anything else (no memory, no processes) is
+        // the node's.
+        match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+                DriverError::task(message)
+            }
+            _ if e.raw_os_error() == Some(libc::ENOEXEC) => DriverError::task(message),
+            _ => DriverError::Node(message),
+        }
+    })?;
     let pid = child
         .id()
         .and_then(|p| i32::try_from(p).ok())
@@ -243,7 +253,7 @@ fn resolve_command(
         if full.is_file() {
             return Ok(full);
         }
-        return Err(DriverError::Node(format!("binary {command:?} not found")));
+        return Err(DriverError::task(format!("binary {command:?} not found")));
     }
     let default_path = "/usr/local/bin:/usr/bin:/bin".to_string();
     let search = std::iter::once(task_dir.to_path_buf())
@@ -255,7 +265,7 @@ fn resolve_command(
             return Ok(full);
         }
     }
-    Err(DriverError::Node(format!(
+    Err(DriverError::task(format!(
         "binary {command:?} not found in the task dir or PATH"
     )))
 }
