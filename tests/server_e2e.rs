@@ -383,3 +383,45 @@ fn herder_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64)
 }
+
+/// Issue 16: `PauseEvalBroker` in the scheduler configuration stops
+/// scheduling (evaluations wait, none is lost) until it is cleared, and a
+/// paused broker stays paused across a restart.
+#[test]
+fn pause_eval_broker_holds_scheduling_until_cleared_even_across_a_restart() {
+    let dir = temp_dir();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    register_nodes(&agent, 2);
+    let config_url = agent.url("/v1/operator/scheduler/configuration");
+    let (code, body) = send_json("PUT", &config_url, None, &json!({"PauseEvalBroker": true}));
+    assert_eq!(code, 200, "{body}");
+    let job = |id: &str| {
+        json!({"Job": {"ID": id, "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{"Name": "t", "Driver": "exec",
+                "Resources": {"CPU": 100, "MemoryMB": 64}}]}]}})
+    };
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &job("held"));
+    assert_eq!(code, 200, "{body}");
+    let placed = |agent: &TestAgent, id: &str| {
+        let store = &agent.server.as_ref().unwrap().store;
+        store.snapshot().allocs_by_job("default", id).count()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(placed(&agent, "held"), 0, "scheduled while paused");
+
+    agent.stop();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    let config_url = agent.url("/v1/operator/scheduler/configuration");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        placed(&agent, "held"),
+        0,
+        "scheduled while paused after a restart"
+    );
+    let (code, body) = send_json("PUT", &config_url, None, &json!({"PauseEvalBroker": false}));
+    assert_eq!(code, 200, "{body}");
+    let done = wait_for(Duration::from_secs(20), || {
+        (placed(&agent, "held") == 1).then_some(())
+    });
+    assert!(done.is_some(), "the held evaluation never ran once resumed");
+}

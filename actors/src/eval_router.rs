@@ -7,13 +7,14 @@
 //! unblocks the evaluations waiting for that node class. On start (and if
 //! it ever falls behind the feed's buffer) it resynchronises from a full
 //! snapshot; the broker and BlockedEvals ignore what they already hold, so
-//! a resync never runs an evaluation twice.
+//! a resync never runs an evaluation twice. It also hands the scheduler
+//! configuration's `PauseEvalBroker` to the broker whenever it changes.
 
 use crate::blocked_evals::{Block, BlockedEvals, Unblock, UnblockNode};
-use crate::broker::{Enqueue, EnqueueAll, EvalBroker};
+use crate::broker::{Enqueue, EnqueueAll, EvalBroker, SetPaused};
 use crate::feed::FeedFollower;
 use actix::prelude::*;
-use herder::state::{AppliedChanges, StateSnapshot, StateStore};
+use herder::state::{AppliedChanges, StateSnapshot, StateStore, Table};
 use herder::structs::{EvalStatus, Evaluation};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -67,7 +68,16 @@ impl EvalRouter {
             "evaluations restored"
         );
         self.broker.do_send(EnqueueAll { evals: pending });
+        self.pause_broker_as_configured(snap);
         self.last_index = snap.latest_index();
+    }
+
+    /// Pauses or resumes the broker's dequeues as `PauseEvalBroker` says
+    /// (an operator's way to stop scheduling without losing evaluations:
+    /// enqueues go on, workers wait).
+    fn pause_broker_as_configured(&self, snap: &StateSnapshot) {
+        let paused = snap.scheduler_config().pause_eval_broker;
+        self.broker.do_send(SetPaused(paused));
     }
 
     fn route(&mut self, changes: &AppliedChanges) {
@@ -75,6 +85,9 @@ impl EvalRouter {
             return;
         }
         self.last_index = changes.index;
+        if changes.tables.contains(Table::SchedulerConfig) {
+            self.pause_broker_as_configured(&self.store.snapshot());
+        }
         for eval in changes.evals() {
             self.route_eval(eval);
         }
