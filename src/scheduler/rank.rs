@@ -132,8 +132,14 @@ pub fn assign_ports(
         }
     }
     let range = node.node_resources.dynamic_port_range();
+    let ip = node.network_ip();
     let mut grant = |net: &NetworkResource| -> Result<NetworkResource, &'static str> {
         let mut out = net.clone();
+        // The address the ports are reachable on, as Nomad fills it: tasks
+        // and service discovery read it from the allocation.
+        if out.ip.is_empty() {
+            out.ip = ip.to_string();
+        }
         for p in &mut out.dynamic_ports {
             let port = pick_dynamic(range, used, &taken, rng).ok_or(DYNAMIC_PORT_EXHAUSTED)?;
             taken.insert(port);

@@ -200,6 +200,26 @@ impl Node {
         }
     }
 
+    /// The address a node's allocations are reached on: its first network's
+    /// IP as fingerprinted, else its `unique.network.ip-address` attribute,
+    /// else the host of its HTTP address; empty when it reports none.
+    pub fn network_ip(&self) -> &str {
+        if let Some(n) = self
+            .node_resources
+            .networks
+            .iter()
+            .find(|n| !n.ip.is_empty())
+        {
+            return &n.ip;
+        }
+        if let Some(ip) = self.attributes.get("unique.network.ip-address") {
+            return ip;
+        }
+        self.http_addr.rsplit_once(':').map_or("", |(host, _)| {
+            host.trim_start_matches('[').trim_end_matches(']')
+        })
+    }
+
     /// A driver is usable when detected and healthy, or (for nodes that
     /// only report attributes, as old clients do) `driver.<name>` is truthy.
     pub fn has_healthy_driver(&self, driver: &str) -> bool {

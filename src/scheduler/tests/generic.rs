@@ -651,6 +651,44 @@ fn dynamic_ports_are_unique_per_node_and_in_range() {
 }
 
 #[test]
+fn granted_networks_carry_the_nodes_ip() {
+    // Issue 16: an allocation's network IP was empty.
+    let mut s = Scenario::new();
+    let mut n = node();
+    n.node_resources.networks = vec![NetworkResource {
+        device: "eth0".into(),
+        ip: "10.1.2.3".into(),
+        cidr: "10.1.2.3/32".into(),
+        ..Default::default()
+    }];
+    s.add_node(n);
+    let net = NetworkResource {
+        dynamic_ports: vec![Port {
+            label: "http".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let (j, _) = s.register(with_network(job(JobType::Service, 1), net));
+    let live = s.live(&j);
+    let networks: Vec<&NetworkResource> = live[0]
+        .allocated_resources
+        .shared
+        .networks
+        .iter()
+        .chain(
+            live[0]
+                .allocated_resources
+                .tasks
+                .values()
+                .flat_map(|t| &t.networks),
+        )
+        .collect();
+    assert!(!networks.is_empty());
+    assert!(networks.iter().all(|n| n.ip == "10.1.2.3"), "{networks:?}");
+}
+
+#[test]
 fn node_reserved_host_ports_are_avoided() {
     let mut s = Scenario::new();
     let mut n = node();
