@@ -31,6 +31,41 @@ fn binary_dev_agent_stops_gracefully_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
 }
 
+/// Issue 16: with an event stream and a blocking query open, SIGINT took
+/// the HTTP server's whole 10 s grace period (the stream did not watch
+/// the shutdown); it must be quick and never need SIGKILL.
+#[test]
+fn binary_dev_agent_stops_quickly_on_sigint_with_streams_open() {
+    use std::io::Read;
+    let p = HerderProcess::spawn(&["agent", "-dev", "-http-port", "0"]);
+    let open = |path: &str| {
+        let mut conn = std::net::TcpStream::connect(p.addr).expect("connect");
+        let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        std::io::Write::write_all(&mut conn, head.as_bytes()).expect("request");
+        let mut first = [0u8; 64];
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let _ = conn.read(&mut first);
+        conn
+    };
+    let _stream = open("/v1/event/stream");
+    let mut blocking = std::net::TcpStream::connect(p.addr).expect("connect");
+    std::io::Write::write_all(
+        &mut blocking,
+        b"GET /v1/jobs?index=100000&wait=300s HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .expect("request");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let status = p.signal_and_wait(libc::SIGINT);
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "SIGINT took {took:?}"
+    );
+}
+
 #[test]
 fn binary_refuses_unknown_config_key_naming_it() {
     let dir = herder_tests::temp_dir();

@@ -193,6 +193,10 @@ struct StreamState {
     filter: TopicFilter,
     opened: bool,
     heartbeat: Duration,
+    /// The agent's shutdown: the stream ends when it starts, so that an
+    /// open stream never holds the HTTP server's graceful stop (it did,
+    /// for its whole 10 s timeout).
+    shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl StreamState {
@@ -207,11 +211,13 @@ impl StreamState {
             let changes = match self.backlog.pop_front() {
                 Some(c) => c,
                 None => {
+                    let shutdown = wait_for_shutdown(self.shutdown.as_mut());
                     tokio::select! {
                         next = self.receiver.next() => next?,
                         _ = tokio::time::sleep(self.heartbeat) => {
                             return Some(web::Bytes::from_static(b"{}\n"));
                         }
+                        _ = shutdown => return None,
                     }
                 }
             };
@@ -219,6 +225,17 @@ impl StreamState {
                 return Some(line);
             }
         }
+    }
+}
+
+/// Resolves once the agent starts shutting down; never without a watch.
+async fn wait_for_shutdown(watch: Option<&mut tokio::sync::watch::Receiver<bool>>) {
+    match watch {
+        Some(w) => {
+            // A closed watch means the agent is gone: end as well.
+            let _ = w.wait_for(|down| *down).await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -240,6 +257,7 @@ async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResp
         filter,
         opened: false,
         heartbeat: HEARTBEAT,
+        shutdown: Some(info.shutting_down.subscribe()),
     };
     let body = futures::stream::unfold(state, |mut state| async move {
         let line = state.next_line().await?;
@@ -264,6 +282,7 @@ mod tests {
             filter,
             opened: false,
             heartbeat,
+            shutdown: None,
         };
         (state, sender)
     }
