@@ -1176,3 +1176,39 @@ fn nomads_job_json_with_nulls_registers_validates_and_plans() {
     );
     assert_eq!(a.status, 200, "{}", a.body);
 }
+
+/// Issue 16: a job field herder keeps but does not act on is named in the
+/// register, plan and validate answers' `Warnings`, never silently dropped;
+/// and it is kept as written.
+#[test]
+fn unhonoured_job_fields_are_named_in_warnings_and_kept() {
+    let (agent, _dir) = start();
+    let mut body: Value = serde_json::from_str(&job_body("tmpl", 1)).unwrap();
+    body["Job"]["TaskGroups"][0]["Tasks"][0]["Templates"] = json!([{"EmbeddedTmpl": "port={{ env \"NOMAD_PORT_http\" }}", "DestPath": "local/app.conf"}]);
+    body["Job"]["TaskGroups"][0]["Tasks"][0]["Vault"] = json!({"Policies": ["read"]});
+    let body = body.to_string();
+    for path in ["/v1/validate/job", "/v1/job/tmpl/plan", "/v1/jobs"] {
+        let a = call("PUT", &agent.url(path), Some(&body));
+        assert_eq!(a.status, 200, "{path}: {}", a.body);
+        let answer: Value = serde_json::from_str(&a.body).unwrap();
+        let warnings = answer["Warnings"].as_str().unwrap_or_default();
+        assert!(
+            warnings.contains("template is not supported"),
+            "{path}: {warnings}"
+        );
+        assert!(
+            warnings.contains("vault is not supported"),
+            "{path}: {warnings}"
+        );
+    }
+    let (_, stored) = get(&agent.url("/v1/job/tmpl"));
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored["TaskGroups"][0]["Tasks"][0]["Templates"][0]["DestPath"],
+        "local/app.conf"
+    );
+    // A plain job has no warnings.
+    let a = call("PUT", &agent.url("/v1/jobs"), Some(&job_body("plain", 1)));
+    let answer: Value = serde_json::from_str(&a.body).unwrap();
+    assert_eq!(answer["Warnings"], "");
+}

@@ -167,6 +167,17 @@ pub struct ClientConfig {
     pub reserved_cpu: i64,
     pub reserved_memory_mb: i64,
     pub reserved_disk_mb: i64,
+    /// Host volumes this client offers, by name (Nomad's `host_volume`).
+    pub host_volumes: BTreeMap<String, HostVolumeConfig>,
+}
+
+/// One host volume a client offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostVolumeConfig {
+    pub path: PathBuf,
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// Values given as command-line flags: the top layer. `None` leaves the

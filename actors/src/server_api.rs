@@ -81,6 +81,9 @@ pub struct JobWriteResult {
     pub job_modify_index: u64,
     /// The state index at which the write is durable.
     pub index: u64,
+    /// What the job asks for that herder keeps but does not act on
+    /// (`herder::structs::unhonoured`); empty for a deregistration.
+    pub warnings: Vec<String>,
 }
 
 /// A cheap, clonable handle to a running server's operations.
@@ -150,6 +153,7 @@ impl ServerApi {
     ) -> Result<JobWriteResult, ServerApiError> {
         let (namespace, id) = job.key();
         let eval_id = eval.as_ref().map(|e| e.id);
+        let warnings = herder::structs::unhonoured::unhonoured_fields(&job);
         let outcome = self
             .submit(Command::JobRegister {
                 job,
@@ -157,7 +161,9 @@ impl ServerApi {
                 enforce_index,
             })
             .await?;
-        Ok(self.job_write_result(&namespace, &id, eval_id, outcome.index))
+        let mut result = self.job_write_result(&namespace, &id, eval_id, outcome.index);
+        result.warnings = warnings;
+        Ok(result)
     }
 
     /// Stops a job (`purge`: removes it and its history), with the
@@ -202,6 +208,7 @@ impl ServerApi {
             eval_create_index: if eval_id.is_some() { index } else { 0 },
             job_modify_index,
             index,
+            warnings: Vec::new(),
         }
     }
 

@@ -694,6 +694,7 @@ fn resources(r: &BodyReader) -> Result<Resources, JobspecError> {
         disk_mb: r.int("disk")?.unwrap_or_default(),
         iops: r.int("iops")?.unwrap_or_default(),
         networks: Vec::new(),
+        devices: Vec::new(),
     };
     for block in r.blocks("network") {
         let (n, _) = r.child(block, 0, "")?;

@@ -10,6 +10,7 @@
 //! checked by the stack against the plan, not here.
 
 use crate::structs::job::operand;
+use crate::structs::job::VolumeRequest;
 use crate::structs::version::VersionConstraint;
 use crate::structs::{Constraint, Job, Node, TaskGroup};
 use regex::Regex;
@@ -165,6 +166,8 @@ pub struct GroupFeasibility {
     constraints: Vec<Constraint>,
     labels: Vec<Arc<str>>,
     drivers: Vec<String>,
+    /// Host volumes the group needs: (source on the node, read-only).
+    host_volumes: Vec<(String, bool)>,
     /// A constraint reads node-unique values: no class caching.
     pub escaped: bool,
     /// `distinct_hosts` on the job: one allocation of the job per node.
@@ -177,6 +180,8 @@ pub struct GroupFeasibility {
 }
 
 const MISSING_DRIVERS: &str = "missing drivers";
+/// Nomad's name for the filter, as `nomad job plan` shows it.
+const MISSING_HOST_VOLUMES: &str = "missing compatible host volumes";
 
 impl GroupFeasibility {
     pub fn new(job: &Job, tg: &TaskGroup) -> Self {
@@ -185,6 +190,12 @@ impl GroupFeasibility {
             constraints: Vec::new(),
             labels: Vec::new(),
             drivers: Vec::new(),
+            host_volumes: tg
+                .volumes
+                .values()
+                .filter(|v| v.volume_type == VolumeRequest::HOST)
+                .map(|v| (v.source.clone(), v.read_only))
+                .collect(),
             escaped: false,
             distinct_hosts_job: false,
             distinct_hosts_group: false,
@@ -275,6 +286,16 @@ impl GroupFeasibility {
     fn check_uncached(&self, node: &Node, cache: &mut ConstraintCache) -> Result<(), Arc<str>> {
         if !self.drivers.iter().all(|d| node.has_healthy_driver(d)) {
             return Err(Arc::from(MISSING_DRIVERS));
+        }
+        // A writable request needs a writable volume; a read-only one
+        // takes either.
+        let offers = |(source, read_only): &(String, bool)| {
+            node.host_volumes
+                .get(source)
+                .is_some_and(|v| *read_only || !v.read_only)
+        };
+        if !self.host_volumes.iter().all(offers) {
+            return Err(Arc::from(MISSING_HOST_VOLUMES));
         }
         for (c, label) in self.constraints.iter().zip(&self.labels) {
             if !node_meets(node, c, cache) {

@@ -143,6 +143,8 @@ pub struct Job {
     pub dispatched: bool,
     #[serde(with = "nullable")]
     pub meta: BTreeMap<String, String>,
+    /// Kept as written and not acted on (see [`super::unhonoured`]).
+    pub multiregion: Option<serde_json::Value>,
     #[serde(deserialize_with = "null_default::deserialize")]
     pub stop: bool,
     #[serde(deserialize_with = "null_default::deserialize")]
@@ -270,6 +272,55 @@ pub struct TaskGroup {
     pub max_client_disconnect: Option<Duration>,
     #[serde(with = "nanos_opt")]
     pub shutdown_delay: Option<Duration>,
+    /// The volumes the group's tasks may mount, by name. Host volumes
+    /// decide placement (a node must offer them); mounting them is not
+    /// done yet (see [`super::unhonoured`]).
+    #[serde(with = "nullable")]
+    pub volumes: BTreeMap<String, VolumeRequest>,
+    /// Kept as written and not acted on (see [`super::unhonoured`]).
+    #[serde(with = "nullable")]
+    pub services: Vec<serde_json::Value>,
+}
+
+/// A group's `volume` block: what it needs a node (or CSI) to provide.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct VolumeRequest {
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub name: String,
+    /// `host` or `csi`.
+    #[serde(rename = "Type", deserialize_with = "null_default::deserialize")]
+    pub volume_type: String,
+    /// The node's host volume (or the CSI volume ID) it refers to.
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub source: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub read_only: bool,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub access_mode: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub attachment_mode: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub per_alloc: bool,
+}
+
+impl VolumeRequest {
+    pub const HOST: &'static str = "host";
+    pub const CSI: &'static str = "csi";
+}
+
+/// A task's `volume_mount` block.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct VolumeMount {
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub volume: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub destination: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub read_only: bool,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub propagation_mode: String,
 }
 
 impl TaskGroup {
@@ -382,6 +433,17 @@ pub struct Task {
     pub lifecycle: Option<TaskLifecycle>,
     #[serde(with = "nullable")]
     pub artifacts: Vec<serde_json::Value>,
+    #[serde(with = "nullable")]
+    pub volume_mounts: Vec<VolumeMount>,
+    // Kept as written and not acted on (see [`super::unhonoured`]): the
+    // answer to a registration names each one present.
+    #[serde(with = "nullable")]
+    pub templates: Vec<serde_json::Value>,
+    #[serde(with = "nullable")]
+    pub services: Vec<serde_json::Value>,
+    pub vault: Option<serde_json::Value>,
+    #[serde(rename = "CSIPluginConfig")]
+    pub csi_plugin_config: Option<serde_json::Value>,
 }
 
 impl Task {

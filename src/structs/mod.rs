@@ -16,6 +16,7 @@ pub mod plan;
 pub mod resources;
 pub mod serde_util;
 pub mod summary;
+pub mod unhonoured;
 pub mod validate;
 pub mod vecmap;
 pub mod version;

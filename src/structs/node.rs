@@ -169,6 +169,11 @@ pub struct Node {
     pub events: Vec<NodeEvent>,
     #[serde(with = "nullable")]
     pub drivers: BTreeMap<String, DriverInfo>,
+    /// The host volumes the client offers, by name (its `host_volume`
+    /// configuration); a group's host volume request places it only on
+    /// nodes that offer the source.
+    #[serde(with = "nullable")]
+    pub host_volumes: BTreeMap<String, ClientHostVolume>,
     /// The artifact/snapshot the node last ran (Scoot's snapshot affinity);
     /// empty when unknown. A herder extension.
     #[serde(
@@ -180,6 +185,18 @@ pub struct Node {
     pub create_index: u64,
     #[serde(deserialize_with = "null_default::deserialize")]
     pub modify_index: u64,
+}
+
+/// A host volume a client offers (Nomad's `ClientHostVolumeConfig`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ClientHostVolume {
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub name: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub path: String,
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub read_only: bool,
 }
 
 impl Node {
@@ -257,6 +274,12 @@ impl Node {
         for (name, d) in &self.drivers {
             h.write_str(name);
             h.write_str(if d.detected && d.healthy { "1" } else { "0" });
+        }
+        // Host volumes decide feasibility, so nodes of one class must offer
+        // the same ones for the scheduler's per-class cache to hold.
+        for (name, v) in &self.host_volumes {
+            h.write_str(name);
+            h.write_str(if v.read_only { "ro" } else { "rw" });
         }
         self.computed_class = format!("v1:{}", h.finish());
     }

@@ -28,6 +28,9 @@ pub struct Resources {
     pub iops: i64,
     #[serde(with = "nullable")]
     pub networks: Vec<NetworkResource>,
+    /// Kept as written and not acted on (see [`super::unhonoured`]).
+    #[serde(with = "nullable")]
+    pub devices: Vec<serde_json::Value>,
 }
 
 impl Resources {

@@ -143,6 +143,18 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     .collect();
     node.attributes = attrs;
     node.node_resources.networks = vec![host_network(&ip)];
+    node.host_volumes = c
+        .host_volumes
+        .iter()
+        .map(|(name, v)| {
+            let volume = herder::structs::node::ClientHostVolume {
+                name: name.clone(),
+                path: v.path.to_string_lossy().into_owned(),
+                read_only: v.read_only,
+            };
+            (name.clone(), volume)
+        })
+        .collect();
     for driver in drivers.iter() {
         let info = driver.fingerprint();
         if info.detected && info.healthy {

@@ -19,6 +19,7 @@ use crate::server_api::{check_job, JobWriteResult, RegisterJob, ServerApi};
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::jobspec;
 use herder::state::{Command, StateSnapshot, Table, TableSet};
+use herder::structs::unhonoured::{join_warnings, unhonoured_fields};
 use herder::structs::{Evaluation, Job, TriggeredBy};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -291,7 +292,7 @@ pub(super) fn register_answer(r: &JobWriteResult) -> Value {
         "EvalID": r.eval_id.map(|id| id.to_string()).unwrap_or_default(),
         "EvalCreateIndex": r.eval_create_index,
         "JobModifyIndex": r.job_modify_index,
-        "Warnings": "",
+        "Warnings": join_warnings(&r.warnings),
     })
 }
 
@@ -511,8 +512,12 @@ async fn validate_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResp
     if value.get("Job").is_none_or(Value::is_null) {
         return Err(ApiError::BadRequest("Job must be specified".into()));
     }
+    let mut warnings = Vec::new();
     let errors: Vec<String> = match decode_job_body(&info, body).await {
-        Ok(_) => vec![],
+        Ok((job, _)) => {
+            warnings = unhonoured_fields(&job);
+            vec![]
+        }
         Err(e) => e
             .to_string()
             .lines()
@@ -524,6 +529,6 @@ async fn validate_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResp
         "DriverConfigValidated": false,
         "ValidationErrors": if errors.is_empty() { Value::Null } else { json!(errors) },
         "Error": errors.join("; "),
-        "Warnings": "",
+        "Warnings": join_warnings(&warnings),
     })))
 }

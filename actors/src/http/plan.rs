@@ -102,6 +102,7 @@ fn plan_flag(body: &Value, name: &str) -> Result<bool, ApiError> {
 
 /// Registers `job` into a copy of `snap` and schedules it there.
 fn dry_run(snap: StateSnapshot, job: Job, want_diff: bool) -> Result<Value, ApiError> {
+    let warnings = herder::structs::unhonoured::unhonoured_fields(&job);
     let old = snap.job(&job.namespace, &job.id).cloned();
     let now = now_nanos();
     let mut eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now);
@@ -147,7 +148,7 @@ fn dry_run(snap: StateSnapshot, job: Job, want_diff: bool) -> Result<Value, ApiE
         "Annotations": annotations,
         "FailedTGAllocs": failed,
         "NextPeriodicLaunch": null,
-        "Warnings": "",
+        "Warnings": herder::structs::unhonoured::join_warnings(&warnings),
     }))
 }
 

@@ -689,6 +689,67 @@ fn granted_networks_carry_the_nodes_ip() {
 }
 
 #[test]
+fn host_volumes_place_only_on_nodes_that_offer_them() {
+    // Issue 16: a host volume the node does not have makes it infeasible.
+    use crate::structs::job::VolumeRequest;
+    use crate::structs::node::ClientHostVolume;
+    let mut s = Scenario::new();
+    s.add_nodes(2);
+    let mut read_only = node();
+    read_only.host_volumes.insert(
+        "fast".into(),
+        ClientHostVolume {
+            name: "fast".into(),
+            path: "/srv/fast".into(),
+            read_only: true,
+        },
+    );
+    read_only.compute_class();
+    s.add_node(read_only);
+    let mut writable = node();
+    writable.host_volumes.insert(
+        "fast".into(),
+        ClientHostVolume {
+            name: "fast".into(),
+            path: "/srv/fast".into(),
+            read_only: false,
+        },
+    );
+    writable.compute_class();
+    let writable = s.add_node(writable);
+    let mut j = job(JobType::Service, 2);
+    j.task_groups[0].volumes.insert(
+        "data".into(),
+        VolumeRequest {
+            name: "data".into(),
+            volume_type: VolumeRequest::HOST.into(),
+            source: "fast".into(),
+            ..Default::default()
+        },
+    );
+    let (placed, _) = s.register(j.clone());
+    let live = s.live(&placed);
+    assert_eq!(live.len(), 2);
+    assert!(
+        live.iter().all(|a| a.node_id == writable.id),
+        "only one node offers a writable volume"
+    );
+    // A source no node offers: nothing placed, and the filter is named.
+    j.id = "nowhere".into();
+    j.task_groups[0].volumes.get_mut("data").unwrap().source = "missing".into();
+    let (nowhere, _) = s.register(j);
+    assert!(s.live(&nowhere).is_empty());
+    let failed = &s.h.last_eval().unwrap().failed_tg_allocs["web"];
+    assert_eq!(
+        failed
+            .constraint_filtered
+            .get("missing compatible host volumes"),
+        Some(&4),
+        "{failed:?}"
+    );
+}
+
+#[test]
 fn node_reserved_host_ports_are_avoided() {
     let mut s = Scenario::new();
     let mut n = node();
