@@ -414,6 +414,36 @@ impl EvalContext {
         entry.fresh = false;
     }
 
+    /// The whole cores held on `node` with the plan applied, sorted. Read
+    /// from the store's per-node usage, never from the usage column (which
+    /// keeps only totals): only jobs that reserve cores ask, so this path
+    /// costs the others nothing.
+    pub fn cores_in_use(&self, node: &Node) -> Vec<u32> {
+        let mut cores: Vec<u32> = self
+            .state
+            .node_usage(&node.id)
+            .map(|u| u.cores.clone())
+            .unwrap_or_default();
+        let planned = planned_on(&self.plan, node.id);
+        for id in leaving_ids(&self.plan, node.id, planned) {
+            let Some(alloc) = self.state.alloc_by_id(&id) else {
+                continue;
+            };
+            if alloc.node_id == node.id && !alloc.is_terminal() {
+                for core in alloc.allocated_resources.reserved_cores() {
+                    if let Some(at) = cores.iter().position(|c| c == core) {
+                        cores.remove(at);
+                    }
+                }
+            }
+        }
+        for alloc in planned.iter().filter(|a| !a.is_terminal()) {
+            cores.extend(alloc.allocated_resources.reserved_cores());
+        }
+        cores.sort_unstable();
+        cores
+    }
+
     /// Live allocations of other jobs that the plan leaves on the node:
     /// what preemption may evict. Scans the node's allocations, which only
     /// the preemption path needs.

@@ -50,6 +50,8 @@ pub struct GroupAsk {
     /// Group networks, then task networks as (task name, networks).
     pub group_networks: Vec<NetworkResource>,
     pub task_networks: Vec<(String, Vec<NetworkResource>)>,
+    /// Whole cores reserved, as (task name, how many); empty for most jobs.
+    pub cores: Vec<(String, usize)>,
 }
 
 impl GroupAsk {
@@ -57,6 +59,7 @@ impl GroupAsk {
         let combined = tg.combined_resources();
         let mut tasks = VecMap::new();
         let mut task_networks = Vec::new();
+        let mut cores = Vec::new();
         for t in &tg.tasks {
             tasks.insert(
                 t.name.clone(),
@@ -75,6 +78,9 @@ impl GroupAsk {
             if !t.resources.networks.is_empty() {
                 task_networks.push((t.name.clone(), t.resources.networks.clone()));
             }
+            if let Ok(n @ 1..) = usize::try_from(t.resources.cores) {
+                cores.push((t.name.clone(), n));
+            }
         }
         let mut template = AllocatedResources {
             tasks,
@@ -90,11 +96,50 @@ impl GroupAsk {
             template,
             group_networks: tg.networks.clone(),
             task_networks,
+            cores,
         }
     }
 
     pub fn has_networks(&self) -> bool {
         !self.group_networks.is_empty() || !self.task_networks.is_empty()
+    }
+}
+
+/// Nomad's name for a node without enough free cores.
+pub const CORES_EXHAUSTED: &str = "cores";
+
+/// The cores each task of `ask` reserves on a node, lowest free first:
+/// `None` when the node has too few free. `used` is what its live
+/// allocations hold, sorted.
+pub fn assign_cores(ask: &GroupAsk, node: &Node, used: &[u32]) -> Option<Vec<(String, Vec<u32>)>> {
+    let mut free = node
+        .reservable_cores()
+        .into_iter()
+        .filter(|c| used.binary_search(c).is_err());
+    let mut out = Vec::with_capacity(ask.cores.len());
+    for (task, n) in &ask.cores {
+        let picked: Vec<u32> = free.by_ref().take(*n).collect();
+        if picked.len() < *n {
+            return None;
+        }
+        out.push((task.clone(), picked));
+    }
+    Some(out)
+}
+
+/// Writes granted cores into `resources`: each such task is counted as
+/// using its cores' share of the node's MHz, as Nomad counts it.
+pub fn apply_cores(
+    resources: &mut AllocatedResources,
+    cores: Vec<(String, Vec<u32>)>,
+    mhz_per_core: i64,
+) {
+    for (task, ids) in cores {
+        if let Some(t) = resources.tasks.get_mut(&task) {
+            let n = i64::try_from(ids.len()).unwrap_or(i64::MAX);
+            t.cpu.cpu_shares = mhz_per_core.saturating_mul(n);
+            t.cpu.reserved_cores = ids;
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use super::feasible::{
     check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
 };
 use super::preemption::select_preemptions;
-use super::rank::{assign_ports, fit_score, GroupAsk};
+use super::rank::{apply_cores, assign_cores, assign_ports, fit_score, GroupAsk, CORES_EXHAUSTED};
 use super::tally::MetricTally;
 use super::util::FastMap;
 use crate::structs::{
@@ -850,6 +850,18 @@ impl Stack {
             ctx.used_and_collisions(hint, id, position, &info.name, node)
         };
         util.add(&info.ask.resources);
+        let cores = if info.ask.cores.is_empty() {
+            None
+        } else {
+            match self.grant_cores(ctx, info, slot, &mut util) {
+                Some(c) => Some(c),
+                None => {
+                    self.tally
+                        .exhaust(self.meta[slot].node_class, CORES_EXHAUSTED);
+                    return None;
+                }
+            }
+        };
         let mut grant: Option<Box<Grant>> = None;
         if let Err(dimension) = ComparableResources::superset_of(&capacity, &util) {
             match self.preempt_for(ctx, info, opts, slot, &mut util) {
@@ -868,6 +880,12 @@ impl Stack {
                     return None;
                 }
             }
+        }
+        if let Some(cores) = cores {
+            let per_core = self.candidates.node(slot).mhz_per_core();
+            let g = grant.get_or_insert_with(Box::default);
+            let resources = g.resources.get_or_insert_with(|| info.ask.template.clone());
+            apply_cores(resources, cores, per_core);
         }
         let mut scores = self.score(info, opts, at, &capacity, &util, group_collisions);
         if let Some(g) = grant.as_ref().filter(|g| !g.preempted.is_empty()) {
@@ -933,6 +951,27 @@ impl Stack {
             resources: None,
             preempted: list,
         }))
+    }
+
+    /// The whole cores the group's tasks reserve on the candidate, given
+    /// those the plan leaves in use there; their MHz are added to `util`.
+    #[cold]
+    #[inline(never)]
+    fn grant_cores(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        slot: usize,
+        util: &mut ComparableResources,
+    ) -> Option<Vec<(String, Vec<u32>)>> {
+        let node = self.candidates.node(slot);
+        let cores = assign_cores(&info.ask, node, &ctx.cores_in_use(node))?;
+        let count: usize = cores.iter().map(|(_, ids)| ids.len()).sum();
+        let mhz = node
+            .mhz_per_core()
+            .saturating_mul(i64::try_from(count).unwrap_or(i64::MAX));
+        util.cpu = util.cpu.saturating_add(mhz);
+        Some(cores)
     }
 
     /// The group's networks granted on the candidate, given the ports the

@@ -3,7 +3,9 @@
 //!
 //! Only non-terminal allocations count. CPU, memory and disk must not exceed
 //! what the node offers less what it reserves; no two allocations may hold
-//! the same host port, and none may hold a port the node reserves.
+//! the same host port, and none may hold a port the node reserves; no two
+//! may hold the same CPU core, and every core held must be one the node
+//! offers for reservation (`resources { cores = N }`).
 
 use super::{Allocation, ComparableResources, Node};
 
@@ -16,6 +18,8 @@ pub enum FitError {
     PortCollision(u16),
     /// The node's reserved port list cannot be read.
     BadReservedPorts(String),
+    /// Two allocations claim this core, or the node does not offer it.
+    CoreCollision(u32),
 }
 
 impl FitError {
@@ -25,6 +29,7 @@ impl FitError {
             FitError::Exhausted(d) => (*d).to_string(),
             FitError::PortCollision(_) => "network: port collision".to_string(),
             FitError::BadReservedPorts(_) => "network: reserved ports".to_string(),
+            FitError::CoreCollision(_) => "cores".to_string(),
         }
     }
 }
@@ -35,6 +40,7 @@ impl std::fmt::Display for FitError {
             FitError::Exhausted(d) => write!(f, "{d} exhausted"),
             FitError::PortCollision(p) => write!(f, "port {p} is already in use"),
             FitError::BadReservedPorts(e) => write!(f, "node reserved ports: {e}"),
+            FitError::CoreCollision(c) => write!(f, "core {c} is already in use or not offered"),
         }
     }
 }
@@ -50,6 +56,9 @@ pub struct NodeAllocUsage {
     /// Host ports held, sorted; a port held twice (which a committed state
     /// never has, but a forced write could) is listed twice.
     pub ports: Vec<u16>,
+    /// CPU cores held (`resources.cores`), sorted, as ports are. Empty
+    /// unless a job reserves whole cores, so it costs nothing otherwise.
+    pub cores: Vec<u32>,
     /// How many live allocations there are.
     pub live: u32,
 }
@@ -74,6 +83,10 @@ impl NodeAllocUsage {
             let at = self.ports.partition_point(|p| *p < port);
             self.ports.insert(at, port);
         }
+        for &core in alloc.allocated_resources.reserved_cores() {
+            let at = self.cores.partition_point(|c| *c < core);
+            self.cores.insert(at, core);
+        }
         self.live += 1;
     }
 
@@ -86,6 +99,11 @@ impl NodeAllocUsage {
         for port in alloc.allocated_resources.ports() {
             if let Ok(at) = self.ports.binary_search(&port) {
                 self.ports.remove(at);
+            }
+        }
+        for core in alloc.allocated_resources.reserved_cores() {
+            if let Ok(at) = self.cores.binary_search(core) {
+                self.cores.remove(at);
             }
         }
         self.live = self.live.saturating_sub(1);
@@ -107,6 +125,15 @@ impl NodeAllocUsage {
             .find(|p| self.ports.binary_search(p).is_ok())
         {
             return Err(FitError::PortCollision(port));
+        }
+        if let Some(pair) = self.cores.windows(2).find(|w| w[0] == w[1]) {
+            return Err(FitError::CoreCollision(pair[0]));
+        }
+        if !self.cores.is_empty() {
+            let offered = node.reservable_cores();
+            if let Some(core) = self.cores.iter().find(|c| !offered.contains(c)) {
+                return Err(FitError::CoreCollision(*core));
+            }
         }
         ComparableResources::superset_of(&node.available(), &self.used).map_err(FitError::Exhausted)
     }
@@ -229,5 +256,30 @@ mod tests {
         assert_eq!(allocs_fit(&n, [&ssh]), Err(FitError::PortCollision(22)));
         let c = alloc(1, 10, Some(8081));
         assert!(allocs_fit(&n, [&a, &c]).is_ok());
+    }
+
+    #[test]
+    fn cores_collide_and_must_be_offered_by_the_node() {
+        let mut n = node(4000, 4096);
+        n.node_resources.cpu.total_cpu_cores = 2;
+        let with_cores = |cores: Vec<u32>| {
+            let mut a = alloc(100, 100, None);
+            let resources = std::sync::Arc::make_mut(&mut a.allocated_resources);
+            resources.tasks.get_mut("t").unwrap().cpu.reserved_cores = cores;
+            a
+        };
+        assert!(allocs_fit(&n, [&with_cores(vec![0]), &with_cores(vec![1])]).is_ok());
+        assert_eq!(
+            allocs_fit(&n, [&with_cores(vec![0]), &with_cores(vec![0])]),
+            Err(FitError::CoreCollision(0))
+        );
+        assert_eq!(
+            allocs_fit(&n, [&with_cores(vec![5])]),
+            Err(FitError::CoreCollision(5))
+        );
+        // Taking one out frees its core.
+        let mut usage = NodeAllocUsage::of([&with_cores(vec![0]), &with_cores(vec![1])]);
+        usage.remove(&with_cores(vec![1]));
+        assert_eq!(usage.cores, vec![0]);
     }
 }

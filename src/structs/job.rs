@@ -442,7 +442,8 @@ pub struct Task {
     #[serde(with = "nullable")]
     pub services: Vec<serde_json::Value>,
     pub vault: Option<serde_json::Value>,
-    #[serde(rename = "CSIPluginConfig")]
+    /// Left out when unset, as Nomad's answers leave it out.
+    #[serde(rename = "CSIPluginConfig", skip_serializing_if = "Option::is_none")]
     pub csi_plugin_config: Option<serde_json::Value>,
 }
 

@@ -217,6 +217,33 @@ impl Node {
         }
     }
 
+    /// The cores tasks may reserve whole (`resources { cores = N }`): the
+    /// node's reservable cores (all of `TotalCpuCores` when it lists none),
+    /// less those it keeps for itself, ascending.
+    pub fn reservable_cores(&self) -> Vec<u32> {
+        let cpu = &self.node_resources.cpu;
+        let mut cores: Vec<u32> = if cpu.reservable_cpu_cores.is_empty() {
+            (0..cpu.total_cpu_cores).collect()
+        } else {
+            cpu.reservable_cpu_cores.clone()
+        };
+        let kept = &self.reserved_resources.cpu.reserved_cpu_cores;
+        cores.retain(|c| !kept.contains(c));
+        cores.sort_unstable();
+        cores.dedup();
+        cores
+    }
+
+    /// MHz of one core: what a task reserving a whole core is counted as
+    /// using of the node's CPU.
+    pub fn mhz_per_core(&self) -> i64 {
+        let cpu = &self.node_resources.cpu;
+        match i64::from(cpu.total_cpu_cores) {
+            0 => 0,
+            cores => cpu.cpu_shares / cores,
+        }
+    }
+
     /// The address a node's allocations are reached on: its first network's
     /// IP as fingerprinted, else its `unique.network.ip-address` attribute,
     /// else the host of its HTTP address; empty when it reports none.

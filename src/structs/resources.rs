@@ -240,6 +240,13 @@ impl AllocatedResources {
         c
     }
 
+    /// Every CPU core this allocation's tasks reserve.
+    pub fn reserved_cores(&self) -> impl Iterator<Item = &u32> {
+        self.tasks
+            .values()
+            .flat_map(|t| t.cpu.reserved_cores.iter())
+    }
+
     /// Every host port this allocation holds on its node, each once. A
     /// group port is listed twice in Nomad's shape (in `Shared.Networks`
     /// and in `Shared.Ports`); it is still one port.

@@ -750,6 +750,47 @@ fn host_volumes_place_only_on_nodes_that_offer_them() {
 }
 
 #[test]
+fn whole_cores_are_reserved_distinct_and_never_more_than_the_node_has() {
+    // Issue 16: `resources.cores = 64` was placed on a 2-core node.
+    let mut s = Scenario::new();
+    let mut n = node();
+    n.node_resources.cpu.total_cpu_cores = 2;
+    n.node_resources.cpu.cpu_shares = 4000;
+    n.reserved_resources.cpu.cpu_shares = 0;
+    let n = s.add_node(n);
+    let mut big = job(JobType::Service, 1);
+    big.id = "big".into();
+    big.task_groups[0].tasks[0].resources.cpu = 0;
+    big.task_groups[0].tasks[0].resources.cores = 64;
+    let (big, _) = s.register(big);
+    assert!(s.live(&big).is_empty(), "64 cores placed on a 2-core node");
+    let failed = &s.h.last_eval().unwrap().failed_tg_allocs["web"];
+    assert_eq!(
+        failed.dimension_exhausted.get("cores"),
+        Some(&1),
+        "{failed:?}"
+    );
+
+    let mut one = job(JobType::Service, 3);
+    one.task_groups[0].tasks[0].resources.cpu = 0;
+    one.task_groups[0].tasks[0].resources.cores = 1;
+    let (one, _) = s.register(one);
+    let live = s.live(&one);
+    assert_eq!(live.len(), 2, "two cores, two single-core allocations");
+    let mut held: Vec<u32> = live
+        .iter()
+        .flat_map(|a| a.allocated_resources.reserved_cores().copied())
+        .collect();
+    held.sort_unstable();
+    assert_eq!(held, vec![0, 1]);
+    for a in &live {
+        assert_eq!(a.node_id, n.id);
+        // A reserved core counts as its share of the node's MHz.
+        assert_eq!(a.allocated_resources.comparable().cpu, 2000);
+    }
+}
+
+#[test]
 fn node_reserved_host_ports_are_avoided() {
     let mut s = Scenario::new();
     let mut n = node();
