@@ -10,6 +10,7 @@ use crate::client::driver::DriverSet;
 use crate::client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
 use crate::config::AgentConfig;
 use crate::http::{self, HttpServer};
+use crate::nomad_metrics::Board;
 use crate::server::{Server, ServerError, ServerHandle};
 use crate::server_api::ServerApi;
 use actix::{Actor, Addr};
@@ -50,6 +51,9 @@ pub struct AgentInfo {
     /// queries answer at once instead of holding the HTTP server's
     /// graceful stop for their whole wait.
     pub shutting_down: tokio::sync::watch::Sender<bool>,
+    /// What the server's and the client's periodic actors publish under
+    /// Nomad's metric names (`/v1/metrics`).
+    pub nomad_metrics: Board,
 }
 
 /// A running agent.
@@ -75,6 +79,9 @@ impl Agent {
         } else {
             None
         };
+        let nomad_metrics = server
+            .as_ref()
+            .map_or_else(Board::new, |s| s.handle().nomad_metrics.clone());
         let info = Arc::new(AgentInfo {
             config,
             data_dir,
@@ -82,6 +89,7 @@ impl Agent {
             http_addr: std::sync::OnceLock::new(),
             server: server.as_ref().map(|s| s.handle().clone()),
             shutting_down: tokio::sync::watch::Sender::new(false),
+            nomad_metrics,
         });
         let http = match http::start(info.clone()).await {
             Ok(http) => http,
@@ -194,6 +202,7 @@ fn start_client(
             data_dir: info.data_dir.clone(),
             drivers,
             readiness_check: c.readiness_check.clone(),
+            metrics: info.nomad_metrics.clone(),
         })
         .start(),
     ))

@@ -921,15 +921,16 @@ impl EvalBroker {
 
     fn stats(&self) -> BrokerStats {
         let mut stats = BrokerStats::default();
+        // Every scheduler that ever had a queue (queues are kept once
+        // made), empty ones at 0: as Nomad's per-scheduler stats, which
+        // exist from the first evaluation on.
         for (scheduler, queue) in &self.ready {
             stats.total_ready += queue.len();
-            if !queue.is_empty() {
-                stats
-                    .by_scheduler
-                    .entry(scheduler.clone())
-                    .or_default()
-                    .ready += queue.len();
-            }
+            stats
+                .by_scheduler
+                .entry(scheduler.clone())
+                .or_default()
+                .ready += queue.len();
         }
         for unacked in self.unacked.values() {
             stats.total_unacked += 1;

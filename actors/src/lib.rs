@@ -21,6 +21,7 @@ pub mod logging;
 pub mod node_drainer;
 pub mod node_lifecycle;
 pub mod node_tracker;
+pub mod nomad_metrics;
 pub mod periodic;
 pub mod plan_applier;
 pub mod server;

@@ -134,6 +134,15 @@ impl NodeLifecycle {
         self.nodes.is_empty()
     }
 
+    /// The nodes with a live heartbeat deadline: every tracked node but
+    /// the lost ones (Nomad's count of heartbeat timers).
+    pub fn heartbeating(&self) -> usize {
+        self.nodes
+            .values()
+            .filter(|n| !matches!(n.health, Health::Lost { .. }))
+            .count()
+    }
+
     /// The TTL a node is told to heartbeat within: the whole cluster
     /// heartbeats at no more than `max_heartbeats_per_second`, never less
     /// than `min_heartbeat_ttl`, plus up to one TTL of random jitter so the
@@ -485,16 +494,19 @@ mod tests {
             lc.tick(t0 + Duration::from_secs(19)).is_empty(),
             "within TTL + grace"
         );
+        assert_eq!(lc.heartbeating(), 1);
         assert_eq!(
             lc.tick(t0 + Duration::from_secs(20)),
             vec![Transition::MarkDown(n)]
         );
+        assert_eq!((lc.len(), lc.heartbeating()), (1, 0), "lost: no timer");
         assert!(
             lc.tick(t0 + Duration::from_secs(21)).is_empty(),
             "down only once"
         );
         let back = lc.heartbeat(n, TTL, t0 + Duration::from_secs(30)).unwrap();
         assert_eq!(back, vec![Transition::MarkReady(n)]);
+        assert_eq!(lc.heartbeating(), 1);
     }
 
     #[test]

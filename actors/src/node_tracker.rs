@@ -455,6 +455,7 @@ impl Actor for NodeTracker {
         ctx.run_interval(self.tick, |act, ctx| {
             let transitions = act.lifecycle.tick(Instant::now());
             metrics::gauge!("herder.nodes.tracked").set(act.lifecycle.len() as f64);
+            metrics::gauge!("herder.nodes.heartbeating").set(act.lifecycle.heartbeating() as f64);
             if transitions.is_empty() {
                 return;
             }

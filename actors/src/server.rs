@@ -16,6 +16,7 @@ use crate::gc::{GarbageCollector, GcConfig, StopGc};
 use crate::node_drainer::{NodeDrainer, StopDrainer};
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
+use crate::nomad_metrics::Board;
 use crate::periodic::{self, PeriodicLauncher, StopLauncher};
 use crate::plan_applier::{self, PlanApplier};
 use crate::server_metrics::{ServerMetrics, StopMetrics};
@@ -56,6 +57,9 @@ pub struct ServerHandle {
     pub gc: Addr<GarbageCollector>,
     /// How large a job may be (`[limits]`); every write path checks it.
     pub job_limits: JobLimits,
+    /// Where the server publishes its Nomad-named figures (job summaries,
+    /// job statuses) for `/v1/metrics`.
+    pub nomad_metrics: Board,
 }
 
 /// A running server.
@@ -156,13 +160,15 @@ impl Server {
         let periodic = PeriodicLauncher::new(store.clone(), periodic::system_clock()).start();
         let gc = GarbageCollector::new(store.clone(), periodic::system_clock(), gc_config(config))
             .start();
-        let metrics = ServerMetrics {
-            store: store.clone(),
-            broker: broker.clone(),
-            blocked: blocked.clone(),
-            plan_applier: plan_applier.clone(),
-            interval: std::time::Duration::from_secs(1),
-        }
+        let nomad_metrics = Board::new();
+        let metrics = ServerMetrics::new(
+            store.clone(),
+            broker.clone(),
+            blocked.clone(),
+            plan_applier.clone(),
+            nomad_metrics.clone(),
+            std::time::Duration::from_secs(1),
+        )
         .start();
         tracing::info!(index = store.latest_index(), "server started");
         Ok(Server {
@@ -176,6 +182,7 @@ impl Server {
                 periodic,
                 gc,
                 job_limits: config.limits.job_limits(),
+                nomad_metrics,
             },
             router,
             drainer,

@@ -8,7 +8,8 @@
 //! - [`readiness`] decides whether the node may be given work;
 //! - [`alloc_runner`] / [`task_runner`] run one allocation's tasks with their
 //!   restart policy and report every change as an [`AllocUpdate`];
-//! - [`alloc_manager`] keeps one runner per allocation assigned to the node.
+//! - [`alloc_manager`] keeps one runner per allocation assigned to the node;
+//! - [`metrics`] keeps the node's figures under Nomad's names.
 //!
 //! The server-facing part only feeds allocations in (`SyncAllocs` with what
 //! the servers assign, `RestoreAll` at start, `ShutdownAll` at exit) and
@@ -19,6 +20,7 @@ pub mod alloc_runner;
 pub mod driver;
 pub mod fingerprint;
 pub mod logs;
+pub mod metrics;
 pub mod readiness;
 pub mod restart;
 pub mod server_link;

@@ -4,7 +4,10 @@
 //! heartbeats at half the TTL the servers hand back, follows the node's
 //! allocations with blocking queries and feeds them to the allocation
 //! manager, and ships the runners' status updates back in batches (the
-//! newest state per allocation, every quarter second at most). Every
+//! newest state per allocation, every quarter second at most). Once a
+//! second it publishes the node's figures under Nomad's names (allocation
+//! counts, allocated and free resources, task transitions: see
+//! [`crate::client::metrics`]) from what it already handles. Every
 //! request has a timeout; failures are retried with a capped backoff, and a
 //! server that no longer knows the node (restarted on fresh state) gets a
 //! new registration.
@@ -16,8 +19,10 @@ use crate::client::alloc_manager::{
     AllocManager, AllocManagerConfig, RestoreAll, ShutdownAll, StopAll, SyncAllocs,
 };
 use crate::client::driver::DriverSet;
+use crate::client::metrics::ClientFigures;
 use crate::client::readiness::{check_readiness, READINESS_TIMEOUT};
 use crate::client::AllocUpdate;
+use crate::nomad_metrics::{Board, Section};
 use actix::prelude::*;
 use herder::state::AllocClientUpdate;
 use herder::structs::{AllocId, Allocation, Job, Node, NodeStatus};
@@ -32,6 +37,9 @@ const WATCH_WAIT: Duration = Duration::from_secs(60);
 /// Updates are batched for at most this long.
 const FLUSH_DELAY: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// How often the node's Nomad-named figures are published (Nomad's
+/// default `collection_interval`).
+const METRICS_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct ClientAgentConfig {
     /// The server's HTTP address, e.g. `http://127.0.0.1:4646`.
@@ -40,6 +48,8 @@ pub struct ClientAgentConfig {
     pub data_dir: PathBuf,
     pub drivers: DriverSet,
     pub readiness_check: String,
+    /// Where the node's Nomad-named figures are published.
+    pub metrics: Board,
 }
 
 /// Stops the client: with `stop_tasks`, its allocations are stopped first
@@ -65,6 +75,8 @@ pub struct ClientAgent {
     alloc_index: u64,
     failures: u32,
     stopping: bool,
+    figures: ClientFigures,
+    board: Board,
 }
 
 impl ClientAgent {
@@ -87,7 +99,15 @@ impl ClientAgent {
             alloc_index: 0,
             failures: 0,
             stopping: false,
+            figures: ClientFigures::new(),
+            board: config.metrics,
         }
+    }
+
+    fn publish_figures(&self) {
+        let status = if self.ready { "ready" } else { "initializing" };
+        self.board
+            .publish(Section::Client, self.figures.families(&self.node, status));
     }
 
     fn backoff(&mut self) -> Duration {
@@ -252,6 +272,7 @@ impl ClientAgent {
                 act.failures = 0;
                 if index != act.alloc_index {
                     act.alloc_index = index;
+                    act.figures.sync(&allocs);
                     if let Some(m) = &act.manager {
                         m.do_send(SyncAllocs { allocs });
                     }
@@ -383,6 +404,11 @@ impl Actor for ClientAgent {
         manager.do_send(RestoreAll);
         self.manager = Some(manager);
         self.register(ctx);
+        ctx.run_interval(METRICS_INTERVAL, |act, _| act.publish_figures());
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.board.clear(Section::Client);
     }
 }
 
@@ -390,6 +416,7 @@ impl Handler<AllocUpdate> for ClientAgent {
     type Result = ();
 
     fn handle(&mut self, update: AllocUpdate, ctx: &mut Context<Self>) {
+        self.figures.update(&update);
         self.pending.insert(update.alloc_id, update);
         if !self.flush_scheduled {
             self.flush_scheduled = true;

@@ -3,16 +3,19 @@
 //!
 //! One Prometheus recorder is installed per process (the first agent to
 //! start installs it); the JSON answer is read from the same rendering so
-//! both formats always agree. Names keep Prometheus' spelling
-//! (`herder_plan_queue_depth`).
+//! both formats always agree. herder's own names keep Prometheus' spelling
+//! (`herder_plan_queue_depth`); the figures Nomad exports too follow under
+//! Nomad's names (see `crate::nomad_metrics`), dotted in the JSON
+//! (`nomad.nomad.plan.queue_depth`) as Nomad answers them.
 
 use super::errors::ApiError;
 use super::query::QueryOptions;
 use crate::agent::AgentInfo;
+use crate::nomad_metrics;
 use actix_web::{web, HttpRequest, HttpResponse};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -79,6 +82,24 @@ fn record_state_gauges(info: &AgentInfo) {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     metrics::gauge!("herder.agent.uptime_seconds").set(uptime);
+    if let Some(bytes) = resident_memory_bytes() {
+        metrics::gauge!("herder.process.resident_memory_bytes").set(bytes as f64);
+    }
+}
+
+/// This process's resident memory (`VmRSS` in `/proc/self/status`); `None`
+/// where there is no such file.
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 async fn metrics(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
@@ -87,38 +108,27 @@ async fn metrics(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpRes
         ApiError::Unavailable("no metrics recorder is installed in this process".into())
     })?;
     record_state_gauges(&info);
-    let text = handle.render();
+    let mut text = handle.render();
+    let nomad = nomad_metrics::render(&text, &info.nomad_metrics, nomad_metrics::hostname());
+    if !text.is_empty() && !text.ends_with("\n\n") {
+        text.push('\n');
+    }
+    text.push_str(&nomad.text);
     match q.param("format") {
         Some("prometheus") => Ok(HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4; charset=utf-8")
             .body(text)),
-        None | Some("" | "json") => Ok(HttpResponse::Ok().json(to_json(&text))),
+        None | Some("" | "json") => Ok(HttpResponse::Ok().json(to_json(&text, &nomad.dotted))),
         Some(other) => Err(ApiError::BadRequest(format!(
             "Invalid format {other:?}: use prometheus or leave it out for JSON"
         ))),
     }
 }
 
-/// One sample line: name, labels, value.
-fn parse_sample(line: &str) -> Option<(String, Map<String, Value>, f64)> {
-    let (series, value) = line.rsplit_once(' ')?;
-    let value: f64 = value.parse().ok()?;
-    let (name, labels) = match series.split_once('{') {
-        Some((name, rest)) => (name, rest.trim_end_matches('}')),
-        None => (series, ""),
-    };
-    let mut map = Map::new();
-    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
-        if let Some((k, v)) = pair.split_once('=') {
-            map.insert(k.to_string(), json!(v.trim_matches('"')));
-        }
-    }
-    Some((name.to_string(), map, value))
-}
-
 /// Summaries (how histograms render) as Nomad's `Samples`.
 #[derive(Default)]
 struct Summary {
+    name: String,
     labels: Map<String, Value>,
     count: f64,
     sum: f64,
@@ -126,11 +136,13 @@ struct Summary {
     max: f64,
 }
 
-/// Nomad's JSON shape from the Prometheus text.
-fn to_json(text: &str) -> Value {
+/// Nomad's JSON shape from the Prometheus text; `names` renames families
+/// (Prometheus name → the name the JSON gives, Nomad's dotted one).
+fn to_json(text: &str, names: &HashMap<String, String>) -> Value {
     let mut kinds: BTreeMap<String, String> = BTreeMap::new();
     let (mut gauges, mut counters) = (Vec::new(), Vec::new());
-    let mut summaries: BTreeMap<String, Summary> = BTreeMap::new();
+    // One per series: by name and labels (the quantile aside).
+    let mut summaries: BTreeMap<(String, String), Summary> = BTreeMap::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             if let Some((name, kind)) = rest.split_once(' ') {
@@ -141,25 +153,35 @@ fn to_json(text: &str) -> Value {
         if line.starts_with('#') || line.trim().is_empty() {
             continue;
         }
-        let Some((name, mut labels, value)) = parse_sample(line) else {
+        let Some(sample) = nomad_metrics::parse_line(line) else {
             continue;
         };
+        let name = sample.name.as_str();
         let base = name
             .strip_suffix("_sum")
             .or_else(|| name.strip_suffix("_count"))
             .filter(|b| kinds.get(*b).is_some_and(|k| k == "summary"))
-            .unwrap_or(&name)
+            .unwrap_or(name)
             .to_string();
+        let shown = names.get(&base).cloned().unwrap_or_else(|| base.clone());
+        let mut quantile = None;
+        let mut labels = Map::new();
+        for (k, v) in sample.labels {
+            if k == "quantile" {
+                quantile = v.parse::<f64>().ok();
+            } else {
+                labels.insert(k, json!(v));
+            }
+        }
+        let value = sample.value;
         match kinds.get(&base).map(String::as_str) {
             Some("counter") => counters.push(json!({
-                "Name": name, "Count": value, "Rate": value, "Sum": value, "Min": value,
+                "Name": shown, "Count": value, "Rate": value, "Sum": value, "Min": value,
                 "Max": value, "Mean": value, "Stddev": 0, "Labels": labels,
             })),
             Some("summary") => {
-                let quantile = labels
-                    .remove("quantile")
-                    .and_then(|q| q.as_str()?.parse::<f64>().ok());
-                let s = summaries.entry(base.clone()).or_default();
+                let key = (base, Value::Object(labels.clone()).to_string());
+                let s = summaries.entry(key).or_default();
                 match quantile {
                     Some(0.0) => s.min = value,
                     Some(1.0) => s.max = value,
@@ -167,16 +189,17 @@ fn to_json(text: &str) -> Value {
                     None if name.ends_with("_sum") => s.sum = value,
                     None => s.count = value,
                 }
+                s.name = shown;
                 s.labels = labels;
             }
-            _ => gauges.push(json!({"Name": name, "Value": value, "Labels": labels})),
+            _ => gauges.push(json!({"Name": shown, "Value": value, "Labels": labels})),
         }
     }
     let samples: Vec<Value> = summaries
-        .into_iter()
-        .map(|(name, s)| {
+        .into_values()
+        .map(|s| {
             let mean = if s.count > 0.0 { s.sum / s.count } else { 0.0 };
-            json!({"Name": name, "Count": s.count, "Sum": s.sum, "Min": s.min, "Max": s.max,
+            json!({"Name": s.name, "Count": s.count, "Sum": s.sum, "Min": s.min, "Max": s.max,
                    "Mean": mean, "Rate": s.sum, "Stddev": 0, "Labels": s.labels})
         })
         .collect();
@@ -227,7 +250,7 @@ mod tests {
                     # TYPE apply_seconds summary\n\
                     apply_seconds{quantile=\"0\"} 0.5\napply_seconds{quantile=\"1\"} 2\n\
                     apply_seconds_sum 4\napply_seconds_count 4\n";
-        let json = to_json(text);
+        let json = to_json(text, &HashMap::new());
         assert_eq!(json["Gauges"][0]["Name"], "jobs");
         assert_eq!(json["Gauges"][0]["Value"], 3.0);
         assert_eq!(json["Gauges"][0]["Labels"]["ns"], "default");
@@ -241,5 +264,34 @@ mod tests {
             (s["Min"].as_f64(), s["Max"].as_f64(), s["Mean"].as_f64()),
             (Some(0.5), Some(2.0), Some(1.0))
         );
+    }
+
+    #[test]
+    fn each_summary_series_is_one_sample_and_nomads_names_are_dotted() {
+        let text = "# TYPE req_seconds summary\n\
+                    req_seconds{route=\"/a\",quantile=\"1\"} 3\n\
+                    req_seconds_sum{route=\"/a\"} 3\nreq_seconds_count{route=\"/a\"} 1\n\
+                    req_seconds{route=\"/b\",quantile=\"1\"} 5\n\
+                    req_seconds_sum{route=\"/b\"} 9\nreq_seconds_count{route=\"/b\"} 2\n\
+                    # TYPE nomad_nomad_plan_queue_depth gauge\n\
+                    nomad_nomad_plan_queue_depth{host=\"h\"} 0\n";
+        let names = HashMap::from([(
+            "nomad_nomad_plan_queue_depth".to_string(),
+            "nomad.nomad.plan.queue_depth".to_string(),
+        )]);
+        let json = to_json(text, &names);
+        let samples = json["Samples"].as_array().cloned().unwrap_or_default();
+        assert_eq!(samples.len(), 2, "{json}");
+        let b = samples
+            .iter()
+            .find(|s| s["Labels"]["route"] == "/b")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            (b["Count"].as_f64(), b["Max"].as_f64()),
+            (Some(2.0), Some(5.0))
+        );
+        assert_eq!(json["Gauges"][0]["Name"], "nomad.nomad.plan.queue_depth");
+        assert_eq!(json["Gauges"][0]["Labels"]["host"], "h");
     }
 }
