@@ -7,6 +7,7 @@
 //! - [`changes`]: table names, row keys, what a command changed.
 //! - [`store`]: `StateStore`, the single writer, waits and subscriptions.
 //! - [`persist`]: the sled layout, loading and format checks.
+//! - [`quarantine`]: rows that could not be loaded at open, kept aside.
 
 mod alloc_row;
 mod apply;
@@ -14,6 +15,7 @@ pub mod changes;
 pub mod command;
 pub mod fixtures;
 pub mod persist;
+pub mod quarantine;
 mod scheduler_view;
 pub mod snapshot;
 pub mod store;
@@ -28,6 +30,7 @@ pub use apply::JOB_TRACKED_VERSIONS;
 pub use changes::{AppliedChanges, JobKey, Row, RowChange, RowKey, Table, TableSet};
 pub use command::{AllocClientUpdate, Command, CommandEnvelope, PlanResults, COMMAND_VERSION};
 pub use persist::FORMAT_VERSION;
+pub use quarantine::{QuarantineSource, QuarantinedRecord};
 pub use snapshot::StateSnapshot;
 pub use store::{node_allocs_index, ApplyOutcome, StateStore, StoreOptions, Subscription};
 

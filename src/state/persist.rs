@@ -13,9 +13,55 @@
 //! (`wal`), and sled is the checkpoint the log is folded into
 //! (`checkpoint`). Loading reads sled's rows, then replays the log records
 //! newer than sled's meta row.
+//!
+//! # What stops an open, and what is quarantined
+//!
+//! A supervisor restarts a server that fails to open, and it fails again
+//! on the same data: a crash loop, and a cluster without its servers. So
+//! a problem confined to one row never stops an open. Such a row is
+//! *quarantined* (`quarantine`): left out of the tables, logged once, and
+//! moved with its raw bytes into a tree of its own for an operator:
+//!
+//! - a row whose key is of no table, or not in its table's form;
+//! - a value that does not decode (JSON, or a binary allocation row);
+//! - a row whose ID (or job, version, create index) is not its key's;
+//! - a job or job version that decodes but fails `Job::validate`: the API
+//!   refuses such a job because the scheduler cannot handle it (a Count
+//!   of two billion, tens of thousands of groups), so loading one would
+//!   only move the crash from the open to the first evaluation.
+//!
+//! This holds for sled's rows and for the rows inside a log record alike.
+//! A quarantined row means *no row under its key*, not the older value it
+//! replaced: the state then reads the same whether or not its log segment
+//! has been folded into sled yet. A checkpoint row is removed from sled's
+//! main tree; a log row is folded as a delete (`checkpoint`), so neither
+//! comes back and the next open finds nothing new. What the tables lose is
+//! what any deleted row leaves, and the rows that refer to it stay: the
+//! allocations and evaluations of a quarantined job are kept, and their
+//! readers handle a missing job already, as a purged one (the scheduler
+//! stops the job's allocations at its next evaluation; the GC, the
+//! drainer, the node tracker and the plan applier skip or collect them).
+//!
+//! Fatal, the data dir refused with `StoreError::Corrupt` (or
+//! `FormatTooNew`), left untouched: what describes the whole store, not a
+//! row of it.
+//!
+//! - the meta row (missing while rows exist, not JSON, no format version,
+//!   a newer format): without it nothing says which format the rows are
+//!   in or which index they stand for; a log record's meta row likewise;
+//! - a damaged log record other than a torn tail (a checksum mismatch, a
+//!   record cut short or unreadable, in the middle of the log): a record
+//!   is one commit, and the log is a sequence. Damage there is not one bad
+//!   row but an unknown set of lost rows, and every later record was
+//!   applied on top of them; skipping it would open a state that never
+//!   existed, so the operator decides. (A torn last record was never
+//!   acknowledged and is cut off: `wal`.)
+//! - a migration step that cannot rewrite a row (`herder-migrations`),
+//!   and sled or file I/O errors.
 
 use super::alloc_row;
 use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, Table};
+use super::quarantine::{self, QuarantineSource, QuarantinedRecord};
 use super::snapshot::{StateSnapshot, Tables};
 use super::wal::{self, ClosedSegment};
 use super::StoreError;
@@ -83,21 +129,27 @@ pub(crate) struct Loaded {
     pub segments: Vec<ClosedSegment>,
     /// The newest segment's sequence number (0: none).
     pub last_seq: u64,
+    /// Every entry of the quarantine tree, this open's findings included.
+    pub quarantined: Vec<QuarantinedRecord>,
 }
 
 /// Checks the format (migrating an older one), loads every row from sled
 /// and replays the log in `wal_dir` over them.
 pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> {
-    let mut tables = load_checkpoint(db)?;
+    let mut findings = Findings::new(QuarantineSource::Checkpoint);
+    let mut tables = load_checkpoint(db, &mut findings)?;
     let checkpointed = tables.latest_index;
     let found = wal::segments(wal_dir)?;
     let last_seq = found.last().map_or(0, |(seq, _)| *seq);
     let mut segments = Vec::with_capacity(found.len());
     let mut shared = SharedValues::default();
+    findings.source = QuarantineSource::Log;
     for (i, (_, path)) in found.iter().enumerate() {
+        // A damaged record here is fatal (`read_segment`), unlike a bad
+        // row inside a sound record: see the module doc.
         let records = wal::read_segment(path, i + 1 == found.len())?;
         let newer = records.into_iter().filter(|r| r.last_index > checkpointed);
-        replay(&mut tables, &mut shared, newer)?;
+        replay(&mut tables, &mut shared, &mut findings, newer)?;
         let bytes = std::fs::metadata(path)
             .map_err(|e| wal::log_error(path, e))?
             .len();
@@ -111,16 +163,21 @@ pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> 
             bytes,
         });
     }
+    // Only once everything was read: a data dir refused for a fatal
+    // problem is left exactly as it was.
+    quarantine::record(db, findings.rows)?;
+    let quarantined = quarantine::list(db)?;
     tables.rebuild_indexes();
     Ok(Loaded {
         tables,
         segments,
         last_seq,
+        quarantined,
     })
 }
 
 /// Sled's rows: the state as of the last checkpoint (indexes not built).
-fn load_checkpoint(db: &sled::Db) -> Result<Tables, StoreError> {
+fn load_checkpoint(db: &sled::Db, findings: &mut Findings) -> Result<Tables, StoreError> {
     let Some(raw_meta) = db.get(META_KEY)? else {
         if let Some(first) = db.iter().next() {
             let (key, _) = first?;
@@ -147,11 +204,12 @@ fn load_checkpoint(db: &sled::Db) -> Result<Tables, StoreError> {
         tracing::info!(from = found, to = FORMAT_VERSION, "migrating the data dir");
         herder_migrations::migrate(db, found)?;
     }
-    load_rows(db)
+    load_rows(db, findings)
 }
 
 fn format_version(raw_meta: &[u8]) -> Result<u32, StoreError> {
-    let meta: serde_json::Value = parse(META_KEY, raw_meta)?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(raw_meta).map_err(|e| corrupt(META_KEY, &e.to_string()))?;
     meta.get(FORMAT_VERSION_FIELD)
         .and_then(serde_json::Value::as_u64)
         .and_then(|v| u32::try_from(v).ok())
@@ -173,6 +231,67 @@ enum LoadedRow {
     SchedulerConfig(SchedulerConfiguration),
     /// A row the log records as deleted.
     Deleted(RowKey),
+    /// A row that cannot be loaded (boxed: the other variants' size).
+    Bad(Box<BadRow>),
+}
+
+/// A row that cannot be loaded, as the decoders hand it over.
+struct BadRow {
+    key: sled::IVec,
+    /// `None`: a delete (of a key of no table) in the log.
+    value: Option<sled::IVec>,
+    /// The row key, when the raw key is one: the state then holds no row
+    /// under it (not an older value it replaced).
+    row_key: Option<RowKey>,
+    reason: String,
+}
+
+/// The rows found unloadable while reading, in order, with where and at
+/// which index each was found.
+struct Findings {
+    rows: Vec<quarantine::Finding>,
+    source: QuarantineSource,
+    /// The first row not yet stamped with its index: a log record's rows
+    /// come before its meta row, which gives their index.
+    unstamped: usize,
+}
+
+impl Findings {
+    fn new(source: QuarantineSource) -> Self {
+        Findings {
+            rows: Vec::new(),
+            source,
+            unstamped: 0,
+        }
+    }
+
+    fn add(&mut self, t: &mut Tables, bad: BadRow) {
+        if let Some(row_key) = &bad.row_key {
+            remove_row(t, row_key);
+        }
+        let Some(value) = bad.value else {
+            // A delete of a key no table has: nothing to load and nothing
+            // to keep (folding it into sled removes nothing of ours).
+            tracing::warn!(key = %describe_key(&bad.key), reason = %bad.reason,
+                "the state log deletes a key of no table; ignored");
+            return;
+        };
+        self.rows.push(quarantine::Finding {
+            raw_key: bad.key.to_vec(),
+            value: value.to_vec(),
+            reason: bad.reason,
+            source: self.source,
+            found_at_index: 0,
+        });
+    }
+
+    /// Gives the rows found since the last stamp the index `index`.
+    fn stamp(&mut self, index: u64) {
+        for row in &mut self.rows[self.unstamped..] {
+            row.found_at_index = index;
+        }
+        self.unstamped = self.rows.len();
+    }
 }
 
 /// Rows per batch handed between the loading threads.
@@ -182,7 +301,7 @@ const LOAD_BATCH: usize = 512;
 type RawRow = (sled::IVec, Option<sled::IVec>);
 
 /// Reads sled's rows into tables.
-fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
+fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<Tables, StoreError> {
     let mut t = Tables::default();
     let mut shared = SharedValues::default();
     decode_in_order(
@@ -197,7 +316,10 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
         },
         &mut t,
         &mut shared,
+        findings,
     )?;
+    // Rows after the meta row in key order are of sled's index too.
+    findings.stamp(t.latest_index);
     Ok(t)
 }
 
@@ -205,6 +327,7 @@ fn load_rows(db: &sled::Db) -> Result<Tables, StoreError> {
 fn replay(
     t: &mut Tables,
     shared: &mut SharedValues,
+    findings: &mut Findings,
     records: impl Iterator<Item = wal::Record> + Send,
 ) -> Result<(), StoreError> {
     decode_in_order(
@@ -224,6 +347,7 @@ fn replay(
         },
         t,
         shared,
+        findings,
     )
 }
 
@@ -253,7 +377,12 @@ impl BatchSink {
 /// Decoding is most of a restart's work, so it runs on one thread per CPU:
 /// `read` runs on its own thread, decoders take whole batches, and this
 /// thread puts batches back in order as they arrive.
-fn decode_in_order<R>(read: R, t: &mut Tables, shared: &mut SharedValues) -> Result<(), StoreError>
+fn decode_in_order<R>(
+    read: R,
+    t: &mut Tables,
+    shared: &mut SharedValues,
+    findings: &mut Findings,
+) -> Result<(), StoreError>
 where
     R: FnOnce(&mut BatchSink) -> Result<(), StoreError> + Send,
 {
@@ -297,7 +426,8 @@ where
                 Ok(rows) if failure.is_none() => {
                     waiting.insert(seq, rows);
                     while let Some(rows) = waiting.remove(&next) {
-                        rows.into_iter().for_each(|r| insert_row(t, shared, r));
+                        rows.into_iter()
+                            .for_each(|r| insert_row(t, shared, findings, r));
                         next += 1;
                     }
                 }
@@ -327,17 +457,37 @@ fn decode_batches(
         let Ok((seq, batch)) = next else {
             return;
         };
-        let decoded = batch
-            .iter()
-            .map(|(key, value)| match value {
-                Some(value) => decode_row(key, value),
-                None => decode_key(key).map(LoadedRow::Deleted),
-            })
-            .collect::<Result<Vec<_>, _>>();
+        let decoded = decode_batch(&batch);
         if rows_tx.send((seq, decoded)).is_err() {
             return;
         }
     }
+}
+
+/// Decodes one batch of raw rows. A row that cannot be loaded becomes a
+/// `LoadedRow::Bad` in its place (only then is anything copied or
+/// allocated for it); only a fatal problem fails the batch.
+fn decode_batch(batch: &[RawRow]) -> Result<Vec<LoadedRow>, StoreError> {
+    let mut rows = Vec::with_capacity(batch.len());
+    for (key, value) in batch {
+        let row = match value {
+            Some(value) => decode_row_guarded(key, value),
+            None => decode_key(key)
+                .map(LoadedRow::Deleted)
+                .map_err(RowError::from),
+        };
+        rows.push(match row {
+            Ok(row) => row,
+            Err(RowError::Bad(reason)) => LoadedRow::Bad(Box::new(BadRow {
+                key: key.clone(),
+                value: value.clone(),
+                row_key: decode_key(key).ok(),
+                reason,
+            })),
+            Err(RowError::Fatal(e)) => return Err(e),
+        });
+    }
+    Ok(rows)
 }
 
 fn remove_row(t: &mut Tables, key: &RowKey) {
@@ -364,19 +514,17 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
     }
 }
 
-/// The row key a raw key stands for (the inverse of `encode_key`).
-fn decode_key(key: &[u8]) -> Result<RowKey, StoreError> {
+/// The row key a raw key stands for (the inverse of `encode_key`), or why
+/// it stands for none (a static reason: no allocation on any path).
+fn decode_key(key: &[u8]) -> Result<RowKey, &'static str> {
     let Some((&prefix, rest)) = key.split_first() else {
-        return Err(corrupt(key, "empty key"));
+        return Err("empty key");
     };
-    let id =
-        |bytes: &[u8]| uuid::Uuid::from_slice(bytes).map_err(|_| corrupt(key, "not a 16-byte ID"));
+    let id = |bytes: &[u8]| uuid::Uuid::from_slice(bytes).map_err(|_| "not a 16-byte ID");
     let job = |bytes: &[u8]| {
-        let text = std::str::from_utf8(bytes).map_err(|_| corrupt(key, "not UTF-8"))?;
-        let (namespace, id) = text
-            .split_once('\0')
-            .ok_or_else(|| corrupt(key, "no namespace separator"))?;
-        Ok::<_, StoreError>(JobKey::new(namespace, id))
+        let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8")?;
+        let (namespace, id) = text.split_once('\0').ok_or("no namespace separator")?;
+        Ok::<_, &'static str>(JobKey::new(namespace, id))
     };
     let decoded = match prefix {
         JOB => RowKey::Job(job(rest)?),
@@ -401,62 +549,116 @@ fn decode_key(key: &[u8]) -> Result<RowKey, StoreError> {
         EVAL => RowKey::Eval(id(rest)?),
         NODE => RowKey::Node(id(rest)?),
         SCHEDULER_CONFIG if rest.is_empty() => RowKey::SchedulerConfig,
-        _ => return Err(corrupt(key, "not a key of any table")),
+        _ => return Err("not a key of any table"),
     };
-    check_key(key, &encode_key(&decoded))?;
+    if key != encode_key(&decoded) {
+        return Err("not a key in its table's form");
+    }
     Ok(decoded)
 }
 
-fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
+/// Why one row could not be decoded.
+#[derive(Debug, thiserror::Error)]
+enum RowError {
+    /// Only this row is wrong: it is quarantined, and the store opens
+    /// without it.
+    #[error("{0}")]
+    Bad(String),
+    /// The row the whole state depends on (the meta row) is unreadable:
+    /// the data dir is refused.
+    #[error(transparent)]
+    Fatal(StoreError),
+}
+
+impl From<&'static str> for RowError {
+    fn from(reason: &'static str) -> Self {
+        RowError::Bad(reason.to_string())
+    }
+}
+
+fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
     let Some((&prefix, rest)) = key.split_first() else {
-        return Err(corrupt(key, "empty key"));
+        return Err("empty key".into());
     };
     Ok(match prefix {
-        b'm' => LoadedRow::Meta(parse(key, value)?),
+        // Only the meta row itself: any other key starting with its byte
+        // is a key of no table, quarantined like one.
+        _ if key == META_KEY => LoadedRow::Meta(
+            serde_json::from_slice(value)
+                .map_err(|e| RowError::Fatal(corrupt(key, &e.to_string())))?,
+        ),
         JOB => {
-            let job: Job = parse(key, value)?;
+            let job: Job = parse(value)?;
             let job_key = JobKey::of_job(&job);
             check_key(key, &encode_key(&RowKey::Job(job_key.clone())))?;
+            check_job(&job)?;
             LoadedRow::Job(job_key, job)
         }
         JOB_VERSION => {
-            let job: Job = parse(key, value)?;
+            let job: Job = parse(value)?;
             let version_key = JobVersionKey {
                 job: JobKey::of_job(&job),
                 version: job.version,
             };
             check_key(key, &encode_key(&RowKey::JobVersion(version_key.clone())))?;
+            check_job(&job)?;
             LoadedRow::JobVersion(version_key, job)
         }
         JOB_SUMMARY => {
-            let summary: JobSummary = parse(key, value)?;
+            let summary: JobSummary = parse(value)?;
             let job = JobKey::new(&summary.namespace, &summary.job_id);
             check_key(key, &encode_key(&RowKey::JobSummary(job.clone())))?;
             LoadedRow::JobSummary(job, summary)
         }
         ALLOC => {
-            let alloc = parse_alloc(key, value)?;
+            let alloc = parse_alloc(value)?;
             let expected = RowKey::Alloc {
                 create_index: alloc.create_index,
                 id: alloc.id,
             };
-            check_key(key, &encode_key(&expected))
-                .map_err(|_| corrupt(key, "the row's ID does not match its key"))?;
+            if key != encode_key(&expected) {
+                return Err("the row's ID or create index does not match its key".into());
+            }
             LoadedRow::Alloc(alloc)
         }
         EVAL => {
-            let eval: Evaluation = parse(key, value)?;
-            check_id(key, rest, eval.id)?;
+            let eval: Evaluation = parse(value)?;
+            check_id(rest, eval.id)?;
             LoadedRow::Eval(eval)
         }
         NODE => {
-            let node: Node = parse(key, value)?;
-            check_id(key, rest, node.id)?;
+            let node: Node = parse(value)?;
+            check_id(rest, node.id)?;
             LoadedRow::Node(node)
         }
-        SCHEDULER_CONFIG => LoadedRow::SchedulerConfig(parse(key, value)?),
-        _ => return Err(corrupt(key, "unknown table prefix")),
+        SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(parse(value)?),
+        _ => return Err("not a key of any table".into()),
     })
+}
+
+/// `decode_row`, with a panic in it (a decoder or validation bug that some
+/// stored bytes trigger) turned into a quarantined row: at open it would
+/// otherwise take the process down, at every restart. Free when nothing
+/// panics (unwinding costs only when it happens).
+fn decode_row_guarded(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_row(key, value)))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|m| m.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(RowError::Bad(format!("decoding it panicked: {message}")))
+        })
+}
+
+/// A job that decodes but that the API would have refused (a Count of two
+/// billion, sixty thousand groups, an empty group name...) would crash or
+/// stall the scheduler at its next evaluation: it is quarantined like a
+/// row that does not decode.
+fn check_job(job: &Job) -> Result<(), RowError> {
+    job.validate()
+        .map_err(|e| RowError::Bad(format!("the job fails validation: {e}")))
 }
 
 /// One copy of each value many allocations repeat. The scheduler shares
@@ -494,9 +696,10 @@ impl SharedValues {
     }
 }
 
-fn insert_row(t: &mut Tables, shared: &mut SharedValues, row: LoadedRow) {
+fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings, row: LoadedRow) {
     match row {
         LoadedRow::Meta(meta) => {
+            findings.stamp(meta.last_index);
             t.latest_index = meta.last_index;
             for table in Table::ALL {
                 let index = meta.table_indexes.get(table.name()).copied();
@@ -524,19 +727,20 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, row: LoadedRow) {
         }
         LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
         LoadedRow::Deleted(key) => remove_row(t, &key),
+        LoadedRow::Bad(bad) => findings.add(t, *bad),
     }
 }
 
 /// An allocation row: binary (format 4) or, written by format 3, JSON.
-fn parse_alloc(key: &[u8], value: &[u8]) -> Result<Allocation, StoreError> {
+fn parse_alloc(value: &[u8]) -> Result<Allocation, RowError> {
     if value.first() == Some(&b'{') {
-        return parse(key, value);
+        return parse(value);
     }
-    alloc_row::decode(value).map_err(|e| corrupt(key, &e.to_string()))
+    alloc_row::decode(value).map_err(|e| RowError::Bad(e.to_string()))
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(value).map_err(|e| corrupt(key, &e.to_string()))
+fn parse<T: for<'de> Deserialize<'de>>(value: &[u8]) -> Result<T, RowError> {
+    serde_json::from_slice(value).map_err(|e| RowError::Bad(e.to_string()))
 }
 
 fn corrupt(key: &[u8], reason: &str) -> StoreError {
@@ -546,16 +750,20 @@ fn corrupt(key: &[u8], reason: &str) -> StoreError {
     }
 }
 
-fn check_key(key: &[u8], expected: &[u8]) -> Result<(), StoreError> {
+fn check_key(key: &[u8], expected: &[u8]) -> Result<(), RowError> {
     if key == expected {
         Ok(())
     } else {
-        Err(corrupt(key, "the row does not belong under this key"))
+        Err("the row does not belong under this key".into())
     }
 }
 
-fn check_id(key: &[u8], rest: &[u8], id: uuid::Uuid) -> Result<(), StoreError> {
-    check_key(rest, id.as_bytes()).map_err(|_| corrupt(key, "the row's ID does not match its key"))
+fn check_id(rest: &[u8], id: uuid::Uuid) -> Result<(), RowError> {
+    if rest == id.as_bytes() {
+        Ok(())
+    } else {
+        Err("the row's ID does not match its key".into())
+    }
 }
 
 /// The sled key of a row.
@@ -689,7 +897,14 @@ pub(crate) fn write_encoded<'a>(
 /// Each segment is one atomic batch with the meta row of its last record,
 /// so sled always describes one index exactly; a crash between the flush
 /// and the delete leaves records that loading skips as already in sled.
+///
+/// A row under a quarantined key that still cannot be loaded is folded as
+/// a delete: it is the row open left out (the state holds nothing under
+/// its key), so sled must not get it back, nor the value it replaced.
+/// Only such keys are decoded again, so a fold with nothing quarantined
+/// (the normal case) costs one look at an empty tree.
 pub(crate) fn checkpoint(db: &sled::Db, segments: &[ClosedSegment]) -> Result<(), StoreError> {
+    let quarantined = quarantine::keys(db)?;
     for segment in segments {
         let records = wal::read_segment(&segment.path, false)?;
         let mut batch = sled::Batch::default();
@@ -697,6 +912,13 @@ pub(crate) fn checkpoint(db: &sled::Db, segments: &[ClosedSegment]) -> Result<()
         for record in records {
             for (key, value) in record.rows {
                 match value {
+                    Some(value) if !quarantined.is_empty() && quarantined.contains(&key) => {
+                        if matches!(decode_row_guarded(&key, &value), Err(RowError::Bad(_))) {
+                            batch.remove(key);
+                        } else {
+                            batch.insert(key, value);
+                        }
+                    }
                     Some(value) => batch.insert(key, value),
                     None => batch.remove(key),
                 }

@@ -18,6 +18,7 @@
 use super::changes::{AppliedChanges, TableSet};
 use super::command::Command;
 use super::persist;
+use super::quarantine::QuarantinedRecord;
 use super::snapshot::StateSnapshot;
 use super::wal::{self, ClosedSegment, WalWriter};
 use super::StoreError;
@@ -214,6 +215,9 @@ struct Shared {
     changed: Condvar,
     notifiers: Mutex<Notifiers>,
     options: StoreOptions,
+    /// The quarantine tree as open left it (nothing adds to it while the
+    /// store is open: only loading finds rows it cannot load).
+    quarantined: Vec<QuarantinedRecord>,
 }
 
 impl Shared {
@@ -270,7 +274,9 @@ pub struct StateStore {
 
 impl StateStore {
     /// Opens the data dir (creating it when new), upgrading an older format
-    /// and refusing a newer or corrupt one.
+    /// and refusing a newer or corrupt one. A single row that cannot be
+    /// loaded does not stop it: it is quarantined (see [`Self::quarantined`]
+    /// and `persist`'s module doc for what stays fatal).
     pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<StateStore, StoreError> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
@@ -280,6 +286,13 @@ impl StateStore {
         let db = persist::open_db(dir, options.cache_capacity_bytes)?;
         let wal_dir = dir.join(wal::WAL_DIR);
         let loaded = persist::load(&db, &wal_dir)?;
+        if !loaded.quarantined.is_empty() {
+            tracing::warn!(
+                count = loaded.quarantined.len(),
+                "the data dir holds quarantined rows, left out of the state; \
+                 an operator can inspect them in the data dir's quarantine tree"
+            );
+        }
         let disk = Disk {
             log: WalWriter::start(&wal_dir, loaded.last_seq, options.wal_segment_bytes)?,
             db,
@@ -289,6 +302,7 @@ impl StateStore {
             StateSnapshot::from_tables(loaded.tables),
             Some(disk),
             options,
+            loaded.quarantined,
         ))
     }
 
@@ -299,16 +313,22 @@ impl StateStore {
 
     /// A store without persistence, with the given options.
     pub fn in_memory_with(options: StoreOptions) -> StateStore {
-        Self::start(StateSnapshot::new(), None, options)
+        Self::start(StateSnapshot::new(), None, options, Vec::new())
     }
 
-    fn start(state: StateSnapshot, disk: Option<Disk>, options: StoreOptions) -> StateStore {
+    fn start(
+        state: StateSnapshot,
+        disk: Option<Disk>,
+        options: StoreOptions,
+        quarantined: Vec<QuarantinedRecord>,
+    ) -> StateStore {
         let shared = Arc::new(Shared {
             current: Mutex::new(state),
             failed: Mutex::new(None),
             changed: Condvar::new(),
             notifiers: Mutex::new(Notifiers::default()),
             options,
+            quarantined,
         });
         let (sender, receiver) = mpsc::channel();
         let writer = Writer {
@@ -359,6 +379,13 @@ impl StateStore {
     /// Applies a command and returns once it is durable and visible.
     pub fn apply(&self, command: Command) -> Result<ApplyOutcome, StoreError> {
         futures::executor::block_on(self.submit(command)).unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// The rows of the data dir that could not be loaded and were left out
+    /// of the state, in key order: this open's and earlier ones' still in
+    /// the quarantine tree (empty for a store without disk).
+    pub fn quarantined(&self) -> Vec<QuarantinedRecord> {
+        self.shared().quarantined.clone()
     }
 
     /// The latest durable state (O(1)).

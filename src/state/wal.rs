@@ -170,6 +170,9 @@ pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, Sto
                     .map_err(|e| log_error(path, e))?;
                 break;
             }
+            // Fatal, not quarantined like a bad row inside a sound record
+            // (`persist`'s module doc): a broken record is not one row but
+            // a lost commit of unknown rows under every later one.
             Err(reason) => {
                 return Err(StoreError::Corrupt {
                     key: format!("{} at byte {at}", path.display()),
