@@ -445,11 +445,12 @@ fn a_stored_job_that_fails_validation_is_quarantined_with_its_versions() {
     let evals = state.evals_by_job("default", "api").count();
     store.close();
     drop(store);
-    // The stored job and its version as they are, but with a negative
-    // Count: the API refuses it, the scheduler could not place it.
+    // The stored job and its version as they are, but with a Count no
+    // server could place (issue 15: it was persisted, then every start
+    // crashed).
     let mut invalid = api.clone();
-    invalid.task_groups[0].count = -1;
-    assert!(invalid.validate().is_err());
+    invalid.task_groups[0].count = i32::MAX;
+    assert!(invalid.check_loadable().is_err());
     let raw = serde_json::to_vec(&invalid).unwrap();
     write_raw(tmp.path(), &job_key(b'j', "default", "api"), &raw);
     write_raw(
@@ -475,7 +476,7 @@ fn a_stored_job_that_fails_validation_is_quarantined_with_its_versions() {
     assert_eq!(keys.len(), 2, "{quarantined:?}");
     assert!(quarantined
         .iter()
-        .all(|q| q.reason.contains("Count can't be negative")));
+        .all(|q| q.reason.contains("Count 2147483647 is more than the limit")));
     store.close();
     drop(store);
     assert_eq!(open(tmp.path()).quarantined(), quarantined);
@@ -489,9 +490,9 @@ fn an_invalid_job_the_store_once_accepted_into_its_log_is_quarantined() {
     let tmp = tempfile::tempdir().unwrap();
     let store = StateStore::open(tmp.path(), StoreOptions::default()).unwrap();
     populate(&store);
-    let mut nameless = fixtures::job("default", "nameless", &[("", 1)]);
-    nameless.task_groups[0].name.clear();
-    assert!(nameless.validate().is_err());
+    let mut nameless = fixtures::job("default", "nameless", &[("g", 1)]);
+    nameless.task_groups[0].count = i32::MAX;
+    assert!(nameless.check_loadable().is_err());
     register(&store, nameless);
     assert!(store.snapshot().job("default", "nameless").is_some());
     store.close();
@@ -510,7 +511,25 @@ fn an_invalid_job_the_store_once_accepted_into_its_log_is_quarantined() {
     assert_eq!(quarantined.len(), 2, "job and version: {quarantined:?}");
     assert!(quarantined
         .iter()
-        .all(|q| q.source == QuarantineSource::Log && q.reason.contains("missing name")));
+        .all(|q| q.source == QuarantineSource::Log && q.reason.contains("too large to load")));
+}
+
+#[test]
+fn a_stored_job_a_newer_rule_would_refuse_still_loads() {
+    // Validation rules and configured limits change; a job accepted
+    // earlier must not vanish at the next start because of it.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = StateStore::open(tmp.path(), StoreOptions::default()).unwrap();
+    populate(&store);
+    let mut old = fixtures::job("default", "old", &[("g", 150_000)]);
+    old.task_groups[0].tasks[0].name = "alloc".into();
+    assert!(old.validate().is_err(), "refused by today's defaults");
+    register(&store, old);
+    store.close();
+    drop(store);
+    let store = open(tmp.path());
+    assert!(store.snapshot().job("default", "old").is_some());
+    assert!(store.quarantined().is_empty());
 }
 
 #[test]

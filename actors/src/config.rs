@@ -93,6 +93,12 @@ impl Limits {
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(format!("limits.{name}: must be at least 1"));
         }
+        if let Some(name) = l.job_limits().above_ceiling() {
+            return Err(format!(
+                "limits.{name}: above the most any server can schedule ({:?})",
+                herder::structs::validate::JobLimits::CEILING
+            ));
+        }
         if l.max_count_per_group < 1 || l.max_allocs_per_job < 1 {
             return Err(
                 "limits.max_count_per_group and max_allocs_per_job: must be at least 1".into(),

@@ -74,6 +74,39 @@ impl Default for JobLimits {
     }
 }
 
+impl JobLimits {
+    /// The largest limits any configuration may set: far past what one
+    /// server can schedule. A stored job is checked against these (and
+    /// only these) when the state is loaded, so that raising or lowering
+    /// the configured limits, or adding a validation rule, never makes a
+    /// job accepted earlier disappear at the next start; a job beyond
+    /// them could only crash the scheduler and is quarantined.
+    pub const CEILING: JobLimits = JobLimits {
+        max_task_groups: 10_000,
+        max_tasks: 50_000,
+        max_group_count: 1_000_000,
+        max_allocs: 1_000_000,
+        max_name_bytes: 4096,
+    };
+
+    /// The first limit above [`JobLimits::CEILING`], by its config name.
+    pub fn above_ceiling(&self) -> Option<&'static str> {
+        let c = JobLimits::CEILING;
+        [
+            ("max_task_groups", self.max_task_groups > c.max_task_groups),
+            ("max_tasks_per_job", self.max_tasks > c.max_tasks),
+            (
+                "max_count_per_group",
+                self.max_group_count > c.max_group_count,
+            ),
+            ("max_allocs_per_job", self.max_allocs > c.max_allocs),
+            ("max_name_bytes", self.max_name_bytes > c.max_name_bytes),
+        ]
+        .into_iter()
+        .find_map(|(name, above)| above.then_some(name))
+    }
+}
+
 /// The largest CPU (MHz), memory or disk (MB) and bandwidth (Mbits) one task
 /// or node may state: 2^40, a million times any machine built, and small
 /// enough that summing every allocation's ask on a node can never overflow
@@ -87,6 +120,25 @@ impl Job {
     /// problem found.
     pub fn validate(&self) -> Result<(), ValidationError> {
         self.validate_with(&JobLimits::default())
+    }
+
+    /// Whether a stored job can be loaded and scheduled without exhausting
+    /// the server: its size within [`JobLimits::CEILING`]. Deliberately
+    /// not the full validation (see `CEILING`).
+    pub fn check_loadable(&self) -> Result<(), ValidationError> {
+        let mut errs = Vec::new();
+        validate_size(self, &JobLimits::CEILING, &mut errs);
+        if let Some(name) = [&self.id, &self.namespace]
+            .into_iter()
+            .find(|n| n.len() > JobLimits::CEILING.max_name_bytes)
+        {
+            errs.push(format!("an ID of {} bytes", name.len()));
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ValidationError { errors: errs })
+        }
     }
 
     /// Checks the job against `limits`; returns every problem found.

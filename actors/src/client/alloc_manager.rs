@@ -19,10 +19,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The allocations the servers assign to this node now, each with its job.
+/// The job is `None` when the servers no longer have it (a quarantined
+/// job version): a running allocation still takes its updates (a stop
+/// most of all), only a new one cannot start without it.
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "()")]
 pub struct SyncAllocs {
-    pub allocs: Vec<(Allocation, Arc<Job>)>,
+    pub allocs: Vec<(Allocation, Option<Arc<Job>>)>,
 }
 
 /// Restores the allocations persisted by a previous client; answers with
@@ -117,6 +120,11 @@ impl Handler<SyncAllocs> for AllocManager {
                 // Nothing to run for an allocation that is already over.
                 None if alloc.is_terminal() => {}
                 None => {
+                    let Some(job) = job else {
+                        tracing::warn!(alloc = %alloc.id, job = %alloc.job_id,
+                            "the servers sent an allocation without its job; not starting it");
+                        continue;
+                    };
                     let modify_index = alloc.modify_index;
                     let id = alloc.id;
                     let runner = AllocRunner::new(self.runner_config(alloc, job)).start();

@@ -80,7 +80,7 @@ impl ClientFigures {
 
     /// The servers' whole list of this node's allocations: new ones are
     /// added, known ones updated, those no longer listed forgotten.
-    pub fn sync(&mut self, allocs: &[(Allocation, Arc<Job>)]) {
+    pub fn sync(&mut self, allocs: &[(Allocation, Option<Arc<Job>>)]) {
         let listed: HashSet<AllocId> = allocs.iter().map(|(a, _)| a.id).collect();
         self.allocs.retain(|id, _| listed.contains(id));
         for (alloc, job) in allocs {
@@ -90,10 +90,10 @@ impl ClientFigures {
                 .or_insert_with(|| AllocFigures::new(alloc.client_status));
             figures.meta = Some(AllocMeta {
                 namespace: alloc.namespace.clone(),
-                job_name: if job.name.is_empty() {
-                    job.id.clone()
-                } else {
-                    job.name.clone()
+                // Without its job (see `SyncAllocs`), the job's ID.
+                job_name: match job.as_deref() {
+                    Some(job) if !job.name.is_empty() => job.name.clone(),
+                    _ => alloc.job_id.to_string(),
                 },
                 task_group: alloc.task_group.clone(),
                 resources: alloc.allocated_resources.comparable(),
@@ -274,7 +274,10 @@ mod tests {
         );
         let per_alloc = a.allocated_resources.comparable();
         let mut figures = ClientFigures::new();
-        figures.sync(&[(a.clone(), job.clone()), (b.clone(), job.clone())]);
+        figures.sync(&[
+            (a.clone(), Some(job.clone())),
+            (b.clone(), Some(job.clone())),
+        ]);
         figures.update(&update(a.id, ClientStatus::Running, "main", "running", 0));
 
         let f = figures.families(&node, "ready");
@@ -316,7 +319,7 @@ mod tests {
         );
 
         // Collected by the servers: gone from every figure.
-        figures.sync(&[(b, job)]);
+        figures.sync(&[(b, Some(job))]);
         let f = figures.families(&node, "ready");
         assert_eq!(value(&f, "nomad.client.allocations.terminal"), Some(0.0));
         assert_eq!(value(&f, "nomad.client.allocs.running"), None);

@@ -342,7 +342,10 @@ fn ttl_of(v: &Value) -> Duration {
 
 /// The server attaches each allocation's job; allocations of one job
 /// version share one `Arc<Job>`.
-fn parse_allocs(body: Vec<Value>) -> Result<Vec<(Allocation, Arc<Job>)>, String> {
+/// The node's allocations with their jobs. One allocation whose job the
+/// servers no longer have comes with `None` rather than failing the whole
+/// list (which stalled every update to the node, stops included).
+fn parse_allocs(body: Vec<Value>) -> Result<Vec<(Allocation, Option<Arc<Job>>)>, String> {
     let mut jobs: HashMap<(String, String, u64), Arc<Job>> = HashMap::new();
     let mut out = Vec::with_capacity(body.len());
     for mut v in body {
@@ -355,14 +358,14 @@ fn parse_allocs(body: Vec<Value>) -> Result<Vec<(Allocation, Arc<Job>)>, String>
             alloc.job_version,
         );
         let job = match (jobs.get(&key), job) {
-            (Some(j), _) => j.clone(),
-            (None, Some(j)) => {
+            (Some(j), _) => Some(j.clone()),
+            (None, Some(j)) if !j.is_null() => {
                 let j: Arc<Job> =
                     Arc::new(serde_json::from_value(j).map_err(|e| format!("bad job: {e}"))?);
                 jobs.insert(key, j.clone());
-                j
+                Some(j)
             }
-            (None, None) => return Err(format!("allocation {} came without its job", alloc.id)),
+            (None, _) => None,
         };
         out.push((alloc, job));
     }

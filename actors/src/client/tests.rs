@@ -753,7 +753,7 @@ async fn manager_follows_the_servers_and_survives_a_client_restart() {
     let first = AllocManager::new(manager_config(&h)).start();
     first
         .send(SyncAllocs {
-            allocs: vec![(alloc.clone(), job.clone())],
+            allocs: vec![(alloc.clone(), Some(job.clone()))],
         })
         .await
         .unwrap();
@@ -767,7 +767,7 @@ async fn manager_follows_the_servers_and_survives_a_client_restart() {
     // Syncing the same allocation again does not start a second copy.
     second
         .send(SyncAllocs {
-            allocs: vec![(alloc.clone(), job.clone())],
+            allocs: vec![(alloc.clone(), Some(job.clone()))],
         })
         .await
         .unwrap();
@@ -776,7 +776,8 @@ async fn manager_follows_the_servers_and_survives_a_client_restart() {
     stopped.modify_index = 2;
     second
         .send(SyncAllocs {
-            allocs: vec![(stopped, job.clone())],
+            // Without its job (a quarantined version): the stop still arrives.
+            allocs: vec![(stopped, None)],
         })
         .await
         .unwrap();
