@@ -20,7 +20,8 @@ use super::snapshot::{StateSnapshot, Tables};
 use super::wal::{self, ClosedSegment};
 use super::StoreError;
 use crate::structs::{
-    AllocatedResources, Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration,
+    AllocatedResources, Allocation, Evaluation, Job, JobScalingEvents, JobSummary, Node,
+    SchedulerConfiguration,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,8 @@ const ALLOC: u8 = b'a';
 const EVAL: u8 = b'e';
 const NODE: u8 = b'n';
 const SCHEDULER_CONFIG: u8 = b'c';
+/// A job's scaling events, keyed as jobs are.
+const SCALING_EVENTS: u8 = b'x';
 
 /// The meta row.
 #[derive(Debug, Serialize, Deserialize)]
@@ -171,6 +174,7 @@ enum LoadedRow {
     Eval(Evaluation),
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
+    ScalingEvents(JobKey, JobScalingEvents),
     /// A row the log records as deleted.
     Deleted(RowKey),
 }
@@ -361,6 +365,9 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
             t.nodes.remove(id);
         }
         RowKey::SchedulerConfig => t.scheduler_config = None,
+        RowKey::ScalingEvents(k) => {
+            t.scaling_events.remove(k);
+        }
     }
 }
 
@@ -381,6 +388,7 @@ fn decode_key(key: &[u8]) -> Result<RowKey, StoreError> {
     let decoded = match prefix {
         JOB => RowKey::Job(job(rest)?),
         JOB_SUMMARY => RowKey::JobSummary(job(rest)?),
+        SCALING_EVENTS => RowKey::ScalingEvents(job(rest)?),
         JOB_VERSION if rest.len() > 9 => {
             let (job_part, version) = rest.split_at(rest.len() - 9);
             let mut be = [0u8; 8];
@@ -455,6 +463,12 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, StoreError> {
             LoadedRow::Node(node)
         }
         SCHEDULER_CONFIG => LoadedRow::SchedulerConfig(parse(key, value)?),
+        SCALING_EVENTS => {
+            let events: JobScalingEvents = parse(key, value)?;
+            let job = JobKey::new(&events.namespace, &events.job_id);
+            check_key(key, &encode_key(&RowKey::ScalingEvents(job.clone())))?;
+            LoadedRow::ScalingEvents(job, events)
+        }
         _ => return Err(corrupt(key, "unknown table prefix")),
     })
 }
@@ -523,6 +537,9 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, row: LoadedRow) {
             t.nodes.insert(node.id, Arc::new(node));
         }
         LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
+        LoadedRow::ScalingEvents(key, events) => {
+            t.scaling_events.insert(key, Arc::new(events));
+        }
         LoadedRow::Deleted(key) => remove_row(t, &key),
     }
 }
@@ -593,6 +610,7 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
         RowKey::Eval(id) => id_key(EVAL, id),
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
+        RowKey::ScalingEvents(job) => job_key(SCALING_EVENTS, job),
     }
 }
 
@@ -604,6 +622,7 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::Eval(eval) => serde_json::to_writer(out, &**eval),
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
+        Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
     }
 }
 

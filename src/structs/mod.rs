@@ -14,6 +14,7 @@ pub mod node;
 pub mod operator;
 pub mod plan;
 pub mod resources;
+pub mod scaling;
 pub mod serde_util;
 pub mod summary;
 pub mod validate;
@@ -30,6 +31,7 @@ pub use job::{
     ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
     Task, TaskGroup, UpdateStrategy,
 };
+pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
 pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, PackedMetric, ScoreMap};
 pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
 pub use operator::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
