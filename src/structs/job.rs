@@ -243,6 +243,35 @@ impl Job {
         self.task_groups.iter().filter_map(|tg| tg.scaling.as_ref())
     }
 
+    /// A child of this periodic or parameterized job: its spec under
+    /// `id`, with the server's fields reset (a new job at version 0) and
+    /// its own scaling policy IDs. The launcher and dispatch then set what
+    /// makes the child theirs (no `Periodic`; `Dispatched`, payload, meta).
+    pub fn derive_child(&self, id: String, now_nanos: i64) -> Job {
+        let mut child = self.clone();
+        child.name = id.clone();
+        child.id = id;
+        child.parent_id = self.id.clone();
+        child.stop = false;
+        child.status.clear();
+        child.status_description.clear();
+        child.stable = false;
+        child.version = 0;
+        child.create_index = 0;
+        child.modify_index = 0;
+        child.job_modify_index = 0;
+        child.submit_time = now_nanos;
+        let (namespace, child_id) = (child.namespace.clone(), child.id.clone());
+        for tg in &mut child.task_groups {
+            if let Some(policy) = &mut tg.scaling {
+                policy.id.clear();
+                policy.canonicalize(&namespace, &child_id, &tg.name, tg.count);
+            }
+        }
+        child.assign_scaling_policy_ids(None);
+        child
+    }
+
     /// Gives each group's scaling policy its ID: the one the same group's
     /// policy of the same type has in `old` (the stored job), a new one
     /// otherwise. IDs sent with the job are ignored, as in Nomad
