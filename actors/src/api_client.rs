@@ -269,7 +269,10 @@ impl ApiClient {
             request = request.query(key, value);
         }
         for (key, scope) in [("namespace", &self.namespace), ("region", &self.region)] {
-            if let Some(value) = scope.as_ref().filter(|_| !query.iter().any(|(k, _)| *k == key)) {
+            if let Some(value) = scope
+                .as_ref()
+                .filter(|_| !query.iter().any(|(k, _)| *k == key))
+            {
                 request = request.query(key, value);
             }
         }

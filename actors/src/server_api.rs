@@ -231,7 +231,10 @@ impl ServerApi {
         stable: bool,
     ) -> Result<u64, ServerApiError> {
         let snap = self.snapshot();
-        if !snap.job_versions(namespace, job_id).any(|j| j.version == version) {
+        if !snap
+            .job_versions(namespace, job_id)
+            .any(|j| j.version == version)
+        {
             return Err(version_not_found(namespace, job_id, version));
         }
         let outcome = self

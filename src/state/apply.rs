@@ -281,7 +281,9 @@ impl Txn {
                 .jobs
                 .range(JobKey::new(&job.namespace, &prefix)..)
                 .take_while(|(k, _)| *k.namespace == *job.namespace && k.id.starts_with(&prefix))
-                .find(|(_, j)| j.parent_id == job.parent_id && j.dispatch_idempotency_token == *token);
+                .find(|(_, j)| {
+                    j.parent_id == job.parent_id && j.dispatch_idempotency_token == *token
+                });
             if let Some((_, existing)) = used {
                 return Err(ApplyError::DispatchTokenUsed {
                     job_id: existing.id.clone(),

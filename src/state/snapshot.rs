@@ -15,8 +15,8 @@ use crate::scheduler::catalog::NodeCatalogCache;
 use crate::scheduler::usage_column::UsageColumnCache;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
-    AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node,
-    NodeId, SchedulerConfiguration,
+    AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobScalingEvents,
+    JobSummary, Node, NodeId, SchedulerConfiguration,
 };
 use imbl::{OrdMap, OrdSet};
 use std::sync::Arc;

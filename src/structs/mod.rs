@@ -31,7 +31,6 @@ pub use job::{
     ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
     Task, TaskGroup, UpdateStrategy,
 };
-pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
 pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, PackedMetric, ScoreMap};
 pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
 pub use operator::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
@@ -41,6 +40,7 @@ pub use resources::{
     AllocatedTaskResources, ComparableResources, NetworkResource, NodeCpuResources,
     NodeDiskResources, NodeMemoryResources, NodeReservedResources, NodeResources, Port, Resources,
 };
+pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use validate::ValidationError;
 pub use vecmap::VecMap;

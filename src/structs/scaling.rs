@@ -88,7 +88,6 @@ impl ScalingPolicy {
     }
 }
 
-
 /// One scaling request's record (Nomad's `ScalingEvent`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]

@@ -53,6 +53,7 @@ pub enum JobCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
 pub struct HistoryArgs {
     /// A job ID or a unique prefix of one.
     pub id: String,
@@ -72,6 +73,7 @@ pub struct HistoryArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
 pub struct RevertArgs {
     /// A job ID or a unique prefix of one.
     pub id: String,
@@ -204,6 +206,7 @@ pub struct StopArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
 pub struct InspectArgs {
     /// A job ID or a unique prefix of one.
     pub id: String,
@@ -450,7 +453,11 @@ fn stop(client: &ApiClient, args: &StopArgs, out: &mut dyn Write) -> anyhow::Res
 fn inspect(client: &ApiClient, args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     let id = resolve_job_id(client, &args.id)?;
     let job = match args.version {
-        None => client.get(&format!("/v1/job/{}", path_segment(&id)), &[])?.body,
+        None => {
+            client
+                .get(&format!("/v1/job/{}", path_segment(&id)), &[])?
+                .body
+        }
         Some(version) => find_version(&job_versions(client, &id, false)?.body, version)
             .cloned()
             .with_context(|| format!("job {id:?} has no version {version}"))?,
@@ -506,7 +513,9 @@ fn history(client: &ApiClient, args: &HistoryArgs, out: &mut dyn Write) -> anyho
         }
     };
     let shown = match args.version {
-        Some(_) => selected.first().map_or(Value::Null, |i| versions[*i].clone()),
+        Some(_) => selected
+            .first()
+            .map_or(Value::Null, |i| versions[*i].clone()),
         None => Value::Array(versions.clone()),
     };
     if let Some(text) = args.template.render(args.view.json, &shown)? {
@@ -597,7 +606,11 @@ fn dispatch(client: &ApiClient, args: &DispatchArgs, out: &mut dyn Write) -> any
         body["IdPrefixTemplate"] = json!(prefix);
     }
     let answer = client
-        .put(&format!("/v1/job/{}/dispatch", path_segment(&args.id)), &[], &body)
+        .put(
+            &format!("/v1/job/{}/dispatch", path_segment(&args.id)),
+            &[],
+            &body,
+        )
         .context("Failed to dispatch job")?;
     if args.view.json {
         write!(out, "{}", output::json(&answer.body))?;
@@ -607,7 +620,10 @@ fn dispatch(client: &ApiClient, args: &DispatchArgs, out: &mut dyn Write) -> any
     let eval_id = answer.body["EvalID"].as_str().unwrap_or_default();
     let mut pairs = vec![("Dispatched Job ID", child.to_string())];
     if !eval_id.is_empty() {
-        pairs.push(("Evaluation ID", output::short_id(eval_id, args.view.verbose)));
+        pairs.push((
+            "Evaluation ID",
+            output::short_id(eval_id, args.view.verbose),
+        ));
     }
     write!(out, "{}", output::key_values(&pairs))?;
     if args.detach || eval_id.is_empty() {

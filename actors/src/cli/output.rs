@@ -1136,7 +1136,10 @@ fn template_field(action: &str, value: &Value) -> anyhow::Result<String> {
         )
     };
     let path = action.strip_prefix('.').ok_or_else(unsupported)?;
-    if path.chars().any(|c| c.is_whitespace() || c == '|' || c == '(') {
+    if path
+        .chars()
+        .any(|c| c.is_whitespace() || c == '|' || c == '(')
+    {
         return Err(unsupported());
     }
     let mut current = value;
