@@ -148,7 +148,10 @@ pub fn job_status(
         ("Namespace", job.namespace.clone()),
         ("Status", job_status_text(job)),
         ("Periodic", job.periodic.is_some().to_string()),
-        ("Parameterized", job.parameterized_job.is_some().to_string()),
+        (
+            "Parameterized",
+            (job.parameterized_job.is_some() && !job.dispatched).to_string(),
+        ),
     ]);
     out.push_str("\nSummary\n");
     let rows: Vec<Vec<String>> = summary
