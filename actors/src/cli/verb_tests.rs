@@ -1221,8 +1221,7 @@ fn system_gc_and_periodic_force_and_scope_flags_reach_the_agent() {
     let versions = server
         .requests()
         .into_iter()
-        .filter(|r| r.path == "/v1/job/web/versions")
-        .last()
+        .rfind(|r| r.path == "/v1/job/web/versions")
         .unwrap();
     assert_eq!(
         versions.query.get("namespace").map(String::as_str),
