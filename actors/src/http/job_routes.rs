@@ -1,4 +1,9 @@
-//! `/v1/jobs`, `/v1/job/:id/*`, `/v1/jobs/parse` and `/v1/validate/job`.
+//! `/v1/jobs`, `/v1/job/:id/*` (register, read, stop, versions, revert,
+//! stable, dispatch, scale, ...), `/v1/jobs/parse`, `/v1/validate/job` and
+//! the scaling policies (`/v1/scaling/policies`, `/v1/scaling/policy/:id`,
+//! read from the jobs' groups).
+//!
+//! Handlers decode and render; the writes themselves are `ServerApi`'s.
 //!
 //! Writes validate first (a bad job is a 400 that changes nothing), then
 //! submit one command carrying the job and the evaluation it triggers, and
