@@ -137,6 +137,10 @@ fn strip_nulls(value: &mut Value) {
 pub struct ApiClient {
     base: String,
     token: Option<String>,
+    /// Sent as `?namespace=` / `?region=` with every request that does
+    /// not name its own (the CLI's `-namespace` and `-region`).
+    namespace: Option<String>,
+    region: Option<String>,
     agent: ureq::Agent,
     timeout: Duration,
 }
@@ -151,9 +155,19 @@ impl ApiClient {
         Ok(ApiClient {
             base,
             token: config.token,
+            namespace: None,
+            region: None,
             agent,
             timeout: DEFAULT_REQUEST_TIMEOUT,
         })
+    }
+
+    /// Every request asks for this namespace and region (unless its query
+    /// names its own), as Nomad's CLI does with `-namespace`/`-region`.
+    pub fn with_scope(mut self, namespace: Option<String>, region: Option<String>) -> Self {
+        self.namespace = namespace.filter(|n| !n.is_empty());
+        self.region = region.filter(|r| !r.is_empty());
+        self
     }
 
     /// Overrides the per-request timeout of non-blocking requests.
@@ -253,6 +267,14 @@ impl ApiClient {
         }
         for (key, value) in query {
             request = request.query(key, value);
+        }
+        for (key, scope) in [("namespace", &self.namespace), ("region", &self.region)] {
+            if let Some(value) = scope
+                .as_ref()
+                .filter(|_| !query.iter().any(|(k, _)| *k == key))
+            {
+                request = request.query(key, value);
+            }
         }
         let result = match body {
             Some(json) => request.send_json(json),

@@ -105,7 +105,7 @@ pub struct PeriodicLauncher {
 /// A job the launcher must follow: periodic, enabled, not stopped, and not
 /// parameterized (a parameterized periodic job is dispatched, not launched).
 fn is_active_periodic(job: &Job) -> bool {
-    job.periodic.as_ref().is_some_and(|p| p.enabled) && !job.stop && job.parameterized_job.is_none()
+    job.periodic.as_ref().is_some_and(|p| p.enabled) && !job.stop && !job.is_parameterized()
 }
 
 /// The ID of the child launched at `at`.
@@ -395,22 +395,11 @@ fn has_running_child(snap: &StateSnapshot, parent: &Job) -> bool {
     })
 }
 
-/// The child: the parent's spec under its own ID, no longer periodic.
+/// The child: the parent's spec under its own ID, no longer periodic
+/// (`Job::derive_child`, shared with dispatch).
 fn derive_child(parent: &Job, id: String, now: DateTime<Utc>) -> Job {
-    let mut child = parent.clone();
-    child.name = id.clone();
-    child.id = id;
-    child.parent_id = parent.id.clone();
+    let mut child = parent.derive_child(id, unix_nanos(now));
     child.periodic = None;
-    child.stop = false;
-    child.status.clear();
-    child.status_description.clear();
-    child.stable = false;
-    child.version = 0;
-    child.create_index = 0;
-    child.modify_index = 0;
-    child.job_modify_index = 0;
-    child.submit_time = unix_nanos(now);
     child
 }
 

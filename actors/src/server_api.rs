@@ -21,8 +21,10 @@ use herder::state::{
 use herder::structs::job::{MAX_PRIORITY, MIN_PRIORITY};
 use herder::structs::validate::JobLimits;
 use herder::structs::{
-    AllocId, Allocation, EvalId, EvalStatus, Evaluation, Job, Node, NodeId, TriggeredBy,
+    AllocId, Allocation, EvalId, EvalStatus, Evaluation, Job, Node, NodeId, ScalingEvent,
+    TriggeredBy,
 };
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,15 +124,11 @@ impl ServerApi {
             )));
         }
         let snap = self.snapshot();
-        if snap.scheduler_config().reject_job_registration {
-            return Err(ServerApiError::Forbidden(
-                "job registration, dispatch, and scale are disabled by the scheduler configuration"
-                    .into(),
-            ));
-        }
+        check_registration_allowed(&snap)?;
         if preserve_counts {
             keep_stored_counts(&snap, &mut job);
         }
+        job.assign_scaling_policy_ids(snap.job(&job.namespace, &job.id).map(|j| &**j));
         let now = unix_nanos();
         job.submit_time = now;
         let eval = (!job.is_template()).then(|| {
@@ -190,6 +188,258 @@ impl ServerApi {
             })
             .await?;
         Ok(self.job_write_result(namespace, job_id, eval_id, outcome.index))
+    }
+
+    /// Reverts a job to one of its stored versions (Nomad's `Job.Revert`):
+    /// that version is registered again, as a new version, with every
+    /// check of a registration. `enforce_prior_version`: only if the
+    /// current version is this one.
+    pub async fn revert_job(
+        &self,
+        namespace: &str,
+        job_id: &str,
+        version: u64,
+        enforce_prior_version: Option<u64>,
+    ) -> Result<JobWriteResult, ServerApiError> {
+        let snap = self.snapshot();
+        let current = snap
+            .job(namespace, job_id)
+            .ok_or_else(|| ServerApiError::NotFound(format!("job {job_id:?} not found")))?;
+        if version == current.version {
+            return Err(ServerApiError::Invalid(
+                "can't revert to current version".into(),
+            ));
+        }
+        let target = snap
+            .job_versions(namespace, job_id)
+            .find(|j| j.version == version)
+            .ok_or_else(|| version_not_found(namespace, job_id, version))?;
+        let mut request = RegisterJob::new((**target).clone());
+        if let Some(prior) = enforce_prior_version {
+            if current.version != prior {
+                return Err(ServerApiError::Invalid(format!(
+                    "Current job has version {}; enforcing version {prior}",
+                    current.version
+                )));
+            }
+            request.enforce_index = Some(current.job_modify_index);
+        }
+        self.register_job(request).await
+    }
+
+    /// Marks a stored version of a job stable or not (Nomad's
+    /// `Job.Stable`); returns the index of the write.
+    pub async fn set_job_stability(
+        &self,
+        namespace: &str,
+        job_id: &str,
+        version: u64,
+        stable: bool,
+    ) -> Result<u64, ServerApiError> {
+        let snap = self.snapshot();
+        if !snap
+            .job_versions(namespace, job_id)
+            .any(|j| j.version == version)
+        {
+            return Err(version_not_found(namespace, job_id, version));
+        }
+        let outcome = self
+            .submit(Command::JobStabilityUpdate {
+                namespace: namespace.to_string(),
+                job_id: job_id.to_string(),
+                version,
+                stable,
+            })
+            .await?;
+        Ok(outcome.index)
+    }
+
+    /// Dispatches a parameterized job (Nomad's `Job.Dispatch`): a child
+    /// `<parent>/dispatch-<unix seconds>-<8 hex>` carrying the payload and
+    /// the meta, with its evaluation. A request whose idempotency token a
+    /// child of the parent already carries answers that child instead.
+    pub async fn dispatch_job(
+        &self,
+        request: DispatchJob,
+    ) -> Result<DispatchResult, ServerApiError> {
+        if request.job_id.is_empty() {
+            return Err(ServerApiError::Invalid(
+                "missing parameterized job ID".into(),
+            ));
+        }
+        let snap = self.snapshot();
+        check_registration_allowed(&snap)?;
+        let parent = snap
+            .job(&request.namespace, &request.job_id)
+            .ok_or_else(|| ServerApiError::NotFound("parameterized job not found".into()))?;
+        if !parent.is_parameterized() {
+            return Err(ServerApiError::Invalid(format!(
+                "Specified job {:?} is not a parameterized job",
+                request.job_id
+            )));
+        }
+        if parent.stop {
+            return Err(ServerApiError::Invalid(format!(
+                "Specified job {:?} is stopped",
+                request.job_id
+            )));
+        }
+        check_dispatch(&request, parent)?;
+        if !request.idempotency_token.is_empty() {
+            let prefix = format!("{}/", parent.id);
+            let earlier = snap
+                .jobs_by_id_prefix(&parent.namespace, &prefix)
+                .find(|j| {
+                    j.parent_id == parent.id
+                        && j.dispatch_idempotency_token == request.idempotency_token
+                });
+            if let Some(child) = earlier {
+                return Ok(DispatchResult::earlier(child));
+            }
+        }
+        let now = unix_nanos();
+        let mut child = parent.derive_child(dispatched_id(parent, &request, now), now);
+        child.dispatched = true;
+        child.dispatch_idempotency_token = request.idempotency_token.clone();
+        child.meta.extend(request.meta.clone());
+        child.payload = request.payload_base64();
+        check_job(&child, &self.server.job_limits)?;
+        let eval = (!child.is_template())
+            .then(|| Evaluation::for_job(&child, TriggeredBy::JobRegister, now));
+        let eval_id = eval.as_ref().map(|e| e.id);
+        let child_id = child.id.clone();
+        let submitted = self
+            .submit(Command::JobDispatch {
+                job: Arc::new(child),
+                eval,
+            })
+            .await;
+        match submitted {
+            Ok(outcome) => Ok(DispatchResult {
+                dispatched_job_id: child_id,
+                eval_id,
+                eval_create_index: if eval_id.is_some() { outcome.index } else { 0 },
+                job_create_index: outcome.index,
+                index: outcome.index,
+            }),
+            // A concurrent dispatch with the same token came first.
+            Err(ServerApiError::Invalid(_)) if !request.idempotency_token.is_empty() => {
+                let snap = self.snapshot();
+                let prefix = format!("{}/", request.job_id);
+                let earlier = snap
+                    .jobs_by_id_prefix(&request.namespace, &prefix)
+                    .find(|j| j.dispatch_idempotency_token == request.idempotency_token)
+                    .map(|child| DispatchResult::earlier(child));
+                earlier.ok_or_else(|| ServerApiError::Internal("dispatch refused".into()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Scales a group (Nomad's `Job.Scale`): with a count, a new job
+    /// version with that count and its evaluation; with or without one, a
+    /// scaling event recorded for the group (`GET /v1/job/:id/scale`).
+    pub async fn scale_job(&self, request: ScaleJob) -> Result<JobWriteResult, ServerApiError> {
+        let ScaleJob {
+            namespace,
+            job_id,
+            group,
+            count,
+            message,
+            error,
+            meta,
+        } = request;
+        if group.is_empty() {
+            return Err(ServerApiError::Invalid(
+                "missing task group name for scaling action".into(),
+            ));
+        }
+        let new_count = match count {
+            Some(c) if c < 0 => {
+                return Err(ServerApiError::Invalid(
+                    "scaling action count can't be negative".into(),
+                ))
+            }
+            Some(_) if error => {
+                return Err(ServerApiError::Invalid(
+                    "scaling action should not contain count if error is true".into(),
+                ))
+            }
+            Some(c) => Some(i32::try_from(c).map_err(|_| {
+                ServerApiError::Invalid(format!(
+                    "new scaling count is too large for TaskGroup.Count (int): {c}"
+                ))
+            })?),
+            None => None,
+        };
+        let snap = self.snapshot();
+        check_registration_allowed(&snap)?;
+        let old = snap
+            .job(&namespace, &job_id)
+            .ok_or_else(|| ServerApiError::NotFound(format!("job {job_id:?} not found")))?;
+        let tg = old.lookup_task_group(&group).ok_or_else(|| {
+            ServerApiError::Invalid(format!(
+                "task group {group:?} specified for scaling does not exist in job"
+            ))
+        })?;
+        let now = unix_nanos();
+        let mut event = ScalingEvent {
+            time: now,
+            count,
+            previous_count: i64::from(tg.count),
+            message,
+            error,
+            meta,
+            ..Default::default()
+        };
+        let (job, eval, enforce_index) = match new_count {
+            None => (None, None, None),
+            Some(c) => {
+                if let Some(policy) = &tg.scaling {
+                    let (min, max) = (policy.min.unwrap_or(0), policy.max.unwrap_or(i64::MAX));
+                    let asked = i64::from(c);
+                    if asked < min {
+                        return Err(ServerApiError::Invalid(format!(
+                            "group count was less than scaling policy minimum: {asked} < {min}"
+                        )));
+                    }
+                    if max < asked {
+                        return Err(ServerApiError::Invalid(format!(
+                            "group count was greater than scaling policy maximum: {asked} > {max}"
+                        )));
+                    }
+                }
+                let mut job = (**old).clone();
+                if let Some(tg) = job.task_groups.iter_mut().find(|g| g.name == group) {
+                    tg.count = c;
+                }
+                check_job(&job, &self.server.job_limits)?;
+                job.submit_time = now;
+                let eval = (!job.is_template())
+                    .then(|| Evaluation::for_job(&job, TriggeredBy::JobScaling, now));
+                event.eval_id = eval.as_ref().map(|e| e.id.to_string());
+                (Some(Arc::new(job)), eval, Some(old.job_modify_index))
+            }
+        };
+        let eval_id = eval.as_ref().map(|e| e.id);
+        let changes_job = job.is_some();
+        let outcome = self
+            .submit(Command::JobScale {
+                namespace: namespace.clone(),
+                job_id: job_id.clone(),
+                group,
+                job,
+                eval,
+                enforce_index,
+                event,
+            })
+            .await?;
+        let mut result = self.job_write_result(&namespace, &job_id, eval_id, outcome.index);
+        if !changes_job {
+            // Nomad answers the job's ModifyIndex when nothing changed.
+            result.job_modify_index = old.modify_index;
+        }
+        Ok(result)
     }
 
     fn job_write_result(
@@ -357,6 +607,156 @@ impl ServerApi {
             .map_err(|_| shutting_down())?
             .map_err(store_error)
     }
+}
+
+/// A dispatch of a parameterized job (`PUT /v1/job/:id/dispatch`).
+#[derive(Debug, Clone, Default)]
+pub struct DispatchJob {
+    pub namespace: String,
+    /// The parameterized job.
+    pub job_id: String,
+    /// The input, at most [`DISPATCH_PAYLOAD_SIZE_LIMIT`] bytes.
+    pub payload: Vec<u8>,
+    /// Merged over the job's meta; keys must be in the job's
+    /// `MetaRequired` or `MetaOptional`.
+    pub meta: BTreeMap<String, String>,
+    /// A retry with the same token answers the child made the first time.
+    pub idempotency_token: String,
+    /// Put into the child's ID after `dispatch-` (Nomad 1.5's
+    /// `IdPrefixTemplate`).
+    pub id_prefix_template: String,
+}
+
+impl DispatchJob {
+    fn payload_base64(&self) -> String {
+        use base64::Engine;
+        if self.payload.is_empty() {
+            return String::new();
+        }
+        base64::engine::general_purpose::STANDARD.encode(&self.payload)
+    }
+}
+
+/// Nomad's `DispatchPayloadSizeLimit`: 16 KiB.
+pub const DISPATCH_PAYLOAD_SIZE_LIMIT: usize = 16 * 1024;
+
+/// Nomad's `JobDispatchResponse`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchResult {
+    pub dispatched_job_id: String,
+    /// `None` for a periodic child (it is launched on its schedule) and
+    /// for an earlier child answered for its idempotency token.
+    pub eval_id: Option<EvalId>,
+    pub eval_create_index: u64,
+    pub job_create_index: u64,
+    pub index: u64,
+}
+
+impl DispatchResult {
+    /// The answer for a child dispatched earlier with the same token.
+    fn earlier(child: &Job) -> DispatchResult {
+        DispatchResult {
+            dispatched_job_id: child.id.clone(),
+            eval_id: None,
+            eval_create_index: 0,
+            job_create_index: child.create_index,
+            index: child.modify_index,
+        }
+    }
+}
+
+/// A scaling request (`POST /v1/job/:id/scale`).
+#[derive(Debug, Clone, Default)]
+pub struct ScaleJob {
+    pub namespace: String,
+    pub job_id: String,
+    pub group: String,
+    /// The new count; `None` records an event without changing the job.
+    pub count: Option<i64>,
+    pub message: String,
+    pub error: bool,
+    pub meta: BTreeMap<String, serde_json::Value>,
+}
+
+/// The dispatched child's ID: `<parent>/dispatch-[<prefix>-]<unix>-<8 hex>`.
+fn dispatched_id(parent: &Job, request: &DispatchJob, now_nanos: i64) -> String {
+    let unique = herder::structs::new_id().simple().to_string();
+    let secs = now_nanos / 1_000_000_000;
+    let prefix = if request.id_prefix_template.is_empty() {
+        String::new()
+    } else {
+        format!("{}-", request.id_prefix_template)
+    };
+    format!("{}/dispatch-{prefix}{secs}-{}", parent.id, &unique[..8])
+}
+
+/// Nomad's `validateDispatchRequest`: the payload and meta the
+/// parameterized job allows.
+fn check_dispatch(request: &DispatchJob, parent: &Job) -> Result<(), ServerApiError> {
+    use herder::structs::job::dispatch_payload::{FORBIDDEN, REQUIRED};
+    let Some(config) = &parent.parameterized_job else {
+        return Ok(());
+    };
+    let has_input = !request.payload.is_empty();
+    if config.payload == REQUIRED && !has_input {
+        return Err(ServerApiError::Invalid(
+            "Payload is not provided but required by parameterized job".into(),
+        ));
+    }
+    if config.payload == FORBIDDEN && has_input {
+        return Err(ServerApiError::Invalid(
+            "Payload provided but forbidden by parameterized job".into(),
+        ));
+    }
+    if request.payload.len() > DISPATCH_PAYLOAD_SIZE_LIMIT {
+        return Err(ServerApiError::Invalid(format!(
+            "Payload exceeds maximum size; {} > {DISPATCH_PAYLOAD_SIZE_LIMIT}",
+            request.payload.len()
+        )));
+    }
+    let unpermitted: Vec<&str> = request
+        .meta
+        .keys()
+        .filter(|k| !config.meta_required.contains(k) && !config.meta_optional.contains(k))
+        .map(String::as_str)
+        .collect();
+    if !unpermitted.is_empty() {
+        return Err(ServerApiError::Invalid(format!(
+            "Dispatch request included unpermitted metadata keys: [{}]",
+            unpermitted.join(" ")
+        )));
+    }
+    let mut missing: Vec<&str> = config
+        .meta_required
+        .iter()
+        .filter(|k| !request.meta.contains_key(*k))
+        .map(String::as_str)
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    if !missing.is_empty() {
+        return Err(ServerApiError::Invalid(format!(
+            "Dispatch did not provide required meta keys: [{}]",
+            missing.join(" ")
+        )));
+    }
+    Ok(())
+}
+
+fn check_registration_allowed(snap: &StateSnapshot) -> Result<(), ServerApiError> {
+    if snap.scheduler_config().reject_job_registration {
+        return Err(ServerApiError::Forbidden(
+            "job registration, dispatch, and scale are disabled by the scheduler configuration"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+fn version_not_found(namespace: &str, job_id: &str, version: u64) -> ServerApiError {
+    ServerApiError::NotFound(format!(
+        "job {job_id:?} in namespace {namespace:?} at version {version} not found"
+    ))
 }
 
 /// The checks every registration passes, whatever the transport.

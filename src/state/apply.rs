@@ -17,8 +17,9 @@ use super::ApplyError;
 use crate::structs::job::job_status;
 use crate::structs::{
     AllocId, AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, EvalId,
-    EvalStatus, Evaluation, Job, JobChildrenSummary, JobSummary, JobType, Node, NodeEvent, NodeId,
-    SchedulerConfiguration, SchedulingEligibility, TaskGroupSummary,
+    EvalStatus, Evaluation, Job, JobChildrenSummary, JobScalingEvents, JobSummary, JobType, Node,
+    NodeEvent, NodeId, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
+    TaskGroupSummary,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -77,6 +78,30 @@ impl Txn {
                 eval,
                 enforce_index,
             } => self.job_register(job, eval.as_ref(), *enforce_index),
+            Command::JobDispatch { job, eval } => self.job_dispatch(job, eval.as_ref()),
+            Command::JobScale {
+                namespace,
+                job_id,
+                group,
+                job,
+                eval,
+                enforce_index,
+                event,
+            } => {
+                let key = JobKey::new(namespace, job_id);
+                match job {
+                    Some(job) => self.job_register(job, eval.as_ref(), *enforce_index)?,
+                    None if !self.t.jobs.contains_key(&key) => {
+                        return Err(ApplyError::JobNotFound {
+                            namespace: namespace.clone(),
+                            job_id: job_id.clone(),
+                        })
+                    }
+                    None => self.upsert_evals(eval.as_slice())?,
+                }
+                self.record_scaling_event(&key, group, event.clone());
+                Ok(())
+            }
             Command::JobDeregister {
                 namespace,
                 job_id,
@@ -211,6 +236,7 @@ impl Txn {
             RowKey::Eval(id) => t.evals.get(id).cloned().map(Row::Eval),
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
+            RowKey::ScalingEvents(k) => t.scaling_events.get(k).cloned().map(Row::ScalingEvents),
         }
     }
 
@@ -244,11 +270,52 @@ impl Txn {
         Ok(())
     }
 
+    /// A dispatched child: new, and the only child of its parent with its
+    /// idempotency token.
+    fn job_dispatch(&mut self, job: &Job, eval: Option<&Evaluation>) -> Result<(), ApplyError> {
+        let token = &job.dispatch_idempotency_token;
+        if !token.is_empty() {
+            let prefix = format!("{}/", job.parent_id);
+            let used = self
+                .t
+                .jobs
+                .range(JobKey::new(&job.namespace, &prefix)..)
+                .take_while(|(k, _)| *k.namespace == *job.namespace && k.id.starts_with(&prefix))
+                .find(|(_, j)| {
+                    j.parent_id == job.parent_id && j.dispatch_idempotency_token == *token
+                });
+            if let Some((_, existing)) = used {
+                return Err(ApplyError::DispatchTokenUsed {
+                    job_id: existing.id.clone(),
+                });
+            }
+        }
+        self.job_register(job, eval, Some(0))
+    }
+
+    /// Adds a scaling event as the group's newest (Nomad keeps 20).
+    fn record_scaling_event(&mut self, key: &JobKey, group: &str, mut event: ScalingEvent) {
+        event.create_index = self.index;
+        let mut events = match self.t.scaling_events.get(key) {
+            Some(e) => (**e).clone(),
+            None => JobScalingEvents {
+                namespace: key.namespace.to_string(),
+                job_id: key.id.to_string(),
+                ..Default::default()
+            },
+        };
+        events.record(group, event);
+        events.modify_index = self.index;
+        self.t.scaling_events.insert(key.clone(), Arc::new(events));
+        self.touched.insert(RowKey::ScalingEvents(key.clone()));
+    }
+
     /// Stores `job` as the job's current version and returns its
     /// `JobModifyIndex`. An unchanged spec leaves the stored job as it is
     /// (Nomad: same spec, same version).
     fn upsert_job(&mut self, key: &JobKey, mut job: Job, existing: Option<&Job>) -> u64 {
         let index = self.index;
+        stamp_scaling_policies(&mut job, existing, index);
         match existing {
             Some(old) if !spec_changed(old, &job) => return old.job_modify_index,
             Some(old) => {
@@ -399,6 +466,9 @@ impl Txn {
     fn purge_job(&mut self, key: &JobKey, job: &Job) {
         self.t.jobs.remove(key);
         self.touched.insert(RowKey::Job(key.clone()));
+        if self.t.scaling_events.remove(key).is_some() {
+            self.touched.insert(RowKey::ScalingEvents(key.clone()));
+        }
         if self.t.job_summaries.remove(key).is_some() {
             self.touched.insert(RowKey::JobSummary(key.clone()));
         }
@@ -440,10 +510,7 @@ impl Txn {
     /// pending while an evaluation is not terminal, and are dead once
     /// everything they had finished.
     fn compute_job_status(&self, key: &JobKey, job: &Job, evals_deleted: bool) -> &'static str {
-        if job.job_type == JobType::System
-            || job.periodic.is_some()
-            || job.parameterized_job.is_some()
-        {
+        if job.job_type == JobType::System || job.periodic.is_some() || job.is_parameterized() {
             return if job.stop {
                 job_status::DEAD
             } else {
@@ -1093,7 +1160,36 @@ pub(crate) fn spec_changed(old: &Job, new: &Job) -> bool {
 
 /// Periodic and parameterized jobs launch children and count them.
 fn is_parent(job: &Job) -> bool {
-    job.periodic.is_some() || job.parameterized_job.is_some()
+    job.periodic.is_some() || job.is_parameterized()
+}
+
+/// A scaling policy keeps its create index while it is the same policy
+/// (same ID), and its modify index while its spec is unchanged, as in
+/// Nomad's `scaling_policy` table.
+fn stamp_scaling_policies(job: &mut Job, existing: Option<&Job>, index: u64) {
+    for tg in &mut job.task_groups {
+        let Some(policy) = tg.scaling.as_mut() else {
+            continue;
+        };
+        let old = existing
+            .and_then(|j| j.lookup_task_group(&tg.name))
+            .and_then(|g| g.scaling.as_ref())
+            .filter(|p| p.id == policy.id);
+        match old {
+            Some(old) if old.same_spec(policy) => {
+                policy.create_index = old.create_index;
+                policy.modify_index = old.modify_index;
+            }
+            Some(old) => {
+                policy.create_index = old.create_index;
+                policy.modify_index = index;
+            }
+            None => {
+                policy.create_index = index;
+                policy.modify_index = index;
+            }
+        }
+    }
 }
 
 fn children_slot<'a>(children: &'a mut JobChildrenSummary, status: &str) -> Option<&'a mut u64> {

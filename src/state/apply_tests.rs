@@ -886,3 +886,157 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
     let tg = &s.job_summary("default", "web").unwrap().summary["frontend"];
     assert_eq!((tg.starting, tg.failed), (122, 1));
 }
+
+fn parameterized_parent() -> Job {
+    let mut parent = fixtures::job("default", "batch", &[("g", 1)]);
+    parent.job_type = JobType::Batch;
+    parent.parameterized_job = Some(crate::structs::ParameterizedJobConfig {
+        payload: "optional".into(),
+        ..Default::default()
+    });
+    parent
+}
+
+fn dispatched(parent: &Job, id: &str, token: &str) -> Command {
+    let mut child = parent.derive_child(format!("batch/dispatch-1-{id}"), 5);
+    child.dispatched = true;
+    child.dispatch_idempotency_token = token.into();
+    let eval = fixtures::eval(&child, TriggeredBy::JobRegister, 5);
+    Command::JobDispatch {
+        job: Arc::new(child),
+        eval: Some(eval),
+    }
+}
+
+#[test]
+fn a_dispatch_token_makes_one_child_and_the_parent_counts_it() {
+    let mut h = Harness::new();
+    let parent = parameterized_parent();
+    h.register(&parent);
+    h.ok(dispatched(&parent, "aaaaaaaa", "tok"));
+    let err = h.rejected(dispatched(&parent, "bbbbbbbb", "tok"));
+    assert_eq!(
+        err,
+        ApplyError::DispatchTokenUsed {
+            job_id: "batch/dispatch-1-aaaaaaaa".into()
+        }
+    );
+    // Without a token, or with another, a second child is made; an ID that
+    // exists is refused.
+    h.ok(dispatched(&parent, "cccccccc", ""));
+    h.ok(dispatched(&parent, "dddddddd", "other"));
+    assert!(h.apply(dispatched(&parent, "cccccccc", "")).is_err());
+    let child = h.state.job("default", "batch/dispatch-1-aaaaaaaa").unwrap();
+    assert!(child.dispatched && !child.is_parameterized() && !child.is_template());
+    assert_eq!(child.status, "pending", "a dispatched child is scheduled");
+    let summary = h.state.job_summary("default", "batch").unwrap();
+    assert_eq!(summary.children.as_ref().map(|c| c.pending), Some(3));
+    assert!(h
+        .state
+        .job_summary("default", &child.id)
+        .unwrap()
+        .children
+        .is_none());
+}
+
+#[test]
+fn scaling_records_events_with_or_without_a_new_version_and_purge_drops_them() {
+    use crate::structs::ScalingEvent;
+    let mut h = Harness::new();
+    let job = web();
+    h.register(&job);
+    let mut bigger = job.clone();
+    bigger.task_groups[0].count = 5;
+    let eval = fixtures::eval(&bigger, TriggeredBy::JobScaling, 2);
+    let scale = |job: Option<Job>, eval: Option<Evaluation>, message: &str| Command::JobScale {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        group: "frontend".into(),
+        job: job.map(Arc::new),
+        eval,
+        enforce_index: None,
+        event: ScalingEvent {
+            message: message.into(),
+            ..Default::default()
+        },
+    };
+    let first = h.ok(scale(Some(bigger), Some(eval.clone()), "up"));
+    let stored = h.state.job("default", "web").unwrap();
+    assert_eq!((stored.version, stored.task_groups[0].count), (1, 5));
+    assert!(h.state.eval(&eval.id).is_some());
+    let second = h.ok(scale(None, None, "note"));
+    assert_eq!(h.state.job("default", "web").unwrap().version, 1);
+    assert_eq!(h.state.table_index(Table::ScalingEvents), second);
+    let events = h.state.scaling_events("default", "web").unwrap();
+    let group = &events.scaling_events["frontend"];
+    assert_eq!(
+        group
+            .iter()
+            .map(|e| (e.message.as_str(), e.create_index))
+            .collect::<Vec<_>>(),
+        vec![("note", second), ("up", first)]
+    );
+    assert_eq!(events.modify_index, second);
+    // An unknown job is refused whole.
+    let mut missing = scale(None, None, "x");
+    if let Command::JobScale { job_id, .. } = &mut missing {
+        *job_id = "nope".into();
+    }
+    assert!(matches!(
+        h.rejected(missing),
+        ApplyError::JobNotFound { .. }
+    ));
+    // Purging the job removes its events with it.
+    let changes = h
+        .apply(Command::JobDeregister {
+            namespace: "default".into(),
+            job_id: "web".into(),
+            purge: true,
+            eval: None,
+        })
+        .unwrap();
+    assert!(h.state.scaling_events("default", "web").is_none());
+    assert!(changes
+        .changes
+        .iter()
+        .any(|c| matches!(c.key, RowKey::ScalingEvents(_)) && c.row.is_none()));
+}
+
+#[test]
+fn a_scaling_policy_keeps_its_indexes_while_unchanged() {
+    use crate::structs::ScalingPolicy;
+    let mut h = Harness::new();
+    let mut job = web();
+    job.task_groups[0].scaling = Some(ScalingPolicy {
+        id: "p1".into(),
+        min: Some(0),
+        max: Some(5),
+        ..Default::default()
+    });
+    let (created, _) = h.register(&job);
+    let policy = |h: &Harness| {
+        h.state.job("default", "web").unwrap().task_groups[0]
+            .scaling
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        (policy(&h).create_index, policy(&h).modify_index),
+        (created, created)
+    );
+    // Same spec: no new version, same policy indexes.
+    h.register(&job);
+    assert_eq!(h.state.job("default", "web").unwrap().version, 0);
+    assert_eq!(policy(&h).modify_index, created);
+    // Another change of the job leaves the policy's indexes alone.
+    job.priority = 70;
+    h.register(&job);
+    assert_eq!(policy(&h).modify_index, created);
+    // A changed policy moves its modify index only.
+    job.task_groups[0].scaling.as_mut().unwrap().max = Some(9);
+    let (changed, _) = h.register(&job);
+    assert_eq!(
+        (policy(&h).create_index, policy(&h).modify_index),
+        (created, changed)
+    );
+}

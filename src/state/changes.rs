@@ -5,7 +5,8 @@
 //! these tables, and the event stream publishes these rows.
 
 use crate::structs::{
-    AllocId, Allocation, EvalId, Evaluation, Job, JobSummary, Node, NodeId, SchedulerConfiguration,
+    AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
+    SchedulerConfiguration,
 };
 use equivalent::{Comparable, Equivalent};
 use std::cmp::Ordering;
@@ -21,16 +22,19 @@ pub enum Table {
     Evals,
     Nodes,
     SchedulerConfig,
+    /// Each job's scaling events (Nomad's `scaling_event` table).
+    ScalingEvents,
 }
 
 impl Table {
-    pub const ALL: [Table; 6] = [
+    pub const ALL: [Table; 7] = [
         Table::Jobs,
         Table::JobSummaries,
         Table::Allocs,
         Table::Evals,
         Table::Nodes,
         Table::SchedulerConfig,
+        Table::ScalingEvents,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -45,6 +49,7 @@ impl Table {
             Table::Evals => "evals",
             Table::Nodes => "nodes",
             Table::SchedulerConfig => "scheduler_config",
+            Table::ScalingEvents => "scaling_event",
         }
     }
 }
@@ -176,6 +181,7 @@ pub enum RowKey {
     Eval(EvalId),
     Node(NodeId),
     SchedulerConfig,
+    ScalingEvents(JobKey),
 }
 
 impl RowKey {
@@ -187,6 +193,7 @@ impl RowKey {
             RowKey::Eval(_) => Table::Evals,
             RowKey::Node(_) => Table::Nodes,
             RowKey::SchedulerConfig => Table::SchedulerConfig,
+            RowKey::ScalingEvents(_) => Table::ScalingEvents,
         }
     }
 }
@@ -201,6 +208,7 @@ pub enum Row {
     Eval(Arc<Evaluation>),
     Node(Arc<Node>),
     SchedulerConfig(Arc<SchedulerConfiguration>),
+    ScalingEvents(Arc<JobScalingEvents>),
 }
 
 /// A row's new value, or `None` when the row was deleted.

@@ -9,7 +9,7 @@
 
 use crate::structs::{
     AllocId, AllocStop, Allocation, ClientStatus, DesiredTransition, DrainStrategy, EvalId,
-    Evaluation, Job, Node, NodeEvent, NodeId, NodeStatus, SchedulerConfiguration,
+    Evaluation, Job, Node, NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration,
     SchedulingEligibility, TaskState, VecMap,
 };
 use serde::{Deserialize, Serialize};
@@ -48,6 +48,27 @@ pub enum Command {
         job: Arc<Job>,
         eval: Option<Evaluation>,
         enforce_index: Option<u64>,
+    },
+    /// Registers a dispatched child of a parameterized job with its
+    /// evaluation. The child's ID must be new; a child with a
+    /// `DispatchIdempotencyToken` is refused (`DispatchTokenUsed`, naming
+    /// the earlier child) when a child of the same parent carries it.
+    JobDispatch {
+        job: Arc<Job>,
+        eval: Option<Evaluation>,
+    },
+    /// A scaling request: the job's new version with the group's new
+    /// count and its evaluation (when a count was asked for), and the
+    /// event recorded for the group, at one index. `enforce_index` as in
+    /// `JobRegister`.
+    JobScale {
+        namespace: String,
+        job_id: String,
+        group: String,
+        job: Option<Arc<Job>>,
+        eval: Option<Evaluation>,
+        enforce_index: Option<u64>,
+        event: ScalingEvent,
     },
     /// Stops a job (a new version with `Stop` set), or removes it with
     /// `purge`, with the evaluation that stops its allocations.
@@ -164,6 +185,8 @@ impl Command {
     pub fn name(&self) -> &'static str {
         match self {
             Command::JobRegister { .. } => "JobRegister",
+            Command::JobDispatch { .. } => "JobDispatch",
+            Command::JobScale { .. } => "JobScale",
             Command::JobDeregister { .. } => "JobDeregister",
             Command::JobStabilityUpdate { .. } => "JobStabilityUpdate",
             Command::NodeRegister { .. } => "NodeRegister",

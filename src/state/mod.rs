@@ -55,6 +55,8 @@ pub enum ApplyError {
     CasMismatch { expected: u64, actual: u64 },
     #[error("invalid command: {0}")]
     Invalid(String),
+    #[error("idempotency token already used by dispatched job {job_id:?}")]
+    DispatchTokenUsed { job_id: String },
 }
 
 /// Why the store could not do what was asked.

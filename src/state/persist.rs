@@ -66,7 +66,8 @@ use super::snapshot::{StateSnapshot, Tables};
 use super::wal::{self, ClosedSegment};
 use super::StoreError;
 use crate::structs::{
-    AllocatedResources, Allocation, Evaluation, Job, JobSummary, Node, SchedulerConfiguration,
+    AllocatedResources, Allocation, Evaluation, Job, JobScalingEvents, JobSummary, Node,
+    SchedulerConfiguration,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,8 @@ const ALLOC: u8 = b'a';
 const EVAL: u8 = b'e';
 const NODE: u8 = b'n';
 const SCHEDULER_CONFIG: u8 = b'c';
+/// A job's scaling events, keyed as jobs are.
+const SCALING_EVENTS: u8 = b'x';
 
 /// The meta row.
 #[derive(Debug, Serialize, Deserialize)]
@@ -229,6 +232,7 @@ enum LoadedRow {
     Eval(Evaluation),
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
+    ScalingEvents(JobKey, JobScalingEvents),
     /// A row the log records as deleted.
     Deleted(RowKey),
     /// A row that cannot be loaded (boxed: the other variants' size).
@@ -511,6 +515,9 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
             t.nodes.remove(id);
         }
         RowKey::SchedulerConfig => t.scheduler_config = None,
+        RowKey::ScalingEvents(k) => {
+            t.scaling_events.remove(k);
+        }
     }
 }
 
@@ -529,6 +536,7 @@ fn decode_key(key: &[u8]) -> Result<RowKey, &'static str> {
     let decoded = match prefix {
         JOB => RowKey::Job(job(rest)?),
         JOB_SUMMARY => RowKey::JobSummary(job(rest)?),
+        SCALING_EVENTS => RowKey::ScalingEvents(job(rest)?),
         JOB_VERSION if rest.len() > 9 => {
             let (job_part, version) = rest.split_at(rest.len() - 9);
             let mut be = [0u8; 8];
@@ -632,6 +640,12 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             LoadedRow::Node(node)
         }
         SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(parse(value)?),
+        SCALING_EVENTS => {
+            let events: JobScalingEvents = parse(value)?;
+            let job = JobKey::new(&events.namespace, &events.job_id);
+            check_key(key, &encode_key(&RowKey::ScalingEvents(job.clone())))?;
+            LoadedRow::ScalingEvents(job, events)
+        }
         _ => return Err("not a key of any table".into()),
     })
 }
@@ -728,6 +742,9 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
             t.nodes.insert(node.id, Arc::new(node));
         }
         LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
+        LoadedRow::ScalingEvents(key, events) => {
+            t.scaling_events.insert(key, Arc::new(events));
+        }
         LoadedRow::Deleted(key) => remove_row(t, &key),
         LoadedRow::Bad(bad) => findings.add(t, *bad),
     }
@@ -803,6 +820,7 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
         RowKey::Eval(id) => id_key(EVAL, id),
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
+        RowKey::ScalingEvents(job) => job_key(SCALING_EVENTS, job),
     }
 }
 
@@ -814,6 +832,7 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::Eval(eval) => serde_json::to_writer(out, &**eval),
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
+        Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
     }
 }
 

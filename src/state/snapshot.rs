@@ -15,8 +15,8 @@ use crate::scheduler::catalog::NodeCatalogCache;
 use crate::scheduler::usage_column::UsageColumnCache;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
-    AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobSummary, Node,
-    NodeId, SchedulerConfiguration,
+    AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobScalingEvents,
+    JobSummary, Node, NodeId, SchedulerConfiguration,
 };
 use imbl::{OrdMap, OrdSet};
 use std::sync::Arc;
@@ -38,6 +38,7 @@ pub(crate) struct Tables {
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
+    pub scaling_events: OrdMap<JobKey, Arc<JobScalingEvents>>,
     pub table_indexes: [u64; Table::ALL.len()],
     pub latest_index: u64,
     pub allocs_by_node: OrdMap<NodeId, OrdSet<AllocId>>,
@@ -470,6 +471,24 @@ impl StateSnapshot {
         self.tables.job_summaries.values()
     }
 
+    /// The job's scaling events by group, newest first.
+    pub fn scaling_events(&self, namespace: &str, id: &str) -> Option<&Arc<JobScalingEvents>> {
+        self.tables.scaling_events.get(&JobRef::new(namespace, id))
+    }
+
+    /// The current jobs whose ID starts with `prefix`, in ID order.
+    pub fn jobs_by_id_prefix<'a>(
+        &'a self,
+        namespace: &'a str,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Job>> + 'a {
+        self.tables
+            .jobs
+            .range(JobKey::new(namespace, prefix)..)
+            .take_while(move |(k, _)| &*k.namespace == namespace && k.id.starts_with(prefix))
+            .map(|(_, j)| j)
+    }
+
     pub fn eval(&self, id: &EvalId) -> Option<&Arc<Evaluation>> {
         self.tables.evals.get(id)
     }
@@ -516,6 +535,7 @@ impl PartialEq for StateSnapshot {
             && a.evals == b.evals
             && a.nodes == b.nodes
             && a.scheduler_config == b.scheduler_config
+            && a.scaling_events == b.scaling_events
             && a.table_indexes == b.table_indexes
             && a.latest_index == b.latest_index
             && a.allocs_by_node == b.allocs_by_node

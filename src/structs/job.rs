@@ -6,6 +6,7 @@
 //! user wrote reads back the way Nomad would show it.
 
 use super::resources::{NetworkResource, Resources};
+use super::scaling::ScalingPolicy;
 use super::serde_util::{nanos, nanos_opt, null_default, nullable};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -141,6 +142,17 @@ pub struct Job {
     pub parameterized_job: Option<ParameterizedJobConfig>,
     #[serde(deserialize_with = "null_default::deserialize")]
     pub dispatched: bool,
+    /// A dispatched job's input, base64 as in Nomad's JSON (`[]byte`).
+    /// herder keeps the bytes as sent; Nomad stores them snappy-compressed.
+    #[serde(with = "empty_null")]
+    pub payload: String,
+    /// The token a dispatch was made with (Nomad 1.2's
+    /// `DispatchIdempotencyToken`); written only when set.
+    #[serde(
+        deserialize_with = "null_default::deserialize",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub dispatch_idempotency_token: String,
     #[serde(with = "nullable")]
     pub meta: BTreeMap<String, String>,
     /// Kept as written and not acted on (see [`super::unhonoured`]).
@@ -197,8 +209,12 @@ impl Job {
         }
         let job_update = self.update.clone();
         let job_type = self.job_type.clone();
+        let (namespace, id) = (self.namespace.clone(), self.id.clone());
         for tg in &mut self.task_groups {
             tg.canonicalize(&job_type, job_update.as_ref());
+            if let Some(policy) = &mut tg.scaling {
+                policy.canonicalize(&namespace, &id, &tg.name, tg.count);
+            }
         }
         if let Some(p) = &mut self.periodic {
             if p.spec_type.is_empty() {
@@ -214,7 +230,68 @@ impl Job {
     /// Periodic and parameterized jobs are templates: they are never
     /// scheduled themselves, only their launched children are.
     pub fn is_template(&self) -> bool {
-        self.periodic.as_ref().is_some_and(|p| p.enabled) || self.parameterized_job.is_some()
+        self.periodic.as_ref().is_some_and(|p| p.enabled) || self.is_parameterized()
+    }
+
+    /// A parameterized job that can be dispatched: its dispatched children
+    /// keep the `ParameterizedJob` block (as in Nomad) but are not
+    /// parameterized themselves.
+    pub fn is_parameterized(&self) -> bool {
+        self.parameterized_job.is_some() && !self.dispatched
+    }
+
+    /// The scaling policies of the job's groups.
+    pub fn scaling_policies(&self) -> impl Iterator<Item = &ScalingPolicy> {
+        self.task_groups.iter().filter_map(|tg| tg.scaling.as_ref())
+    }
+
+    /// A child of this periodic or parameterized job: its spec under
+    /// `id`, with the server's fields reset (a new job at version 0) and
+    /// its own scaling policy IDs. The launcher and dispatch then set what
+    /// makes the child theirs (no `Periodic`; `Dispatched`, payload, meta).
+    pub fn derive_child(&self, id: String, now_nanos: i64) -> Job {
+        let mut child = self.clone();
+        child.name = id.clone();
+        child.id = id;
+        child.parent_id = self.id.clone();
+        child.stop = false;
+        child.status.clear();
+        child.status_description.clear();
+        child.stable = false;
+        child.version = 0;
+        child.create_index = 0;
+        child.modify_index = 0;
+        child.job_modify_index = 0;
+        child.submit_time = now_nanos;
+        let (namespace, child_id) = (child.namespace.clone(), child.id.clone());
+        for tg in &mut child.task_groups {
+            if let Some(policy) = &mut tg.scaling {
+                policy.id.clear();
+                policy.canonicalize(&namespace, &child_id, &tg.name, tg.count);
+            }
+        }
+        child.assign_scaling_policy_ids(None);
+        child
+    }
+
+    /// Gives each group's scaling policy its ID: the one the same group's
+    /// policy of the same type has in `old` (the stored job), a new one
+    /// otherwise. IDs sent with the job are ignored, as in Nomad
+    /// (`propagateScalingPolicyIDs`).
+    pub fn assign_scaling_policy_ids(&mut self, old: Option<&Job>) {
+        for tg in &mut self.task_groups {
+            let Some(policy) = tg.scaling.as_mut() else {
+                continue;
+            };
+            let kept = old
+                .and_then(|j| j.lookup_task_group(&tg.name))
+                .and_then(|g| g.scaling.as_ref())
+                .filter(|p| p.r#type == policy.r#type && !p.id.is_empty());
+            policy.id = match kept {
+                Some(p) => p.id.clone(),
+                None => super::new_id().to_string(),
+            };
+        }
     }
 
     /// The key a job is stored under: (namespace, id).
@@ -280,6 +357,9 @@ pub struct TaskGroup {
     /// Kept as written and not acted on (see [`super::unhonoured`]).
     #[serde(with = "nullable")]
     pub services: Vec<serde_json::Value>,
+    /// The group's `scaling` block: bounds for `job scale` and the
+    /// autoscaler's policy, served by `/v1/scaling/policies`.
+    pub scaling: Option<ScalingPolicy>,
 }
 
 /// A group's `volume` block: what it needs a node (or CSI) to provide.
@@ -445,6 +525,16 @@ pub struct Task {
     /// Left out when unset, as Nomad's answers leave it out.
     #[serde(rename = "CSIPluginConfig", skip_serializing_if = "Option::is_none")]
     pub csi_plugin_config: Option<serde_json::Value>,
+    /// Where a dispatched job's payload is written in the task directory.
+    pub dispatch_payload: Option<DispatchPayloadConfig>,
+}
+
+/// `dispatch_payload { file = "..." }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct DispatchPayloadConfig {
+    #[serde(deserialize_with = "null_default::deserialize")]
+    pub file: String,
 }
 
 impl Task {
@@ -869,4 +959,28 @@ pub struct ParameterizedJobConfig {
     pub meta_required: Vec<String>,
     #[serde(with = "nullable")]
     pub meta_optional: Vec<String>,
+}
+
+pub mod dispatch_payload {
+    pub const OPTIONAL: &str = "optional";
+    pub const REQUIRED: &str = "required";
+    pub const FORBIDDEN: &str = "forbidden";
+}
+
+/// A Go `[]byte`/string field: empty is `null` on output, `null` is empty
+/// on input.
+mod empty_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_empty() {
+            s.serialize_none()
+        } else {
+            s.serialize_str(v)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+    }
 }

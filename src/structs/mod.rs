@@ -14,6 +14,7 @@ pub mod node;
 pub mod operator;
 pub mod plan;
 pub mod resources;
+pub mod scaling;
 pub mod serde_util;
 pub mod summary;
 pub mod unhonoured;
@@ -40,6 +41,7 @@ pub use resources::{
     AllocatedTaskResources, ComparableResources, NetworkResource, NodeCpuResources,
     NodeDiskResources, NodeMemoryResources, NodeReservedResources, NodeResources, Port, Resources,
 };
+pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use validate::ValidationError;
 pub use vecmap::VecMap;

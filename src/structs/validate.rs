@@ -173,6 +173,9 @@ impl Job {
                 }
             }
         }
+        if let Some(p) = &self.parameterized_job {
+            validate_parameterized(p, &mut errs);
+        }
         if self.parameterized_job.is_some() && !self.job_type.is_batch_like() {
             errs.push("ParameterizedJob: parameterized jobs must be batch or sysbatch".into());
         }
@@ -343,6 +346,9 @@ fn validate_group(job: &Job, tg: &TaskGroup, limits: &JobLimits, errs: &mut Vec<
     }
     if tg.tasks.is_empty() {
         errs.push("Missing tasks for task group".into());
+    }
+    if let Some(policy) = &tg.scaling {
+        validate_scaling(job, tg, policy, errs);
     }
     validate_constraints("Group", &tg.constraints, errs);
     validate_affinities("Group", &tg.affinities, errs);
@@ -792,4 +798,63 @@ pub fn cron_schedule(spec: &str) -> Result<cron::Schedule, String> {
         spec.to_string()
     };
     cron::Schedule::from_str(&full).map_err(|e| e.to_string())
+}
+
+/// Nomad's `ParameterizedJobConfig.Validate`.
+fn validate_parameterized(p: &crate::structs::ParameterizedJobConfig, errs: &mut Vec<String>) {
+    use crate::structs::job::dispatch_payload::{FORBIDDEN, OPTIONAL, REQUIRED};
+    if ![OPTIONAL, REQUIRED, FORBIDDEN].contains(&p.payload.as_str()) {
+        errs.push(format!("Unknown payload requirement: {:?}", p.payload));
+    }
+    let both: Vec<&String> = p
+        .meta_required
+        .iter()
+        .filter(|k| p.meta_optional.contains(k))
+        .collect();
+    if !both.is_empty() {
+        errs.push(format!(
+            "Required and optional meta keys should be disjoint. Following keys exist in both: {both:?}"
+        ));
+    }
+}
+
+/// Nomad's `TaskGroup.validateScalingPolicy` (with `ScalingPolicy.Validate`).
+fn validate_scaling(
+    job: &Job,
+    tg: &TaskGroup,
+    policy: &crate::structs::ScalingPolicy,
+    errs: &mut Vec<String>,
+) {
+    use crate::structs::scaling::ScalingPolicy;
+    if job.job_type == JobType::System {
+        errs.push("Task groups with job type system do not support scaling stanzas".into());
+    }
+    let invalid = |e: &str| format!("Scaling policy invalid: {e}");
+    if policy.r#type.is_empty() {
+        errs.push(invalid("missing scaling policy type"));
+    } else if policy.r#type != ScalingPolicy::TYPE_HORIZONTAL {
+        errs.push(invalid(&format!(
+            "scaling policy type {:?} is not valid",
+            policy.r#type
+        )));
+    }
+    let (min, max) = (policy.min.unwrap_or(0), policy.max.unwrap_or(-1));
+    if max < 0 {
+        errs.push(invalid("maximum count must be specified and non-negative"));
+    } else if max < min {
+        errs.push(invalid("maximum count must not be less than minimum count"));
+    }
+    if min < 0 {
+        errs.push(invalid("minimum count must be specified and non-negative"));
+    }
+    if max < i64::from(tg.count) {
+        errs.push(invalid(
+            "task group count must not be greater than maximum count in scaling policy",
+        ));
+    }
+    if i64::from(tg.count) < min {
+        errs.push(invalid(
+            "task group count must not be less than minimum count in scaling policy",
+        ));
+    }
 }

@@ -1,9 +1,10 @@
-//! `herder job run|plan|status|stop|inspect|validate`: Nomad's job verbs
-//! against a running agent.
+//! `herder job run|plan|status|stop|inspect|validate|history|revert|
+//! dispatch|scale|periodic force`: Nomad's job verbs against a running
+//! agent.
 
 use super::monitor::{monitor, MonitorOptions};
 use super::views::{AllocView, JobStub, JobSummaryView, JobView, PlanResponse, WriteResponse};
-use super::{now_nanos, output, resolve_job_id, ApiFlags, ViewFlags};
+use super::{now_nanos, output, resolve_job_id, ApiFlags, TemplateFlag, ViewFlags};
 use crate::api_client::{path_segment, ApiClient};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -39,6 +40,108 @@ pub enum JobCommand {
     Inspect(InspectArgs),
     /// Check a job file locally without submitting it.
     Validate(JobFileArgs),
+    /// Show a job's stored versions and what changed between them.
+    History(HistoryArgs),
+    /// Register an earlier version of a job again.
+    Revert(RevertArgs),
+    /// Dispatch a parameterized job with an input and meta.
+    Dispatch(DispatchArgs),
+    /// Change a task group's count.
+    Scale(ScaleArgs),
+    /// Periodic jobs: `periodic force ID` launches a child now.
+    Periodic(PeriodicArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
+pub struct HistoryArgs {
+    /// A job ID or a unique prefix of one.
+    pub id: String,
+    /// Show the changes between each version and the one before it.
+    #[arg(short = 'p')]
+    pub diff: bool,
+    /// Show each version's whole job as JSON.
+    #[arg(long)]
+    pub full: bool,
+    /// Only this version.
+    #[arg(long = "version", value_name = "N")]
+    pub version: Option<u64>,
+    #[command(flatten)]
+    pub view: ViewFlags,
+    #[command(flatten)]
+    pub template: TemplateFlag,
+}
+
+#[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
+pub struct RevertArgs {
+    /// A job ID or a unique prefix of one.
+    pub id: String,
+    /// The version to register again.
+    pub version: u64,
+    /// Return after reverting instead of following the evaluation.
+    #[arg(long)]
+    pub detach: bool,
+    #[command(flatten)]
+    pub view: ViewFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct DispatchArgs {
+    /// The parameterized job's ID.
+    pub id: String,
+    /// A file whose bytes are the payload; `-` reads standard input.
+    pub input: Option<PathBuf>,
+    /// A meta key and value for the child, `key=value`; repeatable.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub meta: Vec<String>,
+    /// A retry with the same token answers the child dispatched the first
+    /// time instead of dispatching another.
+    #[arg(long = "idempotency-token", value_name = "TOKEN")]
+    pub idempotency_token: Option<String>,
+    /// Put into the child's ID after `dispatch-`.
+    #[arg(long = "id-prefix-template", value_name = "PREFIX")]
+    pub id_prefix_template: Option<String>,
+    /// Return after dispatching instead of following the evaluation.
+    #[arg(long)]
+    pub detach: bool,
+    #[command(flatten)]
+    pub view: ViewFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// `JOB [GROUP] COUNT`: the group may be left out when the job has one.
+    #[arg(num_args = 2..=3, value_name = "JOB [GROUP] COUNT", required = true)]
+    pub args: Vec<String>,
+    /// Return after scaling instead of following the evaluation.
+    #[arg(long)]
+    pub detach: bool,
+    #[command(flatten)]
+    pub view: ViewFlags,
+}
+
+#[derive(Debug, Args)]
+pub struct PeriodicArgs {
+    #[command(subcommand)]
+    pub command: PeriodicCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PeriodicCommand {
+    /// Launch a periodic job's child now, whatever its schedule says.
+    Force(PeriodicForceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PeriodicForceArgs {
+    /// A periodic job's ID or a unique prefix of one.
+    pub id: String,
+    /// Return after launching instead of following the evaluation.
+    #[arg(long)]
+    pub detach: bool,
+    #[command(flatten)]
+    pub view: ViewFlags,
 }
 
 /// A job file and the values for its `variable` blocks.
@@ -103,9 +206,18 @@ pub struct StopArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
 pub struct InspectArgs {
     /// A job ID or a unique prefix of one.
     pub id: String,
+    /// Inspect this stored version instead of the current one.
+    #[arg(long = "version", value_name = "N")]
+    pub version: Option<u64>,
+    /// Accepted for Nomad compatibility: the output is always JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub template: TemplateFlag,
 }
 
 /// Runs one job verb and returns its exit status.
@@ -131,6 +243,13 @@ pub fn run(args: JobArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
         JobCommand::Status(status_args) => status(&args.api.client()?, &status_args, out),
         JobCommand::Stop(stop_args) => stop(&args.api.client()?, &stop_args, out),
         JobCommand::Inspect(inspect_args) => inspect(&args.api.client()?, &inspect_args, out),
+        JobCommand::History(a) => history(&args.api.client()?, &a, out),
+        JobCommand::Revert(a) => revert(&args.api.client()?, &a, out),
+        JobCommand::Dispatch(a) => dispatch(&args.api.client()?, &a, out),
+        JobCommand::Scale(a) => scale(&args.api.client()?, &a, out),
+        JobCommand::Periodic(PeriodicArgs {
+            command: PeriodicCommand::Force(a),
+        }) => periodic_force(&args.api.client()?, &a, out),
     }
 }
 
@@ -333,7 +452,251 @@ fn stop(client: &ApiClient, args: &StopArgs, out: &mut dyn Write) -> anyhow::Res
 
 fn inspect(client: &ApiClient, args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     let id = resolve_job_id(client, &args.id)?;
-    let answer = client.get(&format!("/v1/job/{}", path_segment(&id)), &[])?;
-    write!(out, "{}", output::json(&json!({ "Job": answer.body })))?;
+    let job = match args.version {
+        None => {
+            client
+                .get(&format!("/v1/job/{}", path_segment(&id)), &[])?
+                .body
+        }
+        Some(version) => find_version(&job_versions(client, &id, false)?.body, version)
+            .cloned()
+            .with_context(|| format!("job {id:?} has no version {version}"))?,
+    };
+    if let Some(text) = args.template.render(false, &job)? {
+        writeln!(out, "{text}")?;
+        return Ok(0);
+    }
+    write!(out, "{}", output::json(&json!({ "Job": job })))?;
     Ok(0)
+}
+
+fn job_versions(
+    client: &ApiClient,
+    id: &str,
+    diffs: bool,
+) -> anyhow::Result<crate::api_client::Answer> {
+    let query = [("diffs", diffs.to_string())];
+    client
+        .get(&format!("/v1/job/{}/versions", path_segment(id)), &query)
+        .context("Error retrieving job versions")
+}
+
+fn find_version(versions: &Value, version: u64) -> Option<&Value> {
+    versions["Versions"]
+        .as_array()?
+        .iter()
+        .find(|v| v["Version"].as_u64() == Some(version))
+}
+
+/// `job history [-p] [-full] [-version N] ID`: each stored version, newest
+/// first, with its diff to the one before it.
+fn history(client: &ApiClient, args: &HistoryArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let id = resolve_job_id(client, &args.id)?;
+    let answer = job_versions(client, &id, args.diff)?.body;
+    let versions = answer["Versions"].as_array().cloned().unwrap_or_default();
+    let diffs: Vec<super::views::JobDiff> = match answer.get("Diffs") {
+        Some(Value::Array(d)) => d
+            .iter()
+            .map(crate::api_client::decode_lenient)
+            .collect::<Result<_, _>>()
+            .context("reading the version diffs")?,
+        _ => vec![],
+    };
+    let selected: Vec<usize> = match args.version {
+        None => (0..versions.len()).collect(),
+        Some(v) => {
+            let at = versions
+                .iter()
+                .position(|j| j["Version"].as_u64() == Some(v))
+                .with_context(|| format!("job {id:?} has no version {v}"))?;
+            vec![at]
+        }
+    };
+    let shown = match args.version {
+        Some(_) => selected
+            .first()
+            .map_or(Value::Null, |i| versions[*i].clone()),
+        None => Value::Array(versions.clone()),
+    };
+    if let Some(text) = args.template.render(args.view.json, &shown)? {
+        writeln!(out, "{text}")?;
+        return Ok(0);
+    }
+    if args.view.json {
+        write!(out, "{}", output::json(&shown))?;
+        return Ok(0);
+    }
+    let blocks: Vec<String> = selected
+        .iter()
+        .map(|i| output::job_version(&versions[*i], diffs.get(*i), args.full))
+        .collect();
+    write!(out, "{}", blocks.join("\n"))?;
+    Ok(0)
+}
+
+/// `job revert ID VERSION`: registers that version again.
+fn revert(client: &ApiClient, args: &RevertArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let id = resolve_job_id(client, &args.id)?;
+    let body = json!({"JobID": id, "JobVersion": args.version});
+    let answer = client
+        .put(&format!("/v1/job/{}/revert", path_segment(&id)), &[], &body)
+        .context("Error reverting job")?;
+    follow_write(client, &answer, args.detach, &args.view, out)
+}
+
+/// Prints a write's answer (`-json`), its evaluation ID (`-detach`), or
+/// follows its evaluation as `job run` does.
+fn follow_write(
+    client: &ApiClient,
+    answer: &crate::api_client::Answer,
+    detach: bool,
+    view: &ViewFlags,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    if view.json {
+        write!(out, "{}", output::json(&answer.body))?;
+        return Ok(0);
+    }
+    let response: WriteResponse = answer.decode().context("reading the answer")?;
+    if !response.warnings.is_empty() {
+        writeln!(out, "Job Warnings:\n{}\n", response.warnings.trim_end())?;
+    }
+    if detach || response.eval_id.is_empty() {
+        writeln!(out, "Evaluation ID: {}", response.eval_id)?;
+        return Ok(0);
+    }
+    let options = MonitorOptions {
+        verbose: view.verbose,
+        ..MonitorOptions::default()
+    };
+    monitor(client, &response.eval_id, &options, out)
+}
+
+/// `job dispatch [-meta k=v]... [-idempotency-token T] ID [INPUT|-]`.
+fn dispatch(client: &ApiClient, args: &DispatchArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    use base64::Engine;
+    let payload = match &args.input {
+        None => Vec::new(),
+        Some(path) if path.as_os_str() == "-" => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .context("Error reading input data")?;
+            bytes
+        }
+        Some(path) => std::fs::read(path)
+            .with_context(|| format!("Error reading input data {}", path.display()))?,
+    };
+    let mut meta = BTreeMap::new();
+    for pair in &args.meta {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("Error parsing meta value: {pair}");
+        };
+        meta.insert(key.to_string(), value.to_string());
+    }
+    let mut body = json!({
+        "JobID": args.id,
+        "Meta": meta,
+        "Payload": base64::engine::general_purpose::STANDARD.encode(&payload),
+    });
+    if let Some(token) = &args.idempotency_token {
+        body["IdempotencyToken"] = json!(token);
+    }
+    if let Some(prefix) = &args.id_prefix_template {
+        body["IdPrefixTemplate"] = json!(prefix);
+    }
+    let answer = client
+        .put(
+            &format!("/v1/job/{}/dispatch", path_segment(&args.id)),
+            &[],
+            &body,
+        )
+        .context("Failed to dispatch job")?;
+    if args.view.json {
+        write!(out, "{}", output::json(&answer.body))?;
+        return Ok(0);
+    }
+    let child = answer.body["DispatchedJobID"].as_str().unwrap_or_default();
+    let eval_id = answer.body["EvalID"].as_str().unwrap_or_default();
+    let mut pairs = vec![("Dispatched Job ID", child.to_string())];
+    if !eval_id.is_empty() {
+        pairs.push((
+            "Evaluation ID",
+            output::short_id(eval_id, args.view.verbose),
+        ));
+    }
+    write!(out, "{}", output::key_values(&pairs))?;
+    if args.detach || eval_id.is_empty() {
+        return Ok(0);
+    }
+    writeln!(out)?;
+    let options = MonitorOptions {
+        verbose: args.view.verbose,
+        ..MonitorOptions::default()
+    };
+    monitor(client, eval_id, &options, out)
+}
+
+/// `job scale JOB [GROUP] COUNT`.
+fn scale(client: &ApiClient, args: &ScaleArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let (job, group, count) = match args.args.as_slice() {
+        [job, count] => (job, None, count),
+        [job, group, count] => (job, Some(group.clone()), count),
+        _ => bail!("Command requires at least two arguments and no more than three"),
+    };
+    let count: i64 = count
+        .parse()
+        .map_err(|e| anyhow::anyhow!("Failed to convert count string to int: {e}"))?;
+    let id = resolve_job_id(client, job)?;
+    let base = format!("/v1/job/{}/scale", path_segment(&id));
+    let status = client.get(&base, &[]).context("Error querying job")?;
+    let groups: Vec<String> = status.body["TaskGroups"]
+        .as_object()
+        .map(|g| g.keys().cloned().collect())
+        .unwrap_or_default();
+    let group = match group {
+        Some(g) if groups.contains(&g) => g,
+        Some(g) => bail!("Group {g} not found within job"),
+        None if groups.len() == 1 => groups[0].clone(),
+        None => bail!("Group name required"),
+    };
+    let body = json!({
+        "Count": count,
+        "Target": {"Job": id, "Group": group},
+        "Message": "submitted using the herder CLI",
+    });
+    let answer = client
+        .post(&base, &[], &body)
+        .context("Error submitting scaling request")?;
+    follow_write(client, &answer, args.detach, &args.view, out)
+}
+
+/// `job periodic force ID`.
+fn periodic_force(
+    client: &ApiClient,
+    args: &PeriodicForceArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let id = resolve_job_id(client, &args.id)?;
+    let answer = client
+        .post(
+            &format!("/v1/job/{}/periodic/force", path_segment(&id)),
+            &[],
+            &json!({}),
+        )
+        .with_context(|| format!("Error forcing periodic job {id:?}"))?;
+    if args.view.json {
+        write!(out, "{}", output::json(&answer.body))?;
+        return Ok(0);
+    }
+    let eval_id = answer.body["EvalID"].as_str().unwrap_or_default();
+    if args.detach || eval_id.is_empty() {
+        writeln!(out, "Force periodic successful\nEvaluation ID: {eval_id}")?;
+        return Ok(0);
+    }
+    let options = MonitorOptions {
+        verbose: args.view.verbose,
+        ..MonitorOptions::default()
+    };
+    monitor(client, eval_id, &options, out)
 }

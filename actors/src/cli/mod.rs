@@ -20,6 +20,7 @@ pub mod operator;
 pub mod output;
 pub mod server;
 pub mod sim;
+pub mod system;
 pub mod views;
 
 #[cfg(test)]
@@ -60,6 +61,8 @@ pub enum Command {
     Operator(operator::OperatorArgs),
     /// The server's scheduling workers.
     Server(server::ServerArgs),
+    /// Cluster-wide maintenance (`system gc`).
+    System(system::SystemArgs),
     /// Simulated nodes for scale tests (`sim nodes -count N -servers ADDR`).
     Sim(sim::SimArgs),
     /// Load generators (`bench cluster`).
@@ -76,6 +79,7 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::Alloc(args) => alloc::run(args, out),
         Command::Operator(args) => operator::run(args, out),
         Command::Server(args) => server::run(args, out),
+        Command::System(args) => system::run(args, out),
         Command::Sim(args) => sim::run(args),
         Command::Bench(args) => bench::run(args, out),
     }
@@ -91,16 +95,36 @@ pub struct ApiFlags {
     /// ACL token sent as X-Nomad-Token [default: $HERDER_TOKEN, $NOMAD_TOKEN].
     #[arg(long = "token", value_name = "TOKEN", global = true)]
     pub token: Option<String>,
+    /// The namespace of jobs and their objects [default: $HERDER_NAMESPACE,
+    /// $NOMAD_NAMESPACE, default]; `*` lists every namespace.
+    #[arg(long = "namespace", value_name = "NAMESPACE", global = true)]
+    pub namespace: Option<String>,
+    /// The region to ask [default: $HERDER_REGION, $NOMAD_REGION, the
+    /// agent's].
+    #[arg(long = "region", value_name = "REGION", global = true)]
+    pub region: Option<String>,
 }
 
 impl ApiFlags {
     /// A client for the agent these flags and the environment name.
     pub fn client(&self) -> Result<ApiClient, ApiError> {
-        ApiClient::new(ClientConfig::resolve(
-            self.address.as_deref(),
-            self.token.as_deref(),
-            |key| std::env::var(key).ok(),
-        ))
+        self.client_with_env(|key| std::env::var(key).ok())
+    }
+
+    /// As [`ApiFlags::client`], looking variables up with `env`.
+    pub fn client_with_env(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ApiClient, ApiError> {
+        let pick = |flag: &Option<String>, ours: &str, nomads: &str| {
+            flag.clone()
+                .or_else(|| env(ours).filter(|v| !v.is_empty()))
+                .or_else(|| env(nomads).filter(|v| !v.is_empty()))
+        };
+        let namespace = pick(&self.namespace, "HERDER_NAMESPACE", "NOMAD_NAMESPACE");
+        let region = pick(&self.region, "HERDER_REGION", "NOMAD_REGION");
+        let config = ClientConfig::resolve(self.address.as_deref(), self.token.as_deref(), &env);
+        Ok(ApiClient::new(config)?.with_scope(namespace, region))
     }
 }
 
@@ -113,6 +137,30 @@ pub struct ViewFlags {
     /// Full IDs and every event instead of short forms.
     #[arg(long)]
     pub verbose: bool,
+}
+
+/// `-t`: a Go template for the answer. herder renders the simple subset
+/// (text and `{{.Field}}` / `{{.A.B}}` / `{{.}}` actions); anything else is
+/// refused with a message saying so.
+#[derive(Clone, Debug, Default, Args)]
+pub struct TemplateFlag {
+    /// Format the answer with a Go template (the `{{.Field}}` subset).
+    #[arg(short = 't', value_name = "TEMPLATE")]
+    pub template: Option<String>,
+}
+
+impl TemplateFlag {
+    /// Renders `value` with the template, if one was given; refuses it
+    /// together with `-json`, as Nomad does.
+    pub fn render(&self, json: bool, value: &serde_json::Value) -> anyhow::Result<Option<String>> {
+        let Some(template) = &self.template else {
+            return Ok(None);
+        };
+        if json {
+            bail!("Both json and template formatting are not allowed");
+        }
+        output::go_template(template, value).map(Some)
+    }
 }
 
 /// Resolves a UUID or a unique prefix of one (as Nomad's CLI does) with

@@ -148,7 +148,10 @@ pub fn job_status(
         ("Namespace", job.namespace.clone()),
         ("Status", job_status_text(job)),
         ("Periodic", job.periodic.is_some().to_string()),
-        ("Parameterized", job.parameterized_job.is_some().to_string()),
+        (
+            "Parameterized",
+            (job.parameterized_job.is_some() && !job.dispatched).to_string(),
+        ),
     ]);
     out.push_str("\nSummary\n");
     let rows: Vec<Vec<String>> = summary
@@ -768,6 +771,85 @@ pub fn workers(view: &WorkersView, verbose: bool) -> String {
         &rows,
     ));
     out
+}
+
+/// One entry of `herder job history`: version, stability, submit date,
+/// the diff to the version before it, and with `full` the job's JSON
+/// (Nomad's `formatJobVersion`).
+pub fn job_version(job: &Value, diff: Option<&JobDiff>, full: bool) -> String {
+    let number = |key: &str| job.get(key).and_then(Value::as_i64).unwrap_or(0);
+    let mut pairs = vec![
+        ("Version", number("Version").to_string()),
+        (
+            "Stable",
+            job.get("Stable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
+        ),
+        ("Submit Date", format_time(number("SubmitTime"))),
+    ];
+    if let Some(diff) = diff {
+        pairs.push((
+            "Diff",
+            format!("\n{}", job_diff(diff, &BTreeMap::new(), false).trim()),
+        ));
+    }
+    if full {
+        pairs.push(("Full", format!("JSON Job:\n{}", json(job).trim_end())));
+    }
+    key_values(&pairs)
+}
+
+/// Renders the `{{.Field}}` subset of a Go template against a JSON answer:
+/// text, `{{.}}`, and `{{.A.B}}` paths (a list's elements are not
+/// addressable by field, as in Go). Any other action (`range`, `if`,
+/// pipelines, functions) is refused: herder's CLI does not run Go
+/// templates; `-json` with a JSON tool does the rest.
+pub fn go_template(template: &str, value: &Value) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find("}}")
+            .ok_or_else(|| anyhow::anyhow!("template: unclosed action in {template:?}"))?;
+        let action = after[..end].trim().trim_matches('-').trim();
+        out.push_str(&template_field(action, value)?);
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn template_field(action: &str, value: &Value) -> anyhow::Result<String> {
+    let unsupported = || {
+        anyhow::anyhow!(
+            "template action {{{{{action}}}}} is not supported: herder's CLI renders only \
+             {{{{.Field}}}} paths of a Go template; use -json and a JSON tool for more"
+        )
+    };
+    let path = action.strip_prefix('.').ok_or_else(unsupported)?;
+    if path
+        .chars()
+        .any(|c| c.is_whitespace() || c == '|' || c == '(')
+    {
+        return Err(unsupported());
+    }
+    let mut current = value;
+    for key in path.split('.').filter(|k| !k.is_empty()) {
+        current = match current {
+            Value::Object(map) => map.get(key).unwrap_or(&Value::Null),
+            _ => &Value::Null,
+        };
+    }
+    Ok(match current {
+        Value::Null => "<no value>".to_string(),
+        Value::String(s) => s.clone(),
+        Value::Object(_) | Value::Array(_) => current.to_string(),
+        other => other.to_string(),
+    })
 }
 
 #[cfg(test)]

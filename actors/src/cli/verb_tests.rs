@@ -999,3 +999,305 @@ fn alloc_logs_falls_back_to_the_cli_agent_and_shows_its_refusal() {
     let asked = server.request("GET", &format!("/v1/client/fs/logs/{alloc_id}"));
     assert_eq!(asked.query.get("offset").map(String::as_str), Some("1200"));
 }
+
+#[test]
+fn job_history_revert_dispatch_scale_periodic_and_system_gc_parse() {
+    let cases: &[&[&str]] = &[
+        &[
+            "job", "history", "-p", "-full", "-version", "2", "-json", "web",
+        ],
+        &["job", "history", "-t", "{{.ID}}", "web"],
+        &["job", "revert", "-detach", "web", "3"],
+        &[
+            "job",
+            "dispatch",
+            "-meta",
+            "a=b",
+            "-meta",
+            "c=d",
+            "-idempotency-token",
+            "tok",
+            "-detach",
+            "batch",
+            "-",
+        ],
+        &["job", "scale", "web", "5"],
+        &["job", "scale", "-detach", "web", "g", "5"],
+        &["job", "periodic", "force", "-detach", "nightly"],
+        &[
+            "job",
+            "inspect",
+            "-version",
+            "1",
+            "-t",
+            "{{.Version}}",
+            "web",
+        ],
+        &["system", "gc"],
+        &["job", "status", "-namespace", "ops", "-region", "eu", "web"],
+    ];
+    for case in cases {
+        parse(case);
+    }
+    let refused: &[&[&str]] = &[
+        &["job", "scale", "web"],
+        &["job", "scale", "web", "g", "1", "2"],
+        &["job", "revert", "web"],
+        &["job", "periodic", "web"],
+    ];
+    for case in refused {
+        let words = std::iter::once("herder").chain(case.iter().copied());
+        assert!(
+            Cli::try_parse_from(nomad_style_args(words.map(OsString::from))).is_err(),
+            "{case:?} parsed"
+        );
+    }
+}
+
+/// An agent for the job verbs added for issue 16: one job "web" with one
+/// group "g", a parameterized job "batch", and write answers in Nomad's
+/// shapes (the documented dispatch answer, a register answer).
+fn jobs_agent() -> FakeServer {
+    FakeServer::start(|req: &Seen| {
+        let register =
+            r#"{"EvalID":"","EvalCreateIndex":0,"JobModifyIndex":7,"Warnings":"","Index":7}"#;
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/v1/jobs") => Reply::ok(
+                r#"[{"ID":"web","Name":"web"},{"ID":"batch","Name":"batch"}]"#,
+                5,
+            ),
+            ("GET", "/v1/job/web/scale") => Reply::ok(
+                r#"{"JobID":"web","TaskGroups":{"g":{"Desired":1,"Events":null}}}"#,
+                5,
+            ),
+            ("POST", "/v1/job/web/scale") | ("PUT", "/v1/job/web/revert") => Reply::ok(register, 7),
+            ("PUT", "/v1/job/batch/dispatch") => Reply::ok(
+                r#"{"Index":13,"JobCreateIndex":12,"EvalCreateIndex":13,"EvalID":"e5f55fac-bc69-119d-528a-1fc7ade5e02c","DispatchedJobID":"batch/dispatch-1485408778-81644024"}"#,
+                13,
+            ),
+            ("GET", "/v1/job/web/versions") => Reply::ok(
+                r#"{"Versions":[{"ID":"web","Version":1,"Stable":true,"SubmitTime":0},{"ID":"web","Version":0,"Stable":false,"SubmitTime":0}],
+                    "Diffs":[{"Type":"Edited","ID":"web","Fields":null,"Objects":null,"TaskGroups":[{"Type":"Edited","Name":"g","Fields":[{"Type":"Edited","Name":"Count","Old":"1","New":"3","Annotations":null}],"Objects":null,"Tasks":null}]}],
+                    "Index":5}"#,
+                5,
+            ),
+            ("PUT", "/v1/system/gc") => Reply::ok("", 0),
+            ("POST", "/v1/job/web/periodic/force") => {
+                Reply::status(400, "can't force launch non-periodic job")
+            }
+            _ => Reply::status(404, "unexpected request"),
+        }
+    })
+}
+
+#[test]
+fn job_dispatch_sends_payload_meta_and_token_and_prints_the_child() {
+    let server = jobs_agent();
+    let mut input = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut input, b"hello").unwrap();
+    let path = input.path().to_str().unwrap().to_string();
+    let (result, out) = run_against(
+        &server,
+        &[
+            "job",
+            "dispatch",
+            "-meta",
+            "time=5",
+            "-idempotency-token",
+            "tok",
+            "-detach",
+            "batch",
+            &path,
+        ],
+    );
+    assert_eq!(result.unwrap(), 0, "{out}");
+    assert!(
+        out.contains("Dispatched Job ID = batch/dispatch-1485408778-81644024"),
+        "{out}"
+    );
+    assert!(out.contains("Evaluation ID     = e5f55fac"), "{out}");
+    let sent = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/v1/job/batch/dispatch")
+        .expect("dispatch sent");
+    let body = sent.json();
+    assert_eq!(body["Payload"], "aGVsbG8=");
+    assert_eq!(body["Meta"], json!({"time": "5"}));
+    assert_eq!(body["IdempotencyToken"], "tok");
+    let (result, _) = run_against(&server, &["job", "dispatch", "-meta", "novalue", "batch"]);
+    assert!(result
+        .unwrap_err()
+        .to_string()
+        .contains("Error parsing meta value"));
+}
+
+#[test]
+fn job_scale_picks_the_only_group_and_revert_and_history_use_their_endpoints() {
+    let server = jobs_agent();
+    let (result, out) = run_against(&server, &["job", "scale", "-detach", "web", "3"]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    let scale = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path == "/v1/job/web/scale")
+        .expect("scale sent");
+    assert_eq!(scale.json()["Count"], 3);
+    assert_eq!(scale.json()["Target"], json!({"Job": "web", "Group": "g"}));
+    let (result, _) = run_against(&server, &["job", "scale", "web", "other", "3"]);
+    assert!(result
+        .unwrap_err()
+        .to_string()
+        .contains("Group other not found"));
+
+    let (result, out) = run_against(&server, &["job", "revert", "-detach", "web", "0"]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    let revert = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/v1/job/web/revert")
+        .expect("revert sent");
+    assert_eq!(revert.json(), json!({"JobID": "web", "JobVersion": 0}));
+
+    let (result, out) = run_against(&server, &["job", "history", "-p", "web"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(out.contains("Version     = 1\nStable      = true"), "{out}");
+    assert!(out.contains("+/- Count: \"1\" => \"3\""), "{out}");
+    let history = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/v1/job/web/versions")
+        .expect("versions read");
+    assert_eq!(history.query.get("diffs").map(String::as_str), Some("true"));
+    let (result, out) = run_against(
+        &server,
+        &[
+            "job",
+            "history",
+            "-t",
+            "{{.Version}}",
+            "-version",
+            "0",
+            "web",
+        ],
+    );
+    assert_eq!((result.unwrap(), out.as_str()), (0, "0\n"));
+    let (result, _) = run_against(
+        &server,
+        &["job", "history", "-t", "{{range .}}x{{end}}", "web"],
+    );
+    assert!(result.unwrap_err().to_string().contains("not supported"));
+}
+
+#[test]
+fn system_gc_and_periodic_force_and_scope_flags_reach_the_agent() {
+    let server = jobs_agent();
+    let (result, out) = run_against(&server, &["system", "gc"]);
+    assert_eq!((result.unwrap(), out.as_str()), (0, ""));
+    assert!(server
+        .requests()
+        .iter()
+        .any(|r| r.method == "PUT" && r.path == "/v1/system/gc"));
+    let (result, _) = run_against(&server, &["job", "periodic", "force", "web"]);
+    let error = format!("{:#}", result.unwrap_err());
+    assert!(
+        error.contains("can't force launch non-periodic job"),
+        "{error}"
+    );
+
+    let (result, _) = run_against(
+        &server,
+        &[
+            "job",
+            "history",
+            "-namespace",
+            "ops",
+            "-region",
+            "eu",
+            "web",
+        ],
+    );
+    result.unwrap();
+    let versions = server
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path == "/v1/job/web/versions")
+        .unwrap();
+    assert_eq!(
+        versions.query.get("namespace").map(String::as_str),
+        Some("ops")
+    );
+    assert_eq!(versions.query.get("region").map(String::as_str), Some("eu"));
+}
+
+#[test]
+fn nomad_namespace_and_region_variables_are_read_and_flags_win() {
+    let server = jobs_agent();
+    let env = |key: &str| match key {
+        "NOMAD_ADDR" => Some(server.address.clone()),
+        "NOMAD_NAMESPACE" => Some("from-env".to_string()),
+        "NOMAD_REGION" => Some("r1".to_string()),
+        _ => None,
+    };
+    let flags = ApiFlags::default();
+    flags
+        .client_with_env(env)
+        .unwrap()
+        .get("/v1/jobs", &[])
+        .unwrap();
+    let flags = ApiFlags {
+        namespace: Some("flag".into()),
+        ..ApiFlags::default()
+    };
+    flags
+        .client_with_env(env)
+        .unwrap()
+        .get("/v1/jobs", &[("namespace", "*".to_string())])
+        .unwrap();
+    flags
+        .client_with_env(env)
+        .unwrap()
+        .get("/v1/jobs", &[])
+        .unwrap();
+    let seen: Vec<(Option<String>, Option<String>)> = server
+        .requests()
+        .into_iter()
+        .map(|r| {
+            (
+                r.query.get("namespace").cloned(),
+                r.query.get("region").cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (Some("from-env".into()), Some("r1".into())),
+            (Some("*".into()), Some("r1".into())),
+            (Some("flag".into()), Some("r1".into())),
+        ]
+    );
+}
+
+#[test]
+fn go_templates_render_field_paths_and_refuse_the_rest() {
+    let value = json!({"ID": "web", "Version": 2, "Meta": {"a": "b"}, "Stop": false, "Gone": null});
+    let text = output::go_template(
+        "{{.ID}} v{{ .Version }} {{.Meta.a}} {{.Stop}} {{.Nope}}",
+        &value,
+    )
+    .unwrap();
+    assert_eq!(text, "web v2 b false <no value>");
+    assert_eq!(
+        output::go_template("{{.Meta}}", &value).unwrap(),
+        r#"{"a":"b"}"#
+    );
+    for bad in [
+        "{{range .}}{{end}}",
+        "{{.ID | printf}}",
+        "{{printf \"%s\" .ID}}",
+        "{{.ID",
+    ] {
+        assert!(output::go_template(bad, &value).is_err(), "{bad}");
+    }
+}

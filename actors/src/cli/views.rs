@@ -46,6 +46,8 @@ pub struct JobView {
     /// `null` otherwise).
     pub periodic: Option<Value>,
     pub parameterized_job: Option<Value>,
+    /// A dispatched child keeps its parent's `ParameterizedJob` block.
+    pub dispatched: bool,
 }
 
 /// `GET /v1/job/:id/summary`.

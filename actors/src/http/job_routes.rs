@@ -1,4 +1,9 @@
-//! `/v1/jobs`, `/v1/job/:id/*`, `/v1/jobs/parse` and `/v1/validate/job`.
+//! `/v1/jobs`, `/v1/job/:id/*` (register, read, stop, versions, revert,
+//! stable, dispatch, scale, ...), `/v1/jobs/parse`, `/v1/validate/job` and
+//! the scaling policies (`/v1/scaling/policies`, `/v1/scaling/policy/:id`,
+//! read from the jobs' groups).
+//!
+//! Handlers decode and render; the writes themselves are `ServerApi`'s.
 //!
 //! Writes validate first (a bad job is a 400 that changes nothing), then
 //! submit one command carrying the job and the evaluation it triggers, and
@@ -15,7 +20,7 @@ use super::query::{
 };
 use super::stubs::{alloc_stub, job_stub};
 use crate::agent::AgentInfo;
-use crate::server_api::{check_job, JobWriteResult, RegisterJob, ServerApi};
+use crate::server_api::{check_job, DispatchJob, JobWriteResult, RegisterJob, ScaleJob, ServerApi};
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::jobspec;
 use herder::state::{Command, StateSnapshot, Table, TableSet};
@@ -23,6 +28,7 @@ use herder::structs::unhonoured::{join_warnings, unhonoured_fields};
 use herder::structs::{Evaluation, Job, TriggeredBy};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -73,7 +79,24 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(scale_status))
             .route(web::put().to(scale))
             .route(web::post().to(scale)),
-    );
+    )
+    .service(
+        web::resource("/v1/job/{id}/dispatch")
+            .route(web::put().to(dispatch))
+            .route(web::post().to(dispatch)),
+    )
+    .service(
+        web::resource("/v1/job/{id}/revert")
+            .route(web::put().to(revert))
+            .route(web::post().to(revert)),
+    )
+    .service(
+        web::resource("/v1/job/{id}/stable")
+            .route(web::put().to(stable))
+            .route(web::post().to(stable)),
+    )
+    .route("/v1/scaling/policies", web::get().to(scaling_policies))
+    .route("/v1/scaling/policy/{id}", web::get().to(scaling_policy));
 }
 
 const JOBS: &[Table] = &[Table::Jobs, Table::JobSummaries];
@@ -171,11 +194,12 @@ async fn job_versions(
         if versions.is_empty() {
             return Err(ApiError::NotFound("job versions not found".into()));
         }
-        // Each version against the one before it, newest first.
+        // Each version against the one before it, newest first, with
+        // unchanged groups and tasks listed as Nomad's contextual diff does.
         let diffs = want_diffs.then(|| {
             versions
                 .windows(2)
-                .map(|w| plan::job_diff(Some(&w[1]), &w[0], false))
+                .map(|w| plan::job_diff(Some(&w[1]), &w[0], true))
                 .collect::<Vec<_>>()
         });
         Ok(json!({"Versions": versions, "Diffs": diffs}))
@@ -304,6 +328,8 @@ async fn deregister(
     let q = QueryOptions::from_request(&req)?;
     let api = ServerApi::new(server(&info)?.clone());
     let purge = q.flag("purge")?;
+    // Validated as Nomad does; herder has one region.
+    let _global = q.flag("global")?;
     let r = api.deregister_job(&q.namespace, &id, purge).await?;
     Ok(write_answer(
         r.index,
@@ -384,75 +410,183 @@ async fn periodic_force(
     ))
 }
 
-/// `POST /v1/job/:id/scale`. `Message`, `Error`, `Meta` and
-/// `PolicyOverride` are accepted and ignored: herder keeps no scaling
-/// events.
+/// `POST /v1/job/:id/scale` (Nomad's `api.ScalingRequest`).
+/// `PolicyOverride` is accepted and ignored: herder has no Sentinel.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 struct ScaleRequest {
     count: Option<i64>,
-    target: std::collections::BTreeMap<String, String>,
+    target: BTreeMap<String, String>,
+    message: String,
+    error: bool,
+    meta: BTreeMap<String, Value>,
 }
 
-/// Changes a group's count: a new job version and a scaling evaluation.
+/// Changes a group's count (a new job version and a scaling evaluation)
+/// and records the scaling event; without a count, records the event.
 async fn scale(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
     id: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
+    use herder::structs::scaling::scaling_target;
     let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let request: ScaleRequest = decode_json(&body)?;
-    let group = request
-        .target
-        .get("Group")
-        .filter(|g| !g.is_empty())
-        .ok_or_else(|| ApiError::BadRequest("missing task group name for scaling action".into()))?;
-    let snap = store.snapshot();
-    if snap.scheduler_config().reject_job_registration {
-        return Err(ApiError::Forbidden(
-            "job registration, dispatch, and scale are disabled by the scheduler configuration"
-                .into(),
+    let target = |key: &str| request.target.get(key).filter(|v| !v.is_empty());
+    if target(scaling_target::JOB).is_some_and(|job| **job != *id) {
+        return Err(ApiError::BadRequest(
+            "job ID in payload did not match URL".into(),
         ));
     }
-    let old = find_job(&snap, &q, &id)?;
-    let mut job = (**old).clone();
-    let Some(count) = request.count else {
-        // A scaling event without a count changes nothing (Nomad records
-        // it for the autoscaler; herder keeps no scaling events).
-        return Ok(write_answer(
-            snap.latest_index().max(1),
-            json!({"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": old.job_modify_index, "Warnings": ""}),
+    if target(scaling_target::NAMESPACE).is_some_and(|ns| *ns != q.namespace) {
+        return Err(ApiError::BadRequest(
+            "namespace in payload did not match header".into(),
         ));
-    };
-    let tg = job
-        .task_groups
-        .iter_mut()
-        .find(|tg| tg.name == *group)
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "task group {group:?} specified for scaling does not exist in job"
-            ))
-        })?;
-    tg.count = i32::try_from(count)
-        .ok()
-        .filter(|c| *c >= 0)
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "scaling action count {count} is invalid: must be between 0 and {}",
-                i32::MAX
-            ))
-        })?;
-    job.validate_with(&server(&info)?.job_limits)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let now = now_nanos();
-    job.submit_time = now;
-    let eval = Evaluation::for_job(&job, TriggeredBy::JobScaling, now);
-    let result = ServerApi::new(server(&info)?.clone())
-        .write_job(Arc::new(job), Some(eval), None)
+    }
+    let group = target(scaling_target::GROUP).cloned().unwrap_or_default();
+    let api = ServerApi::new(server(&info)?.clone());
+    let result = api
+        .scale_job(ScaleJob {
+            namespace: q.namespace.clone(),
+            job_id: id.into_inner(),
+            group,
+            count: request.count,
+            message: request.message,
+            error: request.error,
+            meta: request.meta,
+        })
         .await?;
     Ok(write_answer(result.index, register_answer(&result)))
+}
+
+/// `PUT /v1/job/:id/dispatch`: `{"Payload" (base64), "Meta",
+/// "IdempotencyToken", "IdPrefixTemplate"}`. The token is also read from
+/// `?idempotency_token=`, as Nomad's write requests take it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct DispatchRequest {
+    #[serde(rename = "JobID")]
+    job_id: String,
+    #[serde(rename = "Payload")]
+    payload: String,
+    #[serde(rename = "Meta")]
+    meta: BTreeMap<String, String>,
+    #[serde(rename = "IdempotencyToken")]
+    idempotency_token: String,
+    #[serde(rename = "IdPrefixTemplate")]
+    id_prefix_template: String,
+}
+
+async fn dispatch(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    use base64::Engine;
+    let q = QueryOptions::from_request(&req)?;
+    let request: DispatchRequest = decode_json(&body)?;
+    if !request.job_id.is_empty() && request.job_id != *id {
+        return Err(ApiError::BadRequest("Job ID does not match".into()));
+    }
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(request.payload.trim())
+        .map_err(|e| ApiError::BadRequest(format!("Payload is not valid base64: {e}")))?;
+    let token = match q.param("idempotency_token").filter(|t| !t.is_empty()) {
+        Some(t) => t.to_string(),
+        None => request.idempotency_token,
+    };
+    let api = ServerApi::new(server(&info)?.clone());
+    let r = api
+        .dispatch_job(DispatchJob {
+            namespace: q.namespace.clone(),
+            job_id: id.into_inner(),
+            payload,
+            meta: request.meta,
+            idempotency_token: token,
+            id_prefix_template: request.id_prefix_template,
+        })
+        .await?;
+    Ok(json_with_index(
+        r.index,
+        &json!({
+            "DispatchedJobID": r.dispatched_job_id,
+            "EvalID": r.eval_id.map(|id| id.to_string()).unwrap_or_default(),
+            "EvalCreateIndex": r.eval_create_index,
+            "JobCreateIndex": r.job_create_index,
+            "Index": r.index,
+        }),
+    ))
+}
+
+/// `PUT /v1/job/:id/revert`: `{"JobID", "JobVersion", "EnforcePriorVersion"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct RevertRequest {
+    #[serde(rename = "JobID")]
+    job_id: String,
+    job_version: u64,
+    enforce_prior_version: Option<u64>,
+}
+
+async fn revert(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let request: RevertRequest = decode_json(&body)?;
+    check_body_job_id(&request.job_id, &id)?;
+    let api = ServerApi::new(server(&info)?.clone());
+    let result = api
+        .revert_job(
+            &q.namespace,
+            &id,
+            request.job_version,
+            request.enforce_prior_version,
+        )
+        .await?;
+    Ok(write_answer(result.index, register_answer(&result)))
+}
+
+/// `PUT /v1/job/:id/stable`: `{"JobID", "JobVersion", "Stable"}` ->
+/// `{"Index"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+struct StableRequest {
+    #[serde(rename = "JobID")]
+    job_id: String,
+    job_version: u64,
+    stable: bool,
+}
+
+async fn stable(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let q = QueryOptions::from_request(&req)?;
+    let request: StableRequest = decode_json(&body)?;
+    check_body_job_id(&request.job_id, &id)?;
+    let api = ServerApi::new(server(&info)?.clone());
+    let index = api
+        .set_job_stability(&q.namespace, &id, request.job_version, request.stable)
+        .await?;
+    Ok(json_with_index(index, &json!({"Index": index})))
+}
+
+/// Revert and stable name the job in the body too, as Nomad requires.
+fn check_body_job_id(body_id: &str, path_id: &str) -> Result<(), ApiError> {
+    if body_id.is_empty() {
+        return Err(ApiError::BadRequest("JobID must be specified".into()));
+    }
+    if body_id != path_id {
+        return Err(ApiError::BadRequest("Job ID does not match".into()));
+    }
+    Ok(())
 }
 
 async fn scale_status(
@@ -460,11 +594,13 @@ async fn scale_status(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let tables = TableSet::of(&[Table::Jobs, Table::Allocs]);
+    let tables = TableSet::of(&[Table::Jobs, Table::Allocs, Table::ScalingEvents]);
     read_json(&info, &req, tables, |snap, q| {
         let job = find_job(snap, q, &id)?;
+        let events = snap.scaling_events(&job.namespace, &job.id);
         let mut groups = serde_json::Map::new();
         for tg in &job.task_groups {
+            let group_events = events.and_then(|e| e.scaling_events.get(&tg.name));
             let allocs: Vec<_> = snap
                 .allocs_by_job(&job.namespace, &job.id)
                 .filter(|a| *a.task_group == *tg.name && !a.is_terminal())
@@ -476,12 +612,13 @@ async fn scale_status(
             groups.insert(
                 tg.name.clone(),
                 json!({"Desired": tg.count, "Placed": allocs.len(), "Running": running,
-                       "Healthy": running, "Unhealthy": 0, "Events": null}),
+                       "Healthy": running, "Unhealthy": 0, "Events": group_events}),
             );
         }
         Ok(json!({
+            // Nomad answers the job's ModifyIndex as `JobModifyIndex` here.
             "JobID": job.id, "Namespace": job.namespace, "JobCreateIndex": job.create_index,
-            "JobModifyIndex": job.job_modify_index, "JobStopped": job.stop, "TaskGroups": groups,
+            "JobModifyIndex": job.modify_index, "JobStopped": job.stop, "TaskGroups": groups,
         }))
     })
     .await
@@ -531,4 +668,48 @@ async fn validate_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResp
         "Error": errors.join("; "),
         "Warnings": join_warnings(&warnings),
     })))
+}
+
+/// `GET /v1/scaling/policies?job=&type=&prefix=`: the scaling policies of
+/// the current jobs' groups, as Nomad's `ScalingPolicyListStub`s, by job
+/// and group.
+async fn scaling_policies(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    read_json(&info, &req, TableSet::of(JOBS), |snap, q| {
+        let job_filter = q.param("job").filter(|j| !j.is_empty());
+        let type_prefix = q.param("type").unwrap_or("");
+        let stubs: Vec<Value> = snap
+            .jobs()
+            .filter(|j| q.in_namespace(&j.namespace))
+            .filter(|j| job_filter.is_none_or(|id| j.id == id))
+            .flat_map(|j| j.scaling_policies())
+            .filter(|p| p.r#type.starts_with(type_prefix) && p.id.starts_with(&q.prefix))
+            .map(|p| {
+                json!({
+                    "ID": p.id, "Enabled": p.enabled, "Type": p.r#type, "Target": p.target,
+                    "CreateIndex": p.create_index, "ModifyIndex": p.modify_index,
+                })
+            })
+            .collect();
+        Ok(stubs)
+    })
+    .await
+}
+
+/// `GET /v1/scaling/policy/:id`: one policy, or 404 "policy not found".
+async fn scaling_policy(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    read_json(&info, &req, TableSet::of(JOBS), |snap, _q| {
+        snap.jobs()
+            .flat_map(|j| j.scaling_policies())
+            .find(|p| p.id == *id)
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound("policy not found".into()))
+    })
+    .await
 }

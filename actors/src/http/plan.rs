@@ -217,8 +217,8 @@ pub fn job_diff(old: Option<&Job>, new: &Job, contextual: bool) -> Value {
     for tg in &new.task_groups {
         let before = old_groups.iter().find(|g| g.name == tg.name);
         let d = named_diff(
-            before.map(to_object),
-            Some(to_object(tg)),
+            before.map(group_object),
+            Some(group_object(tg)),
             &tg.name,
             "Tasks",
             before.map(|g| tasks_of(&g.tasks)).unwrap_or_default(),
@@ -232,7 +232,7 @@ pub fn job_diff(old: Option<&Job>, new: &Job, contextual: bool) -> Value {
     for tg in old_groups {
         if new.lookup_task_group(&tg.name).is_none() {
             groups.push(named_diff(
-                Some(to_object(tg)),
+                Some(group_object(tg)),
                 None,
                 &tg.name,
                 "Tasks",
@@ -251,6 +251,18 @@ pub fn job_diff(old: Option<&Job>, new: &Job, contextual: bool) -> Value {
         "Objects": null_if_empty(objects),
         "TaskGroups": null_if_empty(groups),
     })
+}
+
+/// A group as its diff sees it: a scaling policy's ID and indexes are the
+/// server's (as Nomad's `scalingPolicyDiff` leaves them out).
+fn group_object(tg: &herder::structs::TaskGroup) -> Map<String, Value> {
+    let mut object = to_object(tg);
+    if let Some(Value::Object(policy)) = object.get_mut("Scaling") {
+        for key in ["ID", "CreateIndex", "ModifyIndex"] {
+            policy.remove(key);
+        }
+    }
+    object
 }
 
 fn tasks_of(tasks: &[herder::structs::Task]) -> Vec<(String, Map<String, Value>)> {
@@ -494,5 +506,29 @@ mod tests {
         assert_eq!(cpu["New"], "500");
         assert_eq!(find(&diff["TaskGroups"], "fresh")["Type"], "Added");
         assert_eq!(find(&diff["TaskGroups"], "gone")["Type"], "Deleted");
+    }
+
+    #[test]
+    fn a_scaling_policys_id_and_indexes_are_not_a_change() {
+        use herder::structs::ScalingPolicy;
+        let mut old = fixtures::job("default", "web", &[("g", 1)]);
+        old.task_groups[0].scaling = Some(ScalingPolicy {
+            id: "stored".into(),
+            create_index: 7,
+            modify_index: 7,
+            max: Some(3),
+            ..Default::default()
+        });
+        let mut new = old.clone();
+        let policy = new.task_groups[0].scaling.as_mut().unwrap();
+        (policy.id, policy.create_index, policy.modify_index) = (String::new(), 0, 0);
+        assert_eq!(job_diff(Some(&old), &new, false)["Type"], "None");
+        new.task_groups[0].scaling.as_mut().unwrap().max = Some(5);
+        let diff = job_diff(Some(&old), &new, false);
+        let scaling = find(&diff["TaskGroups"][0]["Objects"], "Scaling");
+        assert_eq!(
+            scaling["Fields"],
+            json!([{"Type": "Edited", "Name": "Max", "Old": "3", "New": "5", "Annotations": null}])
+        );
     }
 }

@@ -106,8 +106,9 @@ impl QueryOptions {
             None => Ok(false),
             Some("" | "1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
             Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+            // Nomad's words (strconv.ParseBool's error included).
             Some(v) => Err(ApiError::BadRequest(format!(
-                "Failed to parse value of {name:?} ({v:?}) as a boolean"
+                "Failed to parse value of {name:?} ({v}) as a bool: strconv.ParseBool: parsing {v:?}: invalid syntax"
             ))),
         }
     }

@@ -19,7 +19,7 @@ pub fn job_stub(snap: &StateSnapshot, job: &Job) -> Value {
         "Type": job.job_type,
         "Priority": job.priority,
         "Periodic": job.periodic.is_some(),
-        "ParameterizedJob": job.parameterized_job.is_some(),
+        "ParameterizedJob": job.is_parameterized(),
         "Stop": job.stop,
         "Status": job.status,
         "StatusDescription": job.status_description,
