@@ -39,8 +39,12 @@ mod eval;
 mod functions;
 mod hcl_job;
 mod json;
+mod limits;
+mod nesting;
 mod source;
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod tests;
 
@@ -48,6 +52,7 @@ use crate::structs::{Job, ValidationError};
 use std::collections::BTreeMap;
 
 pub use duration::parse_go_duration;
+pub use limits::{HclLimits, LimitKind};
 
 /// Why a job file could not be turned into a job.
 ///
@@ -82,6 +87,18 @@ pub enum JobspecError {
         column: usize,
         message: String,
     },
+    /// The file exceeds one of the [`HclLimits`]: it is too large, nests
+    /// too deeply, or its evaluation would build too much. The message
+    /// names the setting that raises the limit (`limit.setting()`); the
+    /// position is where the limit was passed.
+    #[error("{file}:{line}:{column}: {message}")]
+    Limit {
+        file: String,
+        line: usize,
+        column: usize,
+        limit: LimitKind,
+        message: String,
+    },
     /// The job parsed but fails [`Job::validate`].
     #[error("{file}: {source}")]
     Validation {
@@ -96,7 +113,8 @@ impl JobspecError {
         match self {
             JobspecError::Syntax { line, column, .. }
             | JobspecError::Spec { line, column, .. }
-            | JobspecError::Json { line, column, .. } => Some((*line, *column)),
+            | JobspecError::Json { line, column, .. }
+            | JobspecError::Limit { line, column, .. } => Some((*line, *column)),
             JobspecError::Validation { .. } => None,
         }
     }
@@ -122,7 +140,23 @@ pub fn parse_hcl_with_vars(
     filename: &str,
     vars: &BTreeMap<String, String>,
 ) -> Result<Job, JobspecError> {
-    let mut job = hcl_job::parse(src, filename, vars)?;
+    parse_hcl_with_limits(src, filename, vars, &HclLimits::default())
+}
+
+/// [`parse_hcl_with_vars`] under explicit [`HclLimits`] (the others use
+/// [`HclLimits::default`]). Text larger than `max_source_bytes`, nesting
+/// deeper than `max_nesting_depth` or evaluating to more than
+/// `max_expansion_bytes` of values is refused with
+/// [`JobspecError::Limit`], before it can exhaust the thread's stack or
+/// the process's memory; the values given in `vars` are held to the same
+/// limits.
+pub fn parse_hcl_with_limits(
+    src: &str,
+    filename: &str,
+    vars: &BTreeMap<String, String>,
+    limits: &HclLimits,
+) -> Result<Job, JobspecError> {
+    let mut job = hcl_job::parse(src, filename, vars, limits)?;
     job.canonicalize();
     Ok(job)
 }
