@@ -172,12 +172,17 @@ impl<'s> BodyReader<'s> {
     }
 
     pub fn string(&self, name: &str) -> Result<Option<String>, JobspecError> {
-        let Some((value, attr)) = self.raw(name)? else {
-            return Ok(None);
-        };
-        as_string(&value)
-            .map(Some)
-            .ok_or_else(|| self.type_error(attr, "a string", &value))
+        match self.attribute(name) {
+            Some(attr) => self.string_of(attr).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The string value of an attribute in hand (looking each attribute of
+    /// a large block up by name again would take quadratic time).
+    fn string_of(&self, attr: &Attribute) -> Result<String, JobspecError> {
+        let value = self.eval.value(&attr.value)?;
+        as_string(&value).ok_or_else(|| self.type_error(attr, "a string", &value))
     }
 
     pub fn int(&self, name: &str) -> Result<Option<i64>, JobspecError> {
@@ -305,12 +310,7 @@ impl<'s> BodyReader<'s> {
                 block
                     .body
                     .attributes()
-                    .map(|a| {
-                        let key = a.key.as_str();
-                        reader
-                            .string(key)
-                            .map(|v| (key.to_string(), v.unwrap_or_default()))
-                    })
+                    .map(|a| Ok((a.key.as_str().to_string(), reader.string_of(a)?)))
                     .collect()
             }
             (None, None) => Ok(BTreeMap::new()),

@@ -17,14 +17,14 @@
 //!   the code that walks them can recurse. `hcl-rs`'s own evaluator
 //!   checks neither, and its integer arithmetic panics on overflow.
 //!
-//! Recursion here follows the syntax tree, whose depth `nesting.rs` bounded
+//! Recursion here follows the syntax tree, whose depth `scan.rs` bounded
 //! before parsing, or a value, whose depth is bounded as it is built.
 //! Locals are evaluated in dependency order (not by retrying until nothing
 //! changes), so a chain of locals is no recursion at all.
 
 use super::functions::{self, FnError};
-use super::limits::{self, Budget, VALUE_OVERHEAD};
-use super::nesting::{self, TooDeep};
+use super::limits::{self, Budget, HclLimits, VALUE_OVERHEAD};
+use super::scan;
 use super::source::Source;
 use super::JobspecError;
 use hcl::edit::expr::{
@@ -232,9 +232,13 @@ impl<'s> Evaluator<'s> {
             return Ok(Hcl::String(text.to_string()));
         }
         let source = Source::new(text, self.src.file);
-        if let Err(TooDeep(offset)) = nesting::check_depth(text, self.max_depth) {
-            let e = limits::depth_error(&source, offset, self.max_depth, "nesting");
-            return Err(relocate(e));
+        if let Err(refused) = scan::scan(text, self.max_depth, self.budget) {
+            let limits = HclLimits {
+                max_nesting_depth: self.max_depth,
+                max_expansion_bytes: self.budget.max(),
+                ..HclLimits::default()
+            };
+            return Err(relocate(limits::scan_error(&source, refused, &limits)));
         }
         let expr = hcl::edit::parser::parse_expr(text).map_err(|e| bad(e.message()))?;
         // The given text has its own positions: evaluate it against its own

@@ -10,7 +10,7 @@
 use super::body::{BodyReader, Schema};
 use super::eval::Evaluator;
 use super::limits::{self, Budget, HclLimits};
-use super::nesting::{self, TooDeep};
+use super::scan;
 use super::source::Source;
 use super::JobspecError;
 use crate::structs::job::{operand, TaskLifecycle};
@@ -141,9 +141,9 @@ const TASK: Schema = Schema {
 /// for the file's `variable` blocks.
 ///
 /// The limits are checked in the order that keeps every step safe: the
-/// size before anything reads the text, the nesting (a linear scan)
-/// before the recursive parser sees it, and the expansion budget while
-/// the evaluator builds values.
+/// size before anything reads the text, the nesting and the size of the
+/// syntax tree (a linear scan) before the recursive parser sees it, and
+/// the rest of the expansion budget while the evaluator builds values.
 pub(crate) fn parse(
     text: &str,
     file: &str,
@@ -158,17 +158,16 @@ pub(crate) fn parse(
         ));
     }
     let src = Source::new(text, file);
-    let max_depth = limits.max_nesting_depth;
-    nesting::check_depth(text, max_depth)
-        .map_err(|TooDeep(offset)| limits::depth_error(&src, offset, max_depth, "nesting"))?;
+    let budget = Budget::new(limits.max_expansion_bytes);
+    scan::scan(text, limits.max_nesting_depth, &budget)
+        .map_err(|refused| limits::scan_error(&src, refused, limits))?;
     let body = hcl::edit::parser::parse_body(text).map_err(|e| JobspecError::Syntax {
         file: file.to_string(),
         line: e.location().line(),
         column: e.location().column(),
         message: syntax_message(&e),
     })?;
-    let budget = Budget::new(limits.max_expansion_bytes);
-    let mut eval = Evaluator::new(&src, &budget, max_depth);
+    let mut eval = Evaluator::new(&src, &budget, limits.max_nesting_depth);
     eval.declare_top_level(&body, vars)?;
     let top = BodyReader {
         src: &src,

@@ -11,10 +11,11 @@
 //!   (`b = "${local.a}${local.a}"`, `c = "${local.b}${local.b}"`, ...).
 //!
 //! [`HclLimits`] bounds each of them; the size is checked first, the depth
-//! by the linear scan of `nesting.rs` before any recursive code sees the
-//! text, and the expansion by a [`Budget`] that the evaluator charges
-//! *before* it builds each value.
+//! and the size of the syntax tree by the linear scan of `scan.rs` before
+//! any recursive code sees the text, and the expansion by a [`Budget`] that
+//! the scan and then the evaluator charge *before* they build anything.
 
+use super::scan::Refused;
 use super::source::Source;
 use super::JobspecError;
 use std::cell::Cell;
@@ -40,12 +41,15 @@ pub struct HclLimits {
     /// nests about a dozen levels (job, group, task, config, a list, a
     /// string, an interpolation, a function call).
     pub max_nesting_depth: usize,
-    /// How many bytes of values evaluating the file's variables, locals and
-    /// attributes may build, in total. Each value counts its text plus a
-    /// fixed overhead for being a value (`VALUE_OVERHEAD`), and every copy
-    /// counts again (a reference to a local copies it). Default 16 MiB
-    /// ([`HclLimits::DEFAULT_MAX_EXPANSION_BYTES`]); a real job builds a few
-    /// kilobytes, plus its inline text.
+    /// How many bytes the file may expand to while it is parsed and
+    /// evaluated, in total: its syntax tree, estimated by the scan before
+    /// parsing (320 bytes a token, plus the parser's work on large
+    /// objects), and every value evaluating its variables, locals and
+    /// attributes builds (its text plus 32 bytes for being a value; a
+    /// reference to a local copies it and counts again). This bounds memory
+    /// and time alike. Default 16 MiB
+    /// ([`HclLimits::DEFAULT_MAX_EXPANSION_BYTES`]); a real job takes a few
+    /// hundred kilobytes, plus its inline text.
     pub max_expansion_bytes: usize,
 }
 
@@ -135,6 +139,12 @@ impl Budget {
     pub fn max(&self) -> usize {
         self.max
     }
+
+    /// Bytes charged so far.
+    #[cfg(test)]
+    pub fn used(&self) -> usize {
+        self.used.get()
+    }
 }
 
 /// The error for a file larger than [`HclLimits::max_source_bytes`].
@@ -184,10 +194,48 @@ pub(crate) fn expansion_error(src: &Source, span: Option<Range<usize>>, max: usi
         column,
         limit: kind,
         message: format!(
-            "evaluating the variables, locals and expressions of this file builds more than \
-             {max} bytes of values, at {line}:{column} (limits: {}); a local or `for` \
-             expression probably multiplies another one, or raise the limit",
+            "evaluating this file builds more than {max} bytes (its syntax tree and the values \
+             of its variables, locals and expressions) by {line}:{column} (limits: {}); a local \
+             or `for` expression probably multiplies another one, or raise the limit",
             kind.setting()
         ),
+    }
+}
+
+/// The error for text whose syntax tree alone would pass
+/// [`HclLimits::max_expansion_bytes`], at the byte offset where it did.
+pub(crate) fn syntax_size_error(src: &Source, offset: usize, max: usize) -> JobspecError {
+    let kind = LimitKind::ExpansionBytes;
+    let (line, column) = src.locate(offset);
+    JobspecError::Limit {
+        file: src.file.to_string(),
+        line,
+        column,
+        limit: kind,
+        message: format!(
+            "the syntax tree of this file takes more than {max} bytes by {line}:{column} \
+             (limits: {}); split the job, or raise the limit",
+            kind.setting()
+        ),
+    }
+}
+
+/// The error for a refused scan.
+pub(crate) fn scan_error(src: &Source, refused: Refused, limits: &HclLimits) -> JobspecError {
+    match refused {
+        Refused::TooDeep(offset) => depth_error(src, offset, limits.max_nesting_depth, "nesting"),
+        Refused::TooLarge(offset) => syntax_size_error(src, offset, limits.max_expansion_bytes),
+        Refused::EmptyHeredoc(offset) => {
+            let (line, column) = src.locate(offset);
+            JobspecError::Syntax {
+                file: src.file.to_string(),
+                line,
+                column,
+                message: "a heredoc must not close on its first line (the parser cannot tell \
+                          an empty heredoc from one that ends at a later delimiter line); \
+                          write \"\" for an empty string"
+                    .to_string(),
+            }
+        }
     }
 }

@@ -40,7 +40,7 @@ mod functions;
 mod hcl_job;
 mod json;
 mod limits;
-mod nesting;
+mod scan;
 mod source;
 
 #[cfg(test)]

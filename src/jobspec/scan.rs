@@ -1,21 +1,31 @@
-//! A linear scan that bounds how deeply HCL text nests, run before the
-//! text reaches `hcl-edit`'s parser.
+//! A linear scan of HCL text, run before the text reaches `hcl-edit`'s
+//! parser, that bounds how deeply it nests and how large a syntax tree it
+//! makes.
 //!
-//! The parser is recursive descent: each bracket, brace, parenthesis,
-//! quoted string, `${ }` interpolation, `%{ if }`/`%{ for }` directive
-//! body, unary operator and binary or conditional operator chained in one
-//! expression is at least one level of recursion, and several kilobytes of
-//! stack per level (measured: up to ~9 KiB for `[for x in [...`). A few
-//! kilobytes of `[[[[` therefore overflow any thread's stack and abort the
-//! process. Everything recursive that runs later (the evaluator, the
-//! conversion to JSON, dropping the syntax tree) is no deeper than what the
-//! parser built.
+//! Depth: the parser is recursive descent. Each bracket, brace,
+//! parenthesis, quoted string, `${ }` interpolation, `%{ if }`/`%{ for }`
+//! directive body, unary operator and binary or conditional operator
+//! chained in one expression is at least one level of recursion, and
+//! several kilobytes of stack per level (measured: up to ~11 KiB for
+//! `[for x in [...`). A few kilobytes of `[[[[` therefore overflow any
+//! thread's stack and abort the process. Everything recursive that runs
+//! later (the evaluator, the conversion to JSON, dropping the syntax tree)
+//! is no deeper than what the parser built.
+//!
+//! Size: the syntax tree costs far more than its text (measured: ~300
+//! bytes for the four characters of `a.b,` in a list, 1 KiB per `f(x)`),
+//! and `hcl-edit` stores an object's keys in a vector it searches on every
+//! insert, so an object of n keys costs n²/2 comparisons (20,000 keys in
+//! 170 KB of text take seconds). The scan charges the file's [`Budget`]
+//! [`SYNTAX_TOKEN_BYTES`] per token and one byte per earlier item for each
+//! item of a `{ }`, so both stay within `max_expansion_bytes` before the
+//! parser allocates anything.
 //!
 //! The scan follows the parser's lexical rules (comments, quoted strings
 //! and their escapes, heredocs, template sequences and their `$${`/`%%{`
 //! escapes, identifiers with `-`, numbers with exponents) closely enough
 //! that it never takes text the parser reads as code for a string or a
-//! comment, and counts conservatively:
+//! comment, and counts depth conservatively:
 //! - every open bracket, brace, parenthesis, quoted string, heredoc,
 //!   interpolation and directive header is a level until it closes;
 //! - every `%{ if }` or `%{ for }` is a level until its `%{ endif }` or
@@ -26,8 +36,16 @@
 //!   `b = 2` on the next line, `for x in xs`): the parser cannot continue an
 //!   expression there, so its operator recursion has unwound.
 //!
-//! A real job nests about a dozen levels; over-counting (`**` counts two,
-//! a splat's `*` counts one) only matters to absurd text.
+//! A real job nests about a dozen levels and has a few thousand tokens;
+//! over-counting (`**` counts two, a splat's `*` counts one) only matters
+//! to absurd text.
+
+use super::limits::Budget;
+
+/// What one token of code is charged for the syntax tree it becomes:
+/// a little more than the largest cost per token measured (`a.b` in a
+/// list, ~300 bytes a token).
+pub(crate) const SYNTAX_TOKEN_BYTES: usize = 320;
 
 /// What opened a level of nesting.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -75,6 +93,8 @@ struct Frame {
     operators: usize,
     /// Open `%{ if }`/`%{ for }` bodies, in template frames.
     directives: usize,
+    /// Items (attributes, blocks, object entries) seen so far in a brace.
+    items: usize,
     last: Last,
 }
 
@@ -84,6 +104,7 @@ impl Frame {
             kind,
             operators: 0,
             directives: 0,
+            items: 0,
             last: Last::Continues,
         }
     }
@@ -98,13 +119,21 @@ impl Frame {
     }
 }
 
-/// Where the text first nests deeper than allowed: the byte offset.
+/// Why the scan refused the text, and the byte offset where.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct TooDeep(pub usize);
+pub(crate) enum Refused {
+    /// Nesting passed `max_depth` levels.
+    TooDeep(usize),
+    /// The syntax tree would pass the budget.
+    TooLarge(usize),
+    /// A heredoc closes on its first line (see `heredoc_start`).
+    EmptyHeredoc(usize),
+}
 
-/// Scans HCL text (a whole body, or one expression) and fails at the first
-/// byte where nesting passes `max_depth` levels.
-pub(crate) fn check_depth(text: &str, max_depth: usize) -> Result<(), TooDeep> {
+/// Scans HCL text (a whole body, or one expression), charging `budget` for
+/// its syntax tree, and fails at the first byte where nesting passes
+/// `max_depth` levels or the budget runs out.
+pub(crate) fn scan(text: &str, max_depth: usize, budget: &Budget) -> Result<(), Refused> {
     Scanner {
         bytes: text.as_bytes(),
         text,
@@ -113,6 +142,7 @@ pub(crate) fn check_depth(text: &str, max_depth: usize) -> Result<(), TooDeep> {
         stack: vec![Frame::new(Kind::Brace)],
         depth: 0,
         max_depth,
+        budget,
     }
     .run()
 }
@@ -125,10 +155,11 @@ struct Scanner<'a> {
     /// The sum of the weights of every frame but the root.
     depth: usize,
     max_depth: usize,
+    budget: &'a Budget,
 }
 
 impl Scanner<'_> {
-    fn run(mut self) -> Result<(), TooDeep> {
+    fn run(mut self) -> Result<(), Refused> {
         while self.pos < self.bytes.len() {
             if self.top().is_template() {
                 self.template_text()?;
@@ -158,15 +189,36 @@ impl Scanner<'_> {
     }
 
     /// One more level at the current position, failing past the limit.
-    fn deeper(&mut self) -> Result<(), TooDeep> {
+    fn deeper(&mut self) -> Result<(), Refused> {
         self.depth += 1;
         if self.depth > self.max_depth {
-            return Err(TooDeep(self.pos));
+            return Err(Refused::TooDeep(self.pos));
         }
         Ok(())
     }
 
-    fn push(&mut self, kind: Kind) -> Result<(), TooDeep> {
+    /// One token of syntax: charged for the tree node it becomes.
+    fn token(&self) -> Result<(), Refused> {
+        self.budget
+            .charge(SYNTAX_TOKEN_BYTES)
+            .map_err(|_| Refused::TooLarge(self.pos))
+    }
+
+    /// Another item in the current brace: the parser compares an object's
+    /// new key with every earlier one, a byte of budget each.
+    fn item(&mut self) -> Result<(), Refused> {
+        let frame = self.top_mut();
+        if frame.kind != Kind::Brace {
+            return Ok(());
+        }
+        frame.items += 1;
+        let items = frame.items;
+        self.budget
+            .charge(items)
+            .map_err(|_| Refused::TooLarge(self.pos))
+    }
+
+    fn push(&mut self, kind: Kind) -> Result<(), Refused> {
         self.stack.push(Frame::new(kind));
         self.deeper()
     }
@@ -186,17 +238,19 @@ impl Scanner<'_> {
 
     /// An operand starts: directly after another operand it begins a new
     /// expression, whose operators the parser has not entered yet.
-    fn operand_starts(&mut self) {
+    fn operand_starts(&mut self) -> Result<(), Refused> {
         let frame = self.top_mut();
         if frame.last == Last::Operand {
             let unwound = frame.operators;
             frame.operators = 0;
             self.depth -= unwound;
+            self.item()?;
         }
+        Ok(())
     }
 
     /// An operator: a level until the expression ends.
-    fn operator(&mut self, len: usize) -> Result<(), TooDeep> {
+    fn operator(&mut self, len: usize) -> Result<(), Refused> {
         self.top_mut().operators += 1;
         self.top_mut().last = Last::Continues;
         self.deeper()?;
@@ -205,15 +259,30 @@ impl Scanner<'_> {
     }
 
     /// One token of code (or skipped whitespace or comment).
-    fn code(&mut self) -> Result<(), TooDeep> {
+    fn code(&mut self) -> Result<(), Refused> {
         let b = self.peek(0);
         match b {
-            b' ' | b'\t' | b'\r' | b'\n' | b'~' => self.pos += 1,
-            b'#' => self.skip_line(),
-            b'/' if self.peek(1) == b'/' => self.skip_line(),
-            b'/' if self.peek(1) == b'*' => self.skip_block_comment(),
+            b' ' | b'\t' | b'\r' | b'\n' | b'~' => {
+                self.pos += 1;
+                return Ok(());
+            }
+            b'#' => {
+                self.skip_line();
+                return Ok(());
+            }
+            b'/' if matches!(self.peek(1), b'/' | b'*') => {
+                if self.peek(1) == b'/' {
+                    self.skip_line();
+                } else {
+                    self.skip_block_comment();
+                }
+                return Ok(());
+            }
+            _ => self.token()?,
+        }
+        match b {
             b'"' => {
-                self.operand_starts();
+                self.operand_starts()?;
                 self.push(Kind::Quoted)?;
                 self.pos += 1;
             }
@@ -245,6 +314,7 @@ impl Scanner<'_> {
                 frame.operators = 0;
                 frame.last = Last::Continues;
                 self.depth -= unwound;
+                self.item()?;
                 self.pos += 1;
             }
             b'<' if self.peek(1) == b'<' && self.heredoc_start()? => {}
@@ -261,14 +331,14 @@ impl Scanner<'_> {
                 self.pos += 1;
             }
             b'0'..=b'9' => {
-                self.operand_starts();
+                self.operand_starts()?;
                 self.number();
                 self.top_mut().last = Last::Operand;
             }
             // Every non-ASCII character is taken for part of a name, so that
             // a name here is never shorter than the parser's (see
             // `name_len`).
-            _ if b.is_ascii_alphabetic() || b == b'_' || b >= 0x80 => self.identifier(),
+            _ if b.is_ascii_alphabetic() || b == b'_' || b >= 0x80 => self.identifier()?,
             // Anything else is a syntax error the parser reports; it
             // cannot hide nesting.
             _ => self.pos += 1,
@@ -278,11 +348,12 @@ impl Scanner<'_> {
 
     /// An identifier: letters, digits, `_` and `-` (HCL allows dashes in
     /// names, so `a-b` is one name, not a subtraction).
-    fn identifier(&mut self) {
-        self.operand_starts();
+    fn identifier(&mut self) -> Result<(), Refused> {
+        self.operand_starts()?;
         let len = name_len(self.rest());
         self.pos += len.max(1);
         self.top_mut().last = Last::Operand;
+        Ok(())
     }
 
     /// A number as the parser reads it: digits, an optional fraction and an
@@ -324,7 +395,7 @@ impl Scanner<'_> {
 
     /// `<<EOF` or `<<-EOF` followed by a line end opens a heredoc; anything
     /// else is two `<` operators (`false` returned, nothing consumed).
-    fn heredoc_start(&mut self) -> Result<bool, TooDeep> {
+    fn heredoc_start(&mut self) -> Result<bool, Refused> {
         let dash = usize::from(self.peek(2) == b'-');
         let name_start = self.pos + 2 + dash;
         let after = self.text.get(name_start..).unwrap_or("");
@@ -341,43 +412,57 @@ impl Scanner<'_> {
         if !starts_name || line_end == 0 {
             return Ok(false);
         }
-        self.operand_starts();
+        self.operand_starts()?;
         self.push(Kind::Heredoc {
             start: name_start,
             len: name_len,
         })?;
         self.pos = name_start + name_len + line_end;
-        // The body's first line may already be the closing delimiter.
-        self.heredoc_line_start();
+        // A heredoc whose first line is its delimiter is empty only if no
+        // later line is: the parser first reads the body up to the next
+        // delimiter line, and falls back to "empty" when that fails, which
+        // an interpolation in the body can make it do. The scan cannot
+        // follow both readings, so it refuses this one.
+        if self.at_delimiter().is_some() {
+            return Err(Refused::EmptyHeredoc(self.pos));
+        }
         Ok(true)
     }
 
-    /// At the start of a heredoc line: spaces, then the delimiter, close it.
-    fn heredoc_line_start(&mut self) {
+    /// At a heredoc line start: the length of blanks and the delimiter when
+    /// they begin the line (the parser matches the delimiter as a prefix).
+    fn at_delimiter(&self) -> Option<usize> {
         let Kind::Heredoc { start, len } = self.top().kind else {
-            return;
+            return None;
         };
         let delimiter = self.text.get(start..start + len).unwrap_or("");
         let rest = self.rest();
         let indent = rest.len() - rest.trim_start_matches([' ', '\t']).len();
-        if rest[indent..].starts_with(delimiter) {
-            self.pos += indent + len;
-            self.pop();
-        }
+        rest[indent..]
+            .starts_with(delimiter)
+            .then_some(indent + len)
     }
 
     /// Template text: literal characters up to a template sequence or the
     /// end of the string or heredoc.
-    fn template_text(&mut self) -> Result<(), TooDeep> {
-        let quoted = self.top().kind == Kind::Quoted;
+    fn template_text(&mut self) -> Result<(), Refused> {
+        // Inside a `%{ if }` or `%{ for }` body the parser reads text up to
+        // the next template sequence only: a `"` does not end the string, a
+        // `\` escapes nothing, and a heredoc's delimiter does not end it.
+        let frame = self.top();
+        let in_body = frame.directives > 0;
+        let quoted = frame.kind == Kind::Quoted && !in_body;
+        let heredoc = matches!(frame.kind, Kind::Heredoc { .. }) && !in_body;
         match (self.peek(0), self.peek(1), self.peek(2)) {
             // `$${` and `%%{` are the escapes for literal `${` and `%{`.
             (b'$', b'$', b'{') | (b'%', b'%', b'{') => self.pos += 3,
             (b'$', b'{', _) => {
+                self.token()?;
                 self.push(Kind::Interpolation)?;
                 self.pos += 2;
             }
             (b'%', b'{', _) => {
+                self.token()?;
                 let keyword = self.directive_keyword(2);
                 self.push(Kind::Directive(keyword))?;
                 self.pos += 2;
@@ -390,9 +475,12 @@ impl Scanner<'_> {
                 self.pos += 1;
                 self.pop();
             }
-            (b'\n', _, _) if !quoted => {
+            (b'\n', _, _) if heredoc => {
                 self.pos += 1;
-                self.heredoc_line_start();
+                if let Some(len) = self.at_delimiter() {
+                    self.pos += len;
+                    self.pop();
+                }
             }
             _ => self.pos += 1,
         }
@@ -426,7 +514,7 @@ impl Scanner<'_> {
 
     /// A directive header closed: `if` and `for` open a body level in the
     /// template around them until `endif` or `endfor` closes it.
-    fn directive_closed(&mut self, keyword: Keyword) -> Result<(), TooDeep> {
+    fn directive_closed(&mut self, keyword: Keyword) -> Result<(), Refused> {
         if !self.top().is_template() {
             return Ok(());
         }
@@ -467,8 +555,15 @@ mod tests {
     fn depth_of(text: &str) -> usize {
         // The smallest limit the text passes.
         (0..200)
-            .find(|max| check_depth(text, *max).is_ok())
+            .find(|max| scan(text, *max, &Budget::new(usize::MAX)).is_ok())
             .unwrap_or(usize::MAX)
+    }
+
+    /// What the scan charges for the text.
+    fn cost_of(text: &str) -> usize {
+        let budget = Budget::new(usize::MAX);
+        assert_eq!(scan(text, 100, &budget), Ok(()));
+        budget.used()
     }
 
     #[test]
@@ -505,9 +600,48 @@ mod tests {
     }
 
     #[test]
+    fn directive_bodies_are_read_as_the_parser_reads_them() {
+        // In a directive body `"` is text: the string goes on to the last `"`.
+        assert_eq!(depth_of("a = \"%{if x}\"[[[%{endif}\"\nb = [1]\n"), 3);
+        // ... and a heredoc's delimiter line does not end the heredoc.
+        assert_eq!(depth_of("a = <<E\n%{if x}\nE\n\"\n%{endif}\nE\nb = [[[1]]]\n"), 3);
+    }
+
+    #[test]
+    fn a_heredoc_empty_on_its_first_line_is_refused() {
+        let budget = Budget::new(usize::MAX);
+        assert_eq!(
+            scan("a = <<EOF\n  EOF\n", 10, &budget),
+            Err(Refused::EmptyHeredoc(10))
+        );
+    }
+
+    #[test]
     fn the_first_level_past_the_limit_is_reported() {
         let text = "a = [[[[1]]]]";
-        assert_eq!(check_depth(text, 4), Ok(()));
-        assert_eq!(check_depth(text, 3), Err(TooDeep(7)));
+        let budget = || Budget::new(usize::MAX);
+        assert_eq!(scan(text, 4, &budget()), Ok(()));
+        assert_eq!(scan(text, 3, &budget()), Err(Refused::TooDeep(7)));
+        // Eleven tokens; a budget for ten runs out at the last `]`.
+        assert_eq!(
+            scan(text, 4, &Budget::new(10 * SYNTAX_TOKEN_BYTES)),
+            Err(Refused::TooLarge(12))
+        );
+    }
+
+    #[test]
+    fn tokens_and_object_items_are_charged() {
+        // `a`, `=`, `1`: comments, blanks and template text are free.
+        assert_eq!(cost_of("a = 1 # one\n"), 3 * SYNTAX_TOKEN_BYTES);
+        assert_eq!(cost_of("a = \"long text\"\n"), 3 * SYNTAX_TOKEN_BYTES);
+        // n items of an object cost 1 + 2 + ... + (n - 1) more: the parser
+        // compares each key with the earlier ones.
+        let object = |n: usize| {
+            let items: Vec<String> = (0..n).map(|i| format!("k{i} = 1")).collect();
+            format!("a = {{{}}}\n", items.join(", "))
+        };
+        let tokens = |n: usize| (3 + 4 * n) * SYNTAX_TOKEN_BYTES;
+        assert_eq!(cost_of(&object(10)), tokens(10) + 45);
+        assert_eq!(cost_of(&object(1000)), tokens(1000) + 499_500);
     }
 }
