@@ -28,8 +28,8 @@ use super::scan;
 use super::source::Source;
 use super::JobspecError;
 use hcl::edit::expr::{
-    BinaryOperator, Expression, ForExpr, FuncCall, Object, ObjectKey, Traversal,
-    TraversalOperator, UnaryOperator,
+    BinaryOperator, Expression, ForExpr, FuncCall, Object, ObjectKey, Traversal, TraversalOperator,
+    UnaryOperator,
 };
 use hcl::edit::structure::{Attribute, Block, Body};
 use hcl::edit::template::{Directive, Element, Strip, Template};
@@ -47,7 +47,10 @@ enum Fail {
     /// A variable no scope defines (`attr`, `node`, `NOMAD_PORT_http`):
     /// inside a string it is a runtime reference, kept as written; anywhere
     /// else it is an error.
-    Unknown { name: String, at: At },
+    Unknown {
+        name: String,
+        at: At,
+    },
     Error(JobspecError),
 }
 
@@ -227,7 +230,7 @@ impl<'s> Evaluator<'s> {
         // The text becomes a string or a syntax tree about its size: charge
         // it first, so that a huge value is refused before it is parsed.
         self.charge(text.len() + VALUE_OVERHEAD, &at)
-            .map_err(|f| relocate(self.into_error(f)))?;
+            .map_err(|f| relocate(self.error_of(f)))?;
         if is_string {
             return Ok(Hcl::String(text.to_string()));
         }
@@ -246,7 +249,7 @@ impl<'s> Evaluator<'s> {
         let inner = Evaluator::new(&source, self.budget, self.max_depth);
         match inner.eval(&expr, None) {
             Ok(built) => Ok(built.value),
-            Err(f) => match inner.into_error(f) {
+            Err(f) => match inner.error_of(f) {
                 e @ JobspecError::Limit { .. } => Err(relocate(e)),
                 JobspecError::Spec { message, .. } => Err(bad(&message)),
                 other => Err(bad(&other.to_string())),
@@ -302,10 +305,10 @@ impl<'s> Evaluator<'s> {
     fn value_of(&self, expr: &Expression) -> Result<Hcl, JobspecError> {
         self.eval(expr, None)
             .map(|built| built.value)
-            .map_err(|f| self.into_error(f))
+            .map_err(|f| self.error_of(f))
     }
 
-    fn into_error(&self, fail: Fail) -> JobspecError {
+    fn error_of(&self, fail: Fail) -> JobspecError {
         match fail {
             Fail::Error(e) => e,
             Fail::Unknown { name, at } => self.src.error(
@@ -968,7 +971,11 @@ impl<'s> Evaluator<'s> {
         Ok(Built::scalar(value))
     }
 
-    fn reduce(&self, values: &mut Vec<Hcl>, pending: &mut Vec<(BinaryOperator, At)>) -> Result<(), Fail> {
+    fn reduce(
+        &self,
+        values: &mut Vec<Hcl>,
+        pending: &mut Vec<(BinaryOperator, At)>,
+    ) -> Result<(), Fail> {
         let (Some((op, at)), Some(rhs), Some(lhs)) = (pending.pop(), values.pop(), values.pop())
         else {
             return Err(self.error(&None, "malformed operator chain"));
@@ -1058,7 +1065,10 @@ fn arithmetic(op: BinaryOperator, a: &Number, b: &Number) -> Result<Number, Stri
             }
         }
     }
-    let (x, y) = (a.as_f64().unwrap_or(f64::NAN), b.as_f64().unwrap_or(f64::NAN));
+    let (x, y) = (
+        a.as_f64().unwrap_or(f64::NAN),
+        b.as_f64().unwrap_or(f64::NAN),
+    );
     if matches!(op, Div | Mod) && y == 0.0 {
         return Err(format!("division by zero (`{op} 0`)"));
     }
@@ -1140,8 +1150,7 @@ impl Visit for LocalRefs {
     fn visit_expr(&mut self, expr: &Expression) {
         match expr {
             Expression::Variable(v) if v.as_str() == "local" => self.all = true,
-            Expression::Traversal(t)
-                if matches!(&t.expr, Expression::Variable(v) if v.as_str() == "local") =>
+            Expression::Traversal(t) if matches!(&t.expr, Expression::Variable(v) if v.as_str() == "local") =>
             {
                 match t.operators.first().map(|o| o.value()) {
                     Some(TraversalOperator::GetAttr(name)) => {
@@ -1166,15 +1175,19 @@ impl Visit for LocalRefs {
 fn measure(value: &Hcl) -> (usize, usize) {
     match value {
         Hcl::String(s) => (VALUE_OVERHEAD + s.len(), 0),
-        Hcl::Array(items) => items.iter().fold((VALUE_OVERHEAD, 1), |(bytes, depth), item| {
-            let (b, d) = measure(item);
-            (bytes.saturating_add(b), depth.max(d + 1))
-        }),
-        Hcl::Object(map) => map.iter().fold((VALUE_OVERHEAD, 1), |(bytes, depth), (k, v)| {
-            let (b, d) = measure(v);
-            let entry = b.saturating_add(k.len() + VALUE_OVERHEAD);
-            (bytes.saturating_add(entry), depth.max(d + 1))
-        }),
+        Hcl::Array(items) => items
+            .iter()
+            .fold((VALUE_OVERHEAD, 1), |(bytes, depth), item| {
+                let (b, d) = measure(item);
+                (bytes.saturating_add(b), depth.max(d + 1))
+            }),
+        Hcl::Object(map) => map
+            .iter()
+            .fold((VALUE_OVERHEAD, 1), |(bytes, depth), (k, v)| {
+                let (b, d) = measure(v);
+                let entry = b.saturating_add(k.len() + VALUE_OVERHEAD);
+                (bytes.saturating_add(entry), depth.max(d + 1))
+            }),
         Hcl::Null | Hcl::Bool(_) | Hcl::Number(_) => (VALUE_OVERHEAD, 0),
     }
 }

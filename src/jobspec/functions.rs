@@ -90,7 +90,11 @@ const FUNCTIONS: [Function; 16] = [
     variadic("concat", &[], Param::List, concat),
     fixed("length", &[Param::Any], length),
     variadic("coalesce", &[], Param::Any, coalesce),
-    fixed("lookup", &[Param::Map, Param::String, Param::Any], lookup_key),
+    fixed(
+        "lookup",
+        &[Param::Map, Param::String, Param::Any],
+        lookup_key,
+    ),
     variadic("merge", &[], Param::Map, merge),
     fixed("contains", &[Param::List, Param::Any], contains),
     fixed("keys", &[Param::Map], keys),
@@ -146,7 +150,11 @@ impl Function {
             None => args.len() == fixed,
         };
         if !count_ok {
-            let at_least = if self.variadic.is_some() { "at least " } else { "" };
+            let at_least = if self.variadic.is_some() {
+                "at least "
+            } else {
+                ""
+            };
             return Err(FnError::Message(format!(
                 "{name}: takes {at_least}{fixed} argument(s), got {}",
                 args.len()
@@ -230,7 +238,10 @@ fn split(args: Vec<Value>, budget: &Budget) -> Result<Value, FnError> {
     // Every piece is a value: an empty string's worth of separators is
     // many values.
     let pieces = s.matches(sep).count() + 1;
-    budget.charge(s.len().saturating_add(pieces.saturating_mul(VALUE_OVERHEAD)))?;
+    budget.charge(
+        s.len()
+            .saturating_add(pieces.saturating_mul(VALUE_OVERHEAD)),
+    )?;
     Ok(Value::Array(s.split(sep).map(Value::from).collect()))
 }
 

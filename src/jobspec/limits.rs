@@ -26,7 +26,7 @@ use std::ops::Range;
 /// The defaults are far above what real Nomad jobs need and far below what
 /// hurts a server; [`parse_hcl`](super::parse_hcl) and the other entry
 /// points without a limits argument use them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HclLimits {
     /// The largest job file accepted, in bytes. Default 8 MiB
     /// ([`HclLimits::DEFAULT_MAX_SOURCE_BYTES`]): the same as a typical HTTP
@@ -185,7 +185,11 @@ pub(crate) fn depth_error(src: &Source, offset: usize, max: usize, what: &str) -
 /// The error for evaluation that would build more than
 /// [`HclLimits::max_expansion_bytes`], pointing at the expression that was
 /// being evaluated.
-pub(crate) fn expansion_error(src: &Source, span: Option<Range<usize>>, max: usize) -> JobspecError {
+pub(crate) fn expansion_error(
+    src: &Source,
+    span: Option<Range<usize>>,
+    max: usize,
+) -> JobspecError {
     let kind = LimitKind::ExpansionBytes;
     let (line, column) = src.locate(span.map_or(0, |s| s.start));
     JobspecError::Limit {

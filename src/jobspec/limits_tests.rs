@@ -141,7 +141,11 @@ fn deep_nesting_of_every_kind_is_refused_before_parsing() {
                 c.name
             );
             // The error points into the nested value, from line 2 on.
-            assert!(e.location().is_some_and(|l| l.0 >= 2), "{} x{n}: {text}", c.name);
+            assert!(
+                e.location().is_some_and(|l| l.0 >= 2),
+                "{} x{n}: {text}",
+                c.name
+            );
         }
     }
 }
@@ -167,7 +171,10 @@ fn text_the_parser_reads_as_code_is_scanned_as_code() {
     let deep = format!("b = {}1{}\n", "[".repeat(5_000), "]".repeat(5_000));
     let cases = [
         // In a directive body `"` does not end the string...
-        ("a = \"%{ if true }\"%{ endif }\"\n", Some(LimitKind::NestingDepth)),
+        (
+            "a = \"%{ if true }\"%{ endif }\"\n",
+            Some(LimitKind::NestingDepth),
+        ),
         // ... nor does the delimiter line end a heredoc.
         (
             "a = <<EOF\n%{ if true }\nEOF\n\"\n%{ endif }\nEOF\n",
@@ -185,8 +192,13 @@ fn text_the_parser_reads_as_code_is_scanned_as_code() {
         match kind {
             Some(kind) => assert!(is_limit(&e, kind), "{head}: {e}"),
             None => {
-                assert!(matches!(e, JobspecError::Syntax { line: 2, .. }), "{head}: {e}");
-                assert!(e.to_string().contains("heredoc must not close on its first line"));
+                assert!(
+                    matches!(e, JobspecError::Syntax { line: 2, .. }),
+                    "{head}: {e}"
+                );
+                assert!(e
+                    .to_string()
+                    .contains("heredoc must not close on its first line"));
             }
         }
     }
@@ -209,7 +221,10 @@ fn nested_blocks_and_labels_are_bounded_too() {
         let src = blocks(n, labels);
         let result = on_stack(SMALL_STACK, move || parse_hcl(&src, "blocks.hcl"));
         match result {
-            Ok(job) => assert!(n <= 30 && labels == 0, "{n} blocks, {labels} labels: {job:?}"),
+            Ok(job) => assert!(
+                n <= 30 && labels == 0,
+                "{n} blocks, {labels} labels: {job:?}"
+            ),
             Err(e) => {
                 assert!(n > 30 || labels > 0, "{n} blocks, {labels} labels: {e}");
                 // Ten thousand labels are refused for their size first.
@@ -225,7 +240,13 @@ fn nested_blocks_and_labels_are_bounded_too() {
 
 #[test]
 fn the_nesting_limit_is_a_setting() {
-    let list = |n: usize| format!("locals {{\n  v = {}1{}\n}}\njob \"x\" {{}}\n", "[".repeat(n), "]".repeat(n));
+    let list = |n: usize| {
+        format!(
+            "locals {{\n  v = {}1{}\n}}\njob \"x\" {{}}\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        )
+    };
     let strict = HclLimits {
         max_nesting_depth: 8,
         ..HclLimits::default()
@@ -260,7 +281,10 @@ fn values_may_not_nest_deeper_than_the_limit_through_locals() {
     }
     src.push_str("}\njob \"x\" {}\n");
     let e = refused(src, LimitKind::NestingDepth, Duration::from_secs(2));
-    assert!(e.to_string().contains("a value nested deeper than 64"), "{e}");
+    assert!(
+        e.to_string().contains("a value nested deeper than 64"),
+        "{e}"
+    );
 }
 
 /// `a = "x"`, `b = "${local.a}${local.a}"`, ...: `doublings` locals, each
@@ -269,7 +293,9 @@ fn doubling_locals(doublings: usize) -> String {
     let mut src = String::from("locals {\n  l0 = \"x\"\n");
     for i in 1..=doublings {
         let prev = i - 1;
-        src.push_str(&format!("  l{i} = \"${{local.l{prev}}}${{local.l{prev}}}\"\n"));
+        src.push_str(&format!(
+            "  l{i} = \"${{local.l{prev}}}${{local.l{prev}}}\"\n"
+        ));
     }
     src.push_str(&format!(
         "}}\njob \"x\" {{\n  meta {{\n    big = local.l{doublings}\n  }}\n}}\n"
@@ -283,7 +309,8 @@ fn locals_that_double_are_refused_quickly() {
     assert!(src.len() < 1300, "{}", src.len());
     let e = refused(src, LimitKind::ExpansionBytes, Duration::from_secs(1));
     assert!(
-        e.to_string().contains("evaluating this file builds more than 16777216 bytes"),
+        e.to_string()
+            .contains("evaluating this file builds more than 16777216 bytes"),
         "{e}"
     );
     // Locals in any order (here: reversed) still double, and are refused.
@@ -374,7 +401,10 @@ fn source_larger_than_the_limit_is_refused_unread() {
         max_source_bytes: 1000,
         ..HclLimits::default()
     };
-    let src = format!("job \"x\" {{\n  meta {{\n    a = \"{}\"\n  }}\n}}\n", "x".repeat(1000));
+    let src = format!(
+        "job \"x\" {{\n  meta {{\n    a = \"{}\"\n  }}\n}}\n",
+        "x".repeat(1000)
+    );
     let e = parse_hcl_with_limits(&src, "big.hcl", &BTreeMap::new(), &limits).unwrap_err();
     assert!(is_limit(&e, LimitKind::SourceBytes), "{e}");
     let expected = format!(
@@ -389,7 +419,9 @@ fn source_larger_than_the_limit_is_refused_unread() {
     );
     assert!(src.len() > 4 << 20);
     let job = parse_hcl(&src, "big.hcl").unwrap_or_else(|e| panic!("{e}"));
-    assert!(job.task_groups[0].tasks[0].config["script"].as_str().is_some());
+    assert!(job.task_groups[0].tasks[0].config["script"]
+        .as_str()
+        .is_some());
 }
 
 #[test]
@@ -470,7 +502,11 @@ fn operators_follow_hcl_precedence_and_never_panic() {
 fn templates_for_expressions_and_traversals_evaluate_as_in_nomad() {
     use serde_json::json;
     assert_eq!(
-        value_of("\"%{for i, x in slice}${i}=${x}%{if i < 1},%{endif}%{endfor}\"".replace("slice", "[\"a\", \"b\"]").as_str()),
+        value_of(
+            "\"%{for i, x in slice}${i}=${x}%{if i < 1},%{endif}%{endfor}\""
+                .replace("slice", "[\"a\", \"b\"]")
+                .as_str()
+        ),
         json!("0=a,1=b")
     );
     // `~` strips the whitespace (newlines included) beside it.
@@ -496,14 +532,22 @@ fn templates_for_expressions_and_traversals_evaluate_as_in_nomad() {
         value_of("{for x in [\"a\", \"bb\", \"c\"] : length(x) => x...}"),
         json!({"1": ["a", "c"], "2": ["bb"]})
     );
-    assert_eq!(value_of("[for x in local.l : x if x == \"j\"]").as_array().map(Vec::len), Some(10));
+    assert_eq!(
+        value_of("[for x in local.l : x if x == \"j\"]")
+            .as_array()
+            .map(Vec::len),
+        Some(10)
+    );
     assert_eq!(value_of("[{a = 1}, {a = 2}][*].a"), json!([1, 2]));
     assert_eq!(value_of("[{a = [1]}, {a = [2]}][*].a[0]"), json!([1, 2]));
     // `.*` applies only the attribute names after it; `[0]` indexes the result.
     assert_eq!(value_of("[{a = [1]}, {a = [2]}].*.a[0]"), json!([1]));
     assert_eq!(value_of("{a = [{b = \"c\"}]}.a[0][\"b\"]"), json!("c"));
     assert_eq!(value_of("[1, 2, 3].1"), json!(2));
-    assert_eq!(value_of("upper(join(\"-\", [[\"a\"], [\"b\"]]...))"), json!("A-B"));
+    assert_eq!(
+        value_of("upper(join(\"-\", [[\"a\"], [\"b\"]]...))"),
+        json!("A-B")
+    );
     assert!(error_of("{for x in [\"a\", \"a\"] : x => 1}").contains("duplicate key \"a\""));
     assert!(error_of("[1][5]").contains("index 5 is out of range for a list of 1"));
 }
@@ -520,24 +564,129 @@ fn locals_in_any_order_and_cycles() {
     let start = Instant::now();
     let job = parse_hcl(&src, "chain.hcl").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(job.priority, 50);
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
 
     let e = parse_hcl(
         "locals {\n  a = local.b\n  b = local.a\n}\njob \"x\" {}\n",
         "cycle.hcl",
     )
     .unwrap_err();
-    assert!(e.to_string().contains("refer to each other in a cycle"), "{e}");
+    assert!(
+        e.to_string().contains("refer to each other in a cycle"),
+        "{e}"
+    );
     let e = parse_hcl("locals {\n  a = local.nope\n}\njob \"x\" {}\n", "nope.hcl").unwrap_err();
-    assert!(e.to_string().contains("no attribute \"nope\" in local.nope"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("no attribute \"nope\" in local.nope"),
+        "{e}"
+    );
 }
 
 #[test]
 fn messages_about_huge_values_stay_short() {
     let e = error_of(&format!("upper(\"{}\", 1)", "x".repeat(100_000)));
     assert!(e.len() < 1_000, "{} bytes", e.len());
-    let e = parse_hcl(&format!("job \"x\" {{ a = = {} }}\n", "x".repeat(100_000)), "f").unwrap_err();
+    let e = parse_hcl(
+        &format!("job \"x\" {{ a = = {} }}\n", "x".repeat(100_000)),
+        "f",
+    )
+    .unwrap_err();
     assert!(e.to_string().len() < 1_000, "{} bytes", e.to_string().len());
 }
 
+/// Openers that are valid where an expression starts, so that random
+/// sequences of them nest deeply, and noise that may or may not break the
+/// sequence (comments, strings with brackets, escapes, heredoc and
+/// directive markers, newlines): what could make the scan and the parser
+/// disagree about what is code.
+const OPENERS: [&str; 16] = [
+    "[",
+    "(",
+    "{a = ",
+    "\"${",
+    "!",
+    "- ",
+    "1 + ",
+    "true ? ",
+    "upper(",
+    "[for x in ",
+    "\"%{if true}",
+    "\"%{for x in [1]}",
+    "<<EOF\n${",
+    "<<-E\n%{if x}",
+    "{for k, v in ",
+    "x ? 1 : ",
+];
+const NOISE: [&str; 24] = [
+    "\n",
+    " ",
+    "# ([{\n",
+    "// \"\n",
+    "/* \" ${ */",
+    "\"",
+    "\\\"",
+    "$${",
+    "%%{",
+    "}",
+    "]",
+    ")",
+    "\nEOF\n",
+    "\nE\n",
+    "%{endif}",
+    "%{endfor}",
+    "%{else}",
+    "~",
+    ",",
+    "\"[[[\"",
+    "<<EOF\n",
+    "<<EOF\nEOF\n",
+    "a.b",
+    "=",
+];
 
+fn soup(rng: &mut impl rand::Rng, pieces: usize) -> String {
+    let mut text = String::from("a = ");
+    for _ in 0..pieces {
+        let piece = if rng.gen_bool(0.8) {
+            OPENERS[rng.gen_range(0..OPENERS.len())]
+        } else {
+            NOISE[rng.gen_range(0..NOISE.len())]
+        };
+        text.push_str(piece);
+    }
+    text
+}
+
+#[test]
+fn random_nesting_with_noise_never_overflows_the_stack() {
+    use rand::{Rng, SeedableRng};
+    // HCL_SOUP_CASES=200000 searches longer.
+    let cases: usize = std::env::var("HCL_SOUP_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2_000);
+    let seed: u64 = std::env::var("HCL_SOUP_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(15);
+    let inputs = on_stack(SMALL_STACK, move || {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let mut accepted = 0;
+        for _ in 0..cases {
+            let pieces = rng.gen_range(1..400);
+            let text = soup(&mut rng, pieces);
+            // A crash here aborts the test binary; the text is the finding.
+            if parse_hcl(&text, "soup.hcl").is_ok() {
+                accepted += 1;
+            }
+        }
+        accepted
+    });
+    // Nearly all soup is refused; that it never crashed is the point.
+    assert!(inputs < cases, "{inputs}");
+}

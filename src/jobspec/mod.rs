@@ -12,8 +12,10 @@
 //!
 //! HCL2 language support: `variable` blocks with defaults (`var.x`),
 //! `locals` blocks (`local.x`), values for variables given by the caller
-//! (the CLI's `-var name=value`), arithmetic, conditionals and `for`
-//! expressions via `hcl-rs`'s evaluator, and string interpolation of those.
+//! (the CLI's `-var name=value`), arithmetic, conditionals, `for`
+//! expressions, splats, `%{ if }`/`%{ for }` template directives with `~`
+//! whitespace stripping, and string interpolation of those, all evaluated
+//! by herder itself (`eval.rs`).
 //! Interpolations of anything else (`${attr.kernel.name}`,
 //! `${NOMAD_PORT_http}`, `${meta.rack}`) are runtime references the client
 //! resolves, so they stay literal text, exactly as Nomad keeps them.
@@ -32,6 +34,18 @@
 //! - Nested blocks inside a task's free-form `config` become lists of
 //!   objects (`mount { ... }` -> `"mount": [{...}]`), the JSON form Nomad
 //!   accepts; herder has no per-driver schema to tell single blocks apart.
+//! - A heredoc that closes on its first line (`<<EOF` then `EOF`) is
+//!   refused: the parser cannot tell it from one that ends at a later
+//!   `EOF` line, and the nesting scan must read text as the parser does.
+//!
+//! Hostile input: a job file comes from an HTTP request, so parsing it
+//! must not crash, stall or exhaust the server. [`HclLimits`] bounds the
+//! file's size, how deeply it nests (checked by a linear scan before the
+//! recursive parser sees the text, `scan.rs`) and how much its syntax tree
+//! and evaluation may build (a budget charged before anything is built,
+//! `limits.rs`); exceeding one is a [`JobspecError::Limit`] naming the
+//! setting to raise. JSON jobs rely on serde_json's 128-level nesting limit;
+//! nothing after it recurses deeper.
 
 mod body;
 mod duration;

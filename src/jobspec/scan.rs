@@ -489,7 +489,11 @@ impl Scanner<'_> {
 
     /// Which directive a `%{` starts, read past `~`, blanks and comments.
     fn directive_keyword(&self, skip: usize) -> Keyword {
-        let mut rest = self.rest().get(skip..).unwrap_or("").trim_start_matches('~');
+        let mut rest = self
+            .rest()
+            .get(skip..)
+            .unwrap_or("")
+            .trim_start_matches('~');
         loop {
             let trimmed = rest.trim_start();
             if let Some(comment) = trimmed.strip_prefix("/*") {
@@ -604,7 +608,10 @@ mod tests {
         // In a directive body `"` is text: the string goes on to the last `"`.
         assert_eq!(depth_of("a = \"%{if x}\"[[[%{endif}\"\nb = [1]\n"), 3);
         // ... and a heredoc's delimiter line does not end the heredoc.
-        assert_eq!(depth_of("a = <<E\n%{if x}\nE\n\"\n%{endif}\nE\nb = [[[1]]]\n"), 3);
+        assert_eq!(
+            depth_of("a = <<E\n%{if x}\nE\n\"\n%{endif}\nE\nb = [[[1]]]\n"),
+            3
+        );
     }
 
     #[test]
