@@ -7,11 +7,13 @@
 use super::*;
 use std::time::{Duration, Instant};
 
-/// The stack the deepest accepted files must parse within. Server threads
-/// (tokio's workers) get 2 MiB; a quarter of that leaves room for what
-/// runs below the parser. Measured in this (unoptimized) test build, the
-/// worst construct at the default depth needs about 600 KiB, nearly all of
-/// it `hcl-edit`'s parser (~9 KiB a level for `[for x in [...`).
+/// The stack the deepest accepted files must parse within: half of the
+/// 2 MiB that server threads (tokio's workers) get, leaving the rest for
+/// what runs below the parser. Measured in this test build (herder
+/// unoptimized, its dependencies at opt-level 2), the deepest accepted file
+/// of each construct needs 143 KiB (`1 + 1 + ...`) to 674 KiB
+/// (`[for x in [for x in ...`), nearly all of it `hcl-edit`'s parser (up to
+/// ~11 KiB a level); 256 KiB would hold only about 24 levels of the worst.
 const SMALL_STACK: usize = 1 << 20;
 
 /// Runs `f` on a thread with `stack` bytes of stack: a stack overflow
@@ -92,6 +94,22 @@ impl Construct {
         format!("locals {{\n  v = {expr}\n}}\njob \"x\" {{}}\n")
     }
 
+    /// A job file whose task's driver config holds the construct nested
+    /// `n` times: the value goes on through the JSON conversion into the job.
+    fn in_config(&self, n: usize) -> String {
+        let expr = [
+            self.prefix,
+            &self.open.repeat(n),
+            self.inner,
+            &self.close.repeat(n),
+            self.suffix,
+        ]
+        .concat();
+        format!(
+            "job \"x\" {{\n group \"g\" {{\n  task \"t\" {{\n   config {{\n    v = {expr}\n   }}\n  }}\n }}\n}}\n"
+        )
+    }
+
     /// How many times the construct nests in about `bytes` of text.
     fn times_in(&self, bytes: usize) -> usize {
         bytes / (self.open.len() + self.close.len())
@@ -161,6 +179,15 @@ fn the_deepest_accepted_nesting_parses_on_a_small_stack() {
         // One more level is refused.
         let e = parse_hcl(&c.file(n + 1), "deep.hcl").expect_err(c.name);
         assert!(is_limit(&e, LimitKind::NestingDepth), "{}: {e}", c.name);
+        // The same in a driver's config, three levels further in: the value
+        // is converted to JSON, stored in the job, serialized and dropped.
+        let src = c.in_config(n - 3);
+        let result = on_stack(SMALL_STACK, move || {
+            let job = parse_hcl(&src, "deep.hcl").map_err(|e| e.to_string())?;
+            serde_json::to_string(&job).map_err(|e| e.to_string())?;
+            Ok::<_, String>(job.task_groups[0].tasks[0].config.contains_key("v"))
+        });
+        assert_eq!(result, Ok(true), "{} x{} in a config", c.name, n - 3);
     }
 }
 
