@@ -8,6 +8,7 @@
 
 use super::duration::parse_go_duration;
 use super::eval::{kind_of, Evaluator};
+use super::limits::depth_error;
 use super::source::Source;
 use super::JobspecError;
 use hcl::edit::structure::{Attribute, Block, Body};
@@ -171,12 +172,17 @@ impl<'s> BodyReader<'s> {
     }
 
     pub fn string(&self, name: &str) -> Result<Option<String>, JobspecError> {
-        let Some((value, attr)) = self.raw(name)? else {
-            return Ok(None);
-        };
-        as_string(&value)
-            .map(Some)
-            .ok_or_else(|| self.type_error(attr, "a string", &value))
+        match self.attribute(name) {
+            Some(attr) => self.string_of(attr).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The string value of an attribute in hand (looking each attribute of
+    /// a large block up by name again would take quadratic time).
+    fn string_of(&self, attr: &Attribute) -> Result<String, JobspecError> {
+        let value = self.eval.value(&attr.value)?;
+        as_string(&value).ok_or_else(|| self.type_error(attr, "a string", &value))
     }
 
     pub fn int(&self, name: &str) -> Result<Option<i64>, JobspecError> {
@@ -304,12 +310,7 @@ impl<'s> BodyReader<'s> {
                 block
                     .body
                     .attributes()
-                    .map(|a| {
-                        let key = a.key.as_str();
-                        reader
-                            .string(key)
-                            .map(|v| (key.to_string(), v.unwrap_or_default()))
-                    })
+                    .map(|a| Ok((a.key.as_str().to_string(), reader.string_of(a)?)))
                     .collect()
             }
             (None, None) => Ok(BTreeMap::new()),
@@ -320,13 +321,34 @@ impl<'s> BodyReader<'s> {
     /// nested blocks become lists of objects under their name (keyed
     /// further by their labels), the shape Nomad's JSON job form uses.
     pub fn free_form(&self) -> Result<serde_json::Map<String, Value>, JobspecError> {
+        self.free_form_nested().map(|(map, _)| map)
+    }
+
+    /// [`BodyReader::free_form`] and how deeply the object nests. Labels
+    /// nest too (`a "x" "y" {}` is `{"a": [{"x": {"y": {}}}]}`), and a
+    /// block may have any number of them, so the depth is checked before
+    /// the object is built: nothing deeper than the evaluator's values
+    /// leaves the parser.
+    fn free_form_nested(&self) -> Result<(serde_json::Map<String, Value>, usize), JobspecError> {
+        let max_depth = self.eval.max_depth();
         let mut out = serde_json::Map::new();
+        let mut depth = 1;
         for attr in self.body.attributes() {
-            out.insert(attr.key.as_str().to_string(), self.eval.value(&attr.value)?);
+            let value = self.eval.value(&attr.value)?;
+            depth = depth.max(1 + json_depth(&value));
+            out.insert(attr.key.as_str().to_string(), value);
         }
         for block in self.body.blocks() {
             let (reader, labels) = self.child(block, block.labels.len(), "")?;
-            let mut value = Value::Object(reader.free_form()?);
+            let (inner, inner_depth) = reader.free_form_nested()?;
+            // The object, one level per label, the list, this object.
+            let block_depth = inner_depth.saturating_add(labels.len()).saturating_add(2);
+            if block_depth > max_depth {
+                let offset = block.ident.span().map_or(0, |s| s.start);
+                return Err(depth_error(self.src, offset, max_depth, "a block nested"));
+            }
+            depth = depth.max(block_depth);
+            let mut value = Value::Object(inner);
             for label in labels.iter().rev() {
                 let mut wrapped = serde_json::Map::new();
                 wrapped.insert(label.clone(), value);
@@ -349,7 +371,17 @@ impl<'s> BodyReader<'s> {
                 }
             }
         }
-        Ok(out)
+        Ok((out, depth))
+    }
+}
+
+/// How deeply a JSON value nests (0 for a scalar). Values come from the
+/// evaluator, which bounds their depth, so this recursion is bounded.
+fn json_depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(json_depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 

@@ -9,6 +9,8 @@
 
 use super::body::{BodyReader, Schema};
 use super::eval::Evaluator;
+use super::limits::{self, Budget, HclLimits};
+use super::scan;
 use super::source::Source;
 use super::JobspecError;
 use crate::structs::job::{operand, TaskLifecycle};
@@ -137,19 +139,35 @@ const TASK: Schema = Schema {
 
 /// Parses the file into a job, not yet canonicalized; `vars` are values
 /// for the file's `variable` blocks.
+///
+/// The limits are checked in the order that keeps every step safe: the
+/// size before anything reads the text, the nesting and the size of the
+/// syntax tree (a linear scan) before the recursive parser sees it, and
+/// the rest of the expansion budget while the evaluator builds values.
 pub(crate) fn parse(
     text: &str,
     file: &str,
     vars: &BTreeMap<String, String>,
+    limits: &HclLimits,
 ) -> Result<Job, JobspecError> {
+    if text.len() > limits.max_source_bytes {
+        return Err(limits::source_error(
+            file,
+            text.len(),
+            limits.max_source_bytes,
+        ));
+    }
+    let src = Source::new(text, file);
+    let budget = Budget::new(limits.max_expansion_bytes);
+    scan::scan(text, limits.max_nesting_depth, &budget)
+        .map_err(|refused| limits::scan_error(&src, refused, limits))?;
     let body = hcl::edit::parser::parse_body(text).map_err(|e| JobspecError::Syntax {
         file: file.to_string(),
         line: e.location().line(),
         column: e.location().column(),
         message: syntax_message(&e),
     })?;
-    let src = Source::new(text, file);
-    let mut eval = Evaluator::new(&src);
+    let mut eval = Evaluator::new(&src, &budget, limits.max_nesting_depth);
     eval.declare_top_level(&body, vars)?;
     let top = BodyReader {
         src: &src,
@@ -170,7 +188,13 @@ pub(crate) fn parse(
 }
 
 fn syntax_message(e: &hcl::edit::parser::Error) -> String {
-    let near = e.line().trim();
+    // The line can be the whole file: quote at most its start.
+    const MAX_CHARS: usize = 80;
+    let line = e.line().trim();
+    let near = match line.char_indices().nth(MAX_CHARS) {
+        Some((cut, _)) => format!("{}...", &line[..cut]),
+        None => line.to_string(),
+    };
     if near.is_empty() {
         format!("syntax error: {}", e.message())
     } else {

@@ -12,8 +12,10 @@
 //!
 //! HCL2 language support: `variable` blocks with defaults (`var.x`),
 //! `locals` blocks (`local.x`), values for variables given by the caller
-//! (the CLI's `-var name=value`), arithmetic, conditionals and `for`
-//! expressions via `hcl-rs`'s evaluator, and string interpolation of those.
+//! (the CLI's `-var name=value`), arithmetic, conditionals, `for`
+//! expressions, splats, `%{ if }`/`%{ for }` template directives with `~`
+//! whitespace stripping, and string interpolation of those, all evaluated
+//! by herder itself (`eval.rs`).
 //! Interpolations of anything else (`${attr.kernel.name}`,
 //! `${NOMAD_PORT_http}`, `${meta.rack}`) are runtime references the client
 //! resolves, so they stay literal text, exactly as Nomad keeps them.
@@ -32,6 +34,18 @@
 //! - Nested blocks inside a task's free-form `config` become lists of
 //!   objects (`mount { ... }` -> `"mount": [{...}]`), the JSON form Nomad
 //!   accepts; herder has no per-driver schema to tell single blocks apart.
+//! - A heredoc that closes on its first line (`<<EOF` then `EOF`) is
+//!   refused: the parser cannot tell it from one that ends at a later
+//!   `EOF` line, and the nesting scan must read text as the parser does.
+//!
+//! Hostile input: a job file comes from an HTTP request, so parsing it
+//! must not crash, stall or exhaust the server. [`HclLimits`] bounds the
+//! file's size, how deeply it nests (checked by a linear scan before the
+//! recursive parser sees the text, `scan.rs`) and how much its syntax tree
+//! and evaluation may build (a budget charged before anything is built,
+//! `limits.rs`); exceeding one is a [`JobspecError::Limit`] naming the
+//! setting to raise. JSON jobs rely on serde_json's 128-level nesting limit;
+//! nothing after it recurses deeper.
 
 mod body;
 mod duration;
@@ -39,8 +53,12 @@ mod eval;
 mod functions;
 mod hcl_job;
 mod json;
+mod limits;
+mod scan;
 mod source;
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod tests;
 
@@ -48,6 +66,7 @@ use crate::structs::{Job, ValidationError};
 use std::collections::BTreeMap;
 
 pub use duration::parse_go_duration;
+pub use limits::{HclLimits, LimitKind};
 
 /// Why a job file could not be turned into a job.
 ///
@@ -82,6 +101,18 @@ pub enum JobspecError {
         column: usize,
         message: String,
     },
+    /// The file exceeds one of the [`HclLimits`]: it is too large, nests
+    /// too deeply, or its evaluation would build too much. The message
+    /// names the setting that raises the limit (`limit.setting()`); the
+    /// position is where the limit was passed.
+    #[error("{file}:{line}:{column}: {message}")]
+    Limit {
+        file: String,
+        line: usize,
+        column: usize,
+        limit: LimitKind,
+        message: String,
+    },
     /// The job parsed but fails [`Job::validate`].
     #[error("{file}: {source}")]
     Validation {
@@ -96,7 +127,8 @@ impl JobspecError {
         match self {
             JobspecError::Syntax { line, column, .. }
             | JobspecError::Spec { line, column, .. }
-            | JobspecError::Json { line, column, .. } => Some((*line, *column)),
+            | JobspecError::Json { line, column, .. }
+            | JobspecError::Limit { line, column, .. } => Some((*line, *column)),
             JobspecError::Validation { .. } => None,
         }
     }
@@ -122,7 +154,23 @@ pub fn parse_hcl_with_vars(
     filename: &str,
     vars: &BTreeMap<String, String>,
 ) -> Result<Job, JobspecError> {
-    let mut job = hcl_job::parse(src, filename, vars)?;
+    parse_hcl_with_limits(src, filename, vars, &HclLimits::default())
+}
+
+/// [`parse_hcl_with_vars`] under explicit [`HclLimits`] (the others use
+/// [`HclLimits::default`]). Text larger than `max_source_bytes`, nesting
+/// deeper than `max_nesting_depth` or evaluating to more than
+/// `max_expansion_bytes` of values is refused with
+/// [`JobspecError::Limit`], before it can exhaust the thread's stack or
+/// the process's memory; the values given in `vars` are held to the same
+/// limits.
+pub fn parse_hcl_with_limits(
+    src: &str,
+    filename: &str,
+    vars: &BTreeMap<String, String>,
+    limits: &HclLimits,
+) -> Result<Job, JobspecError> {
+    let mut job = hcl_job::parse(src, filename, vars, limits)?;
     job.canonicalize();
     Ok(job)
 }
