@@ -142,6 +142,42 @@ fn hostile_requests_are_refused_change_nothing_and_leave_the_agent_serving() {
         let url = agent.url(&format!("/v1/nodes?filter={}", urlencode(&filter)));
         assert_refused("deep filter", get(&url), 400, "limits.filter_");
     }
+    let deep_hcl = format!(
+        "job \"x\" {{ meta {{ a = {}1{} }} }}",
+        "[".repeat(1000),
+        "]".repeat(1000)
+    );
+    assert_refused(
+        "2 KB of nested HCL",
+        send_json(
+            "PUT",
+            &agent.url("/v1/jobs/parse"),
+            None,
+            &json!({"JobHCL": deep_hcl}),
+        ),
+        400,
+        "hcl_max_nesting_depth",
+    );
+    let mut doubling = String::from("locals {\n  l0 = \"xxxxxxxx\"\n");
+    for i in 1..=30 {
+        doubling.push_str(&format!(
+            "  l{i} = \"${{local.l{}}}${{local.l{}}}\"\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    doubling.push_str("}\njob \"x\" {\n  meta {\n    v = local.l30\n  }\n}\n");
+    assert_refused(
+        "locals doubling a value 30 times",
+        send_json(
+            "PUT",
+            &agent.url("/v1/jobs/parse"),
+            None,
+            &json!({"JobHCL": doubling}),
+        ),
+        400,
+        "hcl_max_expansion_bytes",
+    );
     let deep_json = format!(
         "{{\"Job\": {}{}}}",
         "[".repeat(100_000),

@@ -53,6 +53,7 @@ pub struct Limits {
     #[serde(with = "humantime_serde")]
     pub http_cpu_work_timeout: Duration,
     pub json_max_nesting_depth: usize,
+    pub hcl_max_source_bytes: usize,
     pub hcl_max_nesting_depth: usize,
     pub hcl_max_expansion_bytes: usize,
     pub filter_max_bytes: usize,
@@ -81,6 +82,7 @@ impl Limits {
         let sizes = [
             ("http_max_body_bytes", l.http_max_body_bytes),
             ("json_max_nesting_depth", l.json_max_nesting_depth),
+            ("hcl_max_source_bytes", l.hcl_max_source_bytes),
             ("hcl_max_nesting_depth", l.hcl_max_nesting_depth),
             ("hcl_max_expansion_bytes", l.hcl_max_expansion_bytes),
             ("filter_max_bytes", l.filter_max_bytes),

@@ -25,8 +25,12 @@ use std::sync::Arc;
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "()")]
 pub struct SyncAllocs {
-    pub allocs: Vec<(Allocation, Option<Arc<Job>>)>,
+    pub allocs: Vec<AssignedAlloc>,
 }
+
+/// An allocation the servers assign to this node, with its job if they
+/// still have it.
+pub type AssignedAlloc = (Allocation, Option<Arc<Job>>);
 
 /// Restores the allocations persisted by a previous client; answers with
 /// the IDs of those it re-attached to (or reported lost).

@@ -16,7 +16,7 @@
 //! the actor's thread.
 
 use crate::client::alloc_manager::{
-    AllocManager, AllocManagerConfig, RestoreAll, ShutdownAll, StopAll, SyncAllocs,
+    AllocManager, AllocManagerConfig, AssignedAlloc, RestoreAll, ShutdownAll, StopAll, SyncAllocs,
 };
 use crate::client::driver::DriverSet;
 use crate::client::metrics::ClientFigures;
@@ -345,7 +345,7 @@ fn ttl_of(v: &Value) -> Duration {
 /// The node's allocations with their jobs. One allocation whose job the
 /// servers no longer have comes with `None` rather than failing the whole
 /// list (which stalled every update to the node, stops included).
-fn parse_allocs(body: Vec<Value>) -> Result<Vec<(Allocation, Option<Arc<Job>>)>, String> {
+fn parse_allocs(body: Vec<Value>) -> Result<Vec<AssignedAlloc>, String> {
     let mut jobs: HashMap<(String, String, u64), Arc<Job>> = HashMap::new();
     let mut out = Vec::with_capacity(body.len());
     for mut v in body {

@@ -22,7 +22,7 @@ use super::stubs::{alloc_stub, job_stub};
 use crate::agent::AgentInfo;
 use crate::server_api::{check_job, DispatchJob, JobWriteResult, RegisterJob, ScaleJob, ServerApi};
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::jobspec;
+use herder::jobspec::{self, JobspecError, LimitKind};
 use herder::state::{Command, StateSnapshot, Table, TableSet};
 use herder::structs::unhonoured::{join_warnings, unhonoured_fields};
 use herder::structs::{Evaluation, Job, TriggeredBy};
@@ -635,12 +635,30 @@ struct ParseRequest {
 /// parser fills defaults as it reads), whatever `Canonicalize` says.
 async fn parse_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
     let request: ParseRequest = decode_json(&body)?;
+    let limits = hcl_limits(&info.config.limits);
     let job = off_worker(&info, move || {
-        jobspec::parse_hcl(&request.job_hcl, "input.hcl")
-            .map_err(|e| ApiError::BadRequest(e.to_string()))
+        let vars = Default::default();
+        jobspec::parse_hcl_with_limits(&request.job_hcl, "input.hcl", &vars, &limits).map_err(|e| {
+            match e {
+                JobspecError::Limit {
+                    limit: LimitKind::SourceBytes,
+                    ..
+                } => ApiError::PayloadTooLarge(e.to_string()),
+                other => ApiError::BadRequest(other.to_string()),
+            }
+        })
     })
     .await?;
     Ok(HttpResponse::Ok().json(job))
+}
+
+/// The HCL parser's bounds from the agent's `[limits]`.
+fn hcl_limits(limits: &crate::config::Limits) -> jobspec::HclLimits {
+    jobspec::HclLimits {
+        max_source_bytes: limits.hcl_max_source_bytes,
+        max_nesting_depth: limits.hcl_max_nesting_depth,
+        max_expansion_bytes: limits.hcl_max_expansion_bytes,
+    }
 }
 
 /// Nomad's `JobValidateResponse`: problems are listed, not an error.
