@@ -122,6 +122,11 @@ pub enum Command {
         config: SchedulerConfiguration,
         cas_index: Option<u64>,
     },
+    /// Recounts every job's summary from its allocations, and a periodic
+    /// or parameterized parent's children from their jobs' statuses
+    /// (Nomad's `ReconcileJobSummariesRequestType`); writes the summaries
+    /// that differ.
+    ReconcileJobSummaries,
 }
 
 /// The committed part of a plan.
@@ -177,6 +182,7 @@ impl Command {
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",
             Command::AllocDesiredTransition { .. } => "AllocDesiredTransition",
             Command::SchedulerConfigUpdate { .. } => "SchedulerConfigUpdate",
+            Command::ReconcileJobSummaries => "ReconcileJobSummaries",
         }
     }
 }
