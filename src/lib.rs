@@ -5,6 +5,7 @@
 //! - [`scheduler`]: pure scheduling logic over a snapshot.
 //! - [`jobspec`]: HCL and JSON job files into validated jobs.
 //! - [`plan_eval`]: the plan applier's check of a plan against the newest state.
+//! - [`search`]: Nomad's prefix and fuzzy search over a snapshot.
 //!
 //! The core performs no I/O except through the state store's sled files and
 //! uses no async runtime: the actors crate drives it.
@@ -12,5 +13,6 @@
 pub mod jobspec;
 pub mod plan_eval;
 pub mod scheduler;
+pub mod search;
 pub mod state;
 pub mod structs;

@@ -47,6 +47,8 @@ pub struct AgentInfo {
     pub http_addr: std::sync::OnceLock<SocketAddr>,
     /// The server's parts, when this agent runs a server.
     pub server: Option<ServerHandle>,
+    /// The ID of this agent's client node, once the client has started.
+    pub client_node_id: std::sync::OnceLock<herder::structs::NodeId>,
     /// Turns true when the agent starts shutting down: parked blocking
     /// queries answer at once instead of holding the HTTP server's
     /// graceful stop for their whole wait.
@@ -88,6 +90,7 @@ impl Agent {
             started_at: SystemTime::now(),
             http_addr: std::sync::OnceLock::new(),
             server: server.as_ref().map(|s| s.handle().clone()),
+            client_node_id: std::sync::OnceLock::new(),
             shutting_down: tokio::sync::watch::Sender::new(false),
             nomad_metrics,
         });
@@ -195,6 +198,7 @@ fn start_client(
         None => format!("http://{local}"),
     };
     tracing::info!(node_id = %node.id, %server, "client starting");
+    let _ = info.client_node_id.set(node.id);
     Ok(Some(
         ClientAgent::new(ClientAgentConfig {
             server,

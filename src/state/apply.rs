@@ -189,6 +189,10 @@ impl Txn {
             Command::SchedulerConfigUpdate { config, cas_index } => {
                 self.scheduler_config(config, *cas_index)
             }
+            Command::ReconcileJobSummaries => {
+                self.reconcile_job_summaries();
+                Ok(())
+            }
         }
     }
 
@@ -575,6 +579,68 @@ impl Txn {
             *slot += 1;
         }
         self.put_summary(&parent, summary);
+    }
+
+    /// Nomad's summary reconciliation: every job's summary counted again
+    /// from the allocations of this incarnation of the job (created after
+    /// it; a purged job's allocations under the same ID do not count), and
+    /// a parent's children from its child jobs' statuses. `Queued` is kept:
+    /// it is what the job's last evaluation could not place, which no
+    /// allocation records. Only summaries that differ are written.
+    fn reconcile_job_summaries(&mut self) {
+        let mut children: HashMap<JobKey, JobChildrenSummary> = HashMap::new();
+        for child in self.t.jobs.values().filter(|j| !j.parent_id.is_empty()) {
+            let parent = JobKey::new(&child.namespace, &child.parent_id);
+            if let Some(slot) = children_slot(children.entry(parent).or_default(), &child.status) {
+                *slot += 1;
+            }
+        }
+        let jobs: Vec<(JobKey, Arc<Job>)> = self
+            .t
+            .jobs
+            .iter()
+            .map(|(key, job)| (key.clone(), job.clone()))
+            .collect();
+        for (key, job) in jobs {
+            let stored = self.t.job_summaries.get(&key).cloned();
+            let mut summary = JobSummary {
+                job_id: job.id.clone(),
+                namespace: job.namespace.clone(),
+                create_index: stored.as_ref().map_or(job.create_index, |s| s.create_index),
+                modify_index: stored.as_ref().map_or(0, |s| s.modify_index),
+                ..Default::default()
+            };
+            for group in &job.task_groups {
+                let queued = stored
+                    .as_ref()
+                    .and_then(|s| s.summary.get(&group.name))
+                    .map_or(0, |tg| tg.queued);
+                summary.summary.insert(
+                    group.name.clone(),
+                    TaskGroupSummary {
+                        queued,
+                        ..Default::default()
+                    },
+                );
+            }
+            if is_parent(&job) {
+                summary.children = Some(children.remove(&key).unwrap_or_default());
+            }
+            let ids = self.t.allocs_by_job.get(&key).cloned().unwrap_or_default();
+            for alloc in ids.iter().filter_map(|id| self.t.allocs.get(id)) {
+                if alloc.create_index < job.create_index {
+                    continue;
+                }
+                let tg = summary
+                    .summary
+                    .entry(alloc.task_group.to_string())
+                    .or_default();
+                *tg.slot(alloc.client_status) += 1;
+            }
+            if stored.as_deref() != Some(&summary) {
+                self.put_summary(&key, summary);
+            }
+        }
     }
 
     // ---- nodes ----------------------------------------------------------

@@ -1040,3 +1040,90 @@ fn a_scaling_policy_keeps_its_indexes_while_unchanged() {
         (created, changed)
     );
 }
+
+#[test]
+fn reconciling_summaries_recounts_them_from_this_jobs_allocations() {
+    let mut h = Harness::new();
+    let node = h.add_node("n1");
+    let (_, eval) = h.register(&web());
+    let old = allocs_for(&h.job("web"), &node, &eval, 2);
+    h.place(&old, &web());
+    // Purged and registered again under the same ID: the first job's
+    // allocations still report, and count in the new job's summary (the
+    // drift Nomad's reconciliation repairs, hashicorp/nomad#2304).
+    h.ok(Command::JobDeregister {
+        namespace: "default".into(),
+        job_id: "web".into(),
+        purge: true,
+        eval: None,
+    });
+    let (_, eval) = h.register(&web());
+    let new = allocs_for(&h.job("web"), &node, &eval, 1);
+    h.place(&new, &web());
+    h.client_status(&old[0], ClientStatus::Running);
+    let mut queued = eval.clone();
+    queued.queued_allocations.insert("frontend".into(), 2);
+    h.ok(Command::EvalUpdate {
+        evals: vec![queued],
+    });
+    let tg =
+        |h: &Harness| h.state.job_summary("default", "web").unwrap().summary["frontend"].clone();
+    assert_eq!((tg(&h).starting, tg(&h).running), (0, 1), "drifted");
+
+    let changes = h.apply(Command::ReconcileJobSummaries).unwrap();
+    let tg = tg(&h);
+    assert_eq!((tg.starting, tg.running, tg.queued), (1, 0, 2));
+    let summary = h.state.job_summary("default", "web").unwrap();
+    assert_eq!(summary.modify_index, changes.index);
+    assert_eq!(summary.create_index, h.job("web").create_index);
+    assert_eq!(
+        changes.tables.iter().collect::<Vec<_>>(),
+        vec![Table::JobSummaries]
+    );
+    assert_eq!(h.state.table_index(Table::JobSummaries), changes.index);
+
+    // Right summaries are left as they are.
+    let again = h.apply(Command::ReconcileJobSummaries).unwrap();
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+}
+
+#[test]
+fn reconciling_summaries_recounts_a_parents_children() {
+    let mut h = Harness::new();
+    let mut parent = fixtures::job("default", "nightly", &[("frontend", 1)]);
+    parent.periodic = Some(crate::structs::PeriodicConfig {
+        enabled: true,
+        spec: "0 0 * * *".into(),
+        ..Default::default()
+    });
+    h.register(&parent);
+    for i in 0..3 {
+        let mut child = fixtures::job(
+            "default",
+            &format!("nightly/periodic-{i}"),
+            &[("frontend", 1)],
+        );
+        child.parent_id = "nightly".into();
+        let (_, eval) = h.register(&child);
+        if i == 0 {
+            h.complete(&eval);
+        }
+    }
+    let children = |h: &Harness| {
+        h.state
+            .job_summary("default", "nightly")
+            .unwrap()
+            .children
+            .clone()
+            .unwrap()
+    };
+    let before = children(&h);
+    assert_eq!((before.pending, before.dead), (2, 1));
+    h.ok(Command::ReconcileJobSummaries);
+    assert_eq!(children(&h), before, "already right");
+    assert_eq!(
+        serde_json::to_string(&super::CommandEnvelope::new(Command::ReconcileJobSummaries))
+            .unwrap(),
+        r#"{"Version":1,"Command":{"Type":"ReconcileJobSummaries"}}"#
+    );
+}

@@ -143,6 +143,11 @@ pub enum Command {
         config: SchedulerConfiguration,
         cas_index: Option<u64>,
     },
+    /// Recounts every job's summary from its allocations, and a periodic
+    /// or parameterized parent's children from their jobs' statuses
+    /// (Nomad's `ReconcileJobSummariesRequestType`); writes the summaries
+    /// that differ.
+    ReconcileJobSummaries,
 }
 
 /// The committed part of a plan.
@@ -200,6 +205,7 @@ impl Command {
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",
             Command::AllocDesiredTransition { .. } => "AllocDesiredTransition",
             Command::SchedulerConfigUpdate { .. } => "SchedulerConfigUpdate",
+            Command::ReconcileJobSummaries => "ReconcileJobSummaries",
         }
     }
 }

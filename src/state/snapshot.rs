@@ -437,6 +437,63 @@ impl StateSnapshot {
         self.tables.jobs.values()
     }
 
+    /// The jobs of `namespace` whose ID is `from` or after it, by ID: a
+    /// prefix search starts at the prefix and stops at the first ID
+    /// without it.
+    pub fn jobs_from<'a>(
+        &'a self,
+        namespace: &'a str,
+        from: &str,
+    ) -> impl Iterator<Item = &'a Arc<Job>> + 'a {
+        self.tables
+            .jobs
+            .range(JobRef::new(namespace, from)..)
+            .take_while(move |(key, _)| &*key.namespace == namespace)
+            .map(|(_, job)| job)
+    }
+
+    /// The namespaces that hold jobs, each once, in order; one lookup per
+    /// namespace (it jumps over each namespace's jobs).
+    pub fn job_namespaces(&self) -> impl Iterator<Item = Arc<str>> + '_ {
+        // The smallest namespace after `ns` is `ns` followed by NUL.
+        let mut from = Some(String::new());
+        std::iter::from_fn(move || {
+            let lower = from.take()?;
+            let (key, _) = self.tables.jobs.range(JobRef::new(&lower, "")..).next()?;
+            from = Some(format!("{}\0", key.namespace));
+            Some(key.namespace.clone())
+        })
+    }
+
+    /// The allocations of the jobs of `namespace`, job by job (through the
+    /// job index: no allocation of another namespace is looked at).
+    pub fn allocs_in_namespace<'a>(
+        &'a self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        self.tables
+            .allocs_by_job
+            .range(JobRef::new(namespace, "")..)
+            .take_while(move |(key, _)| &*key.namespace == namespace)
+            .flat_map(|(_, ids)| ids.iter())
+            .filter_map(|id| self.tables.allocs.get(id))
+    }
+
+    /// Allocations from the ID `from` on, by ID.
+    pub fn allocs_from(&self, from: AllocId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.tables.allocs.range(from..).map(|(_, alloc)| alloc)
+    }
+
+    /// Evaluations from the ID `from` on, by ID.
+    pub fn evals_from(&self, from: EvalId) -> impl Iterator<Item = &Arc<Evaluation>> + '_ {
+        self.tables.evals.range(from..).map(|(_, eval)| eval)
+    }
+
+    /// Nodes from the ID `from` on, by ID.
+    pub fn nodes_from(&self, from: NodeId) -> impl Iterator<Item = &Arc<Node>> + '_ {
+        self.tables.nodes.range(from..).map(|(_, node)| node)
+    }
+
     pub fn job_by_version(&self, namespace: &str, id: &str, version: u64) -> Option<&Arc<Job>> {
         self.tables.job_versions.get(&JobVersionRef {
             job: JobRef::new(namespace, id),

@@ -472,6 +472,7 @@ mod tests {
             started_at: std::time::SystemTime::now(),
             http_addr: std::sync::OnceLock::new(),
             server: Some(server.handle().clone()),
+            client_node_id: std::sync::OnceLock::new(),
             shutting_down: tokio::sync::watch::Sender::new(false),
             nomad_metrics: server.handle().nomad_metrics.clone(),
         });

@@ -18,6 +18,9 @@ mod node_routes;
 mod operator_routes;
 mod plan;
 pub mod query;
+mod raft_routes;
+mod region_routes;
+mod search_routes;
 mod stubs;
 mod system_routes;
 
@@ -75,6 +78,9 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
             .configure(node_routes::configure)
             .configure(operator_routes::configure)
             .configure(system_routes::configure)
+            .configure(region_routes::configure)
+            .configure(search_routes::configure)
+            .configure(raft_routes::configure)
             .configure(event_stream::configure)
             .configure(|cfg| {
                 if runs_client {
