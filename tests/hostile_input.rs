@@ -356,10 +356,25 @@ fn hostile_requests_are_refused_change_nothing_and_leave_the_agent_serving() {
     let rss = peak_rss_mib();
     assert!(rss < 2048, "peak RSS {rss} MiB");
 
-    // And the agent comes back on the same data dir with what it had.
+    // And the agent comes back on the same data dir with what it had,
+    // even with a record in it that cannot be loaded (set aside and
+    // reported, never a crash loop).
     drop(store);
     agent.stop();
+    {
+        let db = sled::open(dir.path().join("server")).expect("the server's sled");
+        db.insert(b"zz-not-a-row", &b"garbage"[..]).unwrap();
+        db.flush().unwrap();
+    }
     let agent = self::agent(dir.path());
+    let (code, body) = get(&agent.url("/v1/operator/quarantine"));
+    assert_eq!(code, 200, "{body}");
+    let quarantined: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(quarantined.len(), 1, "{body}");
+    assert!(quarantined[0]["Reason"]
+        .as_str()
+        .unwrap()
+        .contains("not a key of any table"));
     let (code, body) = get(&agent.url("/v1/job/kept"));
     assert_eq!(code, 200, "{body}");
     let (code, body) = get(&agent.url("/v1/jobs"));

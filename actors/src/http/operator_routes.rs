@@ -1,5 +1,7 @@
 //! `/v1/operator/scheduler/configuration`: the cluster-wide scheduler
-//! settings, with check-and-set writes.
+//! settings, with check-and-set writes; and `/v1/operator/quarantine`
+//! (herder's own): the stored records the server set aside at start
+//! because they could not be loaded.
 
 use super::body::Body;
 use super::errors::ApiError;
@@ -17,7 +19,29 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(read_config))
             .route(web::put().to(write_config))
             .route(web::post().to(write_config)),
-    );
+    )
+    .route("/v1/operator/quarantine", web::get().to(quarantine));
+}
+
+/// What the store quarantined when it opened: each record's key, why, where
+/// it was found and its size. The raw bytes stay in the data dir's
+/// `quarantine` tree for an operator to inspect or restore.
+async fn quarantine(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
+    let store = &server(&info)?.store;
+    let records: Vec<_> = store
+        .quarantined()
+        .into_iter()
+        .map(|q| {
+            json!({
+                "Key": q.key,
+                "Reason": q.reason,
+                "Source": q.source,
+                "FoundAtIndex": q.found_at_index,
+                "ValueBytes": q.value_bytes,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(records))
 }
 
 async fn read_config(
