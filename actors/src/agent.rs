@@ -50,6 +50,19 @@ pub struct AgentInfo {
     /// queries answer at once instead of holding the HTTP server's
     /// graceful stop for their whole wait.
     pub shutting_down: tokio::sync::watch::Sender<bool>,
+    /// Set once the client starts, when this agent runs one.
+    pub client: std::sync::OnceLock<ClientHandle>,
+}
+
+/// What the HTTP API needs of this agent's client: where to hand a user's
+/// restart or signal, which node it is, and the server it talks to (where
+/// a request the client cannot answer goes).
+#[derive(Clone)]
+pub struct ClientHandle {
+    pub agent: Addr<ClientAgent>,
+    pub node_id: herder::structs::NodeId,
+    /// The server's HTTP address, `http://host:port`.
+    pub server: String,
 }
 
 /// A running agent.
@@ -82,6 +95,7 @@ impl Agent {
             http_addr: std::sync::OnceLock::new(),
             server: server.as_ref().map(|s| s.handle().clone()),
             shutting_down: tokio::sync::watch::Sender::new(false),
+            client: std::sync::OnceLock::new(),
         });
         let http = match http::start(info.clone()).await {
             Ok(http) => http,
@@ -94,7 +108,12 @@ impl Agent {
         };
         let _ = info.http_addr.set(http.addr());
         let client = match start_client(&info, http.addr()) {
-            Ok(c) => c,
+            Ok(c) => {
+                if let Some(handle) = &c {
+                    let _ = info.client.set(handle.clone());
+                }
+                c.map(|handle| handle.agent)
+            }
             Err(e) => {
                 http.stop().await;
                 if let Some(server) = server {
@@ -159,10 +178,7 @@ impl Agent {
 
 /// Fingerprints this machine and starts the client's link to the servers:
 /// the configured ones, or this agent's own API.
-fn start_client(
-    info: &AgentInfo,
-    local: SocketAddr,
-) -> Result<Option<Addr<ClientAgent>>, AgentError> {
+fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHandle>, AgentError> {
     let c = &info.config.client;
     if !c.enabled {
         return Ok(None);
@@ -187,16 +203,20 @@ fn start_client(
         None => format!("http://{local}"),
     };
     tracing::info!(node_id = %node.id, %server, "client starting");
-    Ok(Some(
-        ClientAgent::new(ClientAgentConfig {
-            server,
-            node,
-            data_dir: info.data_dir.clone(),
-            drivers,
-            readiness_check: c.readiness_check.clone(),
-        })
-        .start(),
-    ))
+    let node_id = node.id;
+    let agent = ClientAgent::new(ClientAgentConfig {
+        server: server.clone(),
+        node,
+        data_dir: info.data_dir.clone(),
+        drivers,
+        readiness_check: c.readiness_check.clone(),
+    })
+    .start();
+    Ok(Some(ClientHandle {
+        agent,
+        node_id,
+        server,
+    }))
 }
 
 fn prepare_data_dir(

@@ -1,5 +1,6 @@
 //! A small blocking client for the Nomad-compatible HTTP API, used by the
-//! `herder` command line verbs.
+//! `herder` command line verbs, and by an agent forwarding a request to the
+//! agent that can answer it (see `http::forward`).
 //!
 //! It speaks only what a Nomad server also answers (paths, PascalCase JSON,
 //! `X-Nomad-Token`, `X-Nomad-Index` and blocking queries), so the CLI works
@@ -139,6 +140,8 @@ pub struct ApiClient {
     token: Option<String>,
     agent: ureq::Agent,
     timeout: Duration,
+    /// Sent with every request besides the token.
+    headers: Vec<(String, String)>,
 }
 
 impl ApiClient {
@@ -153,7 +156,15 @@ impl ApiClient {
             token: config.token,
             agent,
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            headers: Vec::new(),
         })
+    }
+
+    /// Sends `name: value` with every request (an agent marks the requests
+    /// it forwards).
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
     }
 
     /// Overrides the per-request timeout of non-blocking requests.
@@ -250,6 +261,9 @@ impl ApiClient {
         }
         if let Some(token) = &self.token {
             request = request.set("X-Nomad-Token", token);
+        }
+        for (name, value) in &self.headers {
+            request = request.set(name, value);
         }
         for (key, value) in query {
             request = request.query(key, value);

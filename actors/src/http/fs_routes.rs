@@ -473,6 +473,7 @@ mod tests {
             http_addr: std::sync::OnceLock::new(),
             server: Some(server.handle().clone()),
             shutting_down: tokio::sync::watch::Sender::new(false),
+            client: std::sync::OnceLock::new(),
         });
         Fixture {
             info,
