@@ -56,6 +56,19 @@ pub struct AgentInfo {
     /// What the server's and the client's periodic actors publish under
     /// Nomad's metric names (`/v1/metrics`).
     pub nomad_metrics: Board,
+    /// Set once the client starts, when this agent runs one.
+    pub client: std::sync::OnceLock<ClientHandle>,
+}
+
+/// What the HTTP API needs of this agent's client: where to hand a user's
+/// restart or signal, which node it is, and the server it talks to (where
+/// a request the client cannot answer goes).
+#[derive(Clone)]
+pub struct ClientHandle {
+    pub agent: Addr<ClientAgent>,
+    pub node_id: herder::structs::NodeId,
+    /// The server's HTTP address, `http://host:port`.
+    pub server: String,
 }
 
 /// A running agent.
@@ -93,6 +106,7 @@ impl Agent {
             client_node_id: std::sync::OnceLock::new(),
             shutting_down: tokio::sync::watch::Sender::new(false),
             nomad_metrics,
+            client: std::sync::OnceLock::new(),
         });
         let http = match http::start(info.clone()).await {
             Ok(http) => http,
@@ -105,7 +119,12 @@ impl Agent {
         };
         let _ = info.http_addr.set(http.addr());
         let client = match start_client(&info, http.addr()) {
-            Ok(c) => c,
+            Ok(c) => {
+                if let Some(handle) = &c {
+                    let _ = info.client.set(handle.clone());
+                }
+                c.map(|handle| handle.agent)
+            }
             Err(e) => {
                 http.stop().await;
                 if let Some(server) = server {
@@ -170,10 +189,7 @@ impl Agent {
 
 /// Fingerprints this machine and starts the client's link to the servers:
 /// the configured ones, or this agent's own API.
-fn start_client(
-    info: &AgentInfo,
-    local: SocketAddr,
-) -> Result<Option<Addr<ClientAgent>>, AgentError> {
+fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHandle>, AgentError> {
     let c = &info.config.client;
     if !c.enabled {
         return Ok(None);
@@ -199,17 +215,21 @@ fn start_client(
     };
     tracing::info!(node_id = %node.id, %server, "client starting");
     let _ = info.client_node_id.set(node.id);
-    Ok(Some(
-        ClientAgent::new(ClientAgentConfig {
-            server,
-            node,
-            data_dir: info.data_dir.clone(),
-            drivers,
-            readiness_check: c.readiness_check.clone(),
-            metrics: info.nomad_metrics.clone(),
-        })
-        .start(),
-    ))
+    let node_id = node.id;
+    let agent = ClientAgent::new(ClientAgentConfig {
+        server: server.clone(),
+        node,
+        data_dir: info.data_dir.clone(),
+        drivers,
+        readiness_check: c.readiness_check.clone(),
+        metrics: info.nomad_metrics.clone(),
+    })
+    .start();
+    Ok(Some(ClientHandle {
+        agent,
+        node_id,
+        server,
+    }))
 }
 
 fn prepare_data_dir(

@@ -1,5 +1,6 @@
 //! A small blocking client for the Nomad-compatible HTTP API, used by the
-//! `herder` command line verbs.
+//! `herder` command line verbs, and by an agent forwarding a request to the
+//! agent that can answer it (see `http::forward`).
 //!
 //! It speaks only what a Nomad server also answers (paths, PascalCase JSON,
 //! `X-Nomad-Token`, `X-Nomad-Index` and blocking queries), so the CLI works
@@ -143,6 +144,8 @@ pub struct ApiClient {
     region: Option<String>,
     agent: ureq::Agent,
     timeout: Duration,
+    /// Sent with every request besides the token.
+    headers: Vec<(String, String)>,
 }
 
 impl ApiClient {
@@ -159,6 +162,7 @@ impl ApiClient {
             region: None,
             agent,
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            headers: Vec::new(),
         })
     }
 
@@ -167,6 +171,13 @@ impl ApiClient {
     pub fn with_scope(mut self, namespace: Option<String>, region: Option<String>) -> Self {
         self.namespace = namespace.filter(|n| !n.is_empty());
         self.region = region.filter(|r| !r.is_empty());
+        self
+    }
+
+    /// Sends `name: value` with every request (an agent marks the requests
+    /// it forwards).
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_string(), value.to_string()));
         self
     }
 
@@ -264,6 +275,9 @@ impl ApiClient {
         }
         if let Some(token) = &self.token {
             request = request.set("X-Nomad-Token", token);
+        }
+        for (name, value) in &self.headers {
+            request = request.set(name, value);
         }
         for (key, value) in query {
             request = request.query(key, value);

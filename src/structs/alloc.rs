@@ -156,6 +156,10 @@ pub mod task_event {
     pub const KILLED: &str = "Killed";
     pub const DRIVER_FAILURE: &str = "Driver Failure";
     pub const SETUP_FAILURE: &str = "Setup Failure";
+    /// A user asked for the task to be restarted (`alloc restart`).
+    pub const RESTART_SIGNALED: &str = "Restart Signaled";
+    /// A user's signal is being sent to the task (`alloc signal`).
+    pub const SIGNALING: &str = "Signaling";
 }
 
 /// The state of one task of an allocation.

@@ -126,6 +126,10 @@ fn every_verb_parses_in_nomad_spelling() {
             "alloc", "logs", "-stderr", "-f", "-tail", "-n", "20", "-task", "t", "9aa2",
         ],
         &["alloc", "logs", "-c", "512", "9aa2", "t"],
+        &["alloc", "restart", "-verbose", "9aa2", "t"],
+        &["alloc", "restart", "9aa2"],
+        &["alloc", "signal", "-s", "SIGUSR1", "9aa2", "t"],
+        &["alloc", "signal", "-verbose", "9aa2"],
         &["operator", "scheduler", "get-config", "-json"],
         &[
             "operator",
@@ -639,6 +643,67 @@ fn alloc_status_and_stop_use_the_allocation_endpoints() {
         .request("POST", &format!("/v1/allocation/{alloc_id}/stop"))
         .json()
         .is_object());
+}
+
+#[test]
+fn alloc_restart_and_signal_ask_the_agent_with_nomads_bodies() {
+    let alloc_id = "9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340";
+    let server = FakeServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/allocations") => Reply::ok(fixture("job-allocations-list.json"), 12),
+        ("GET", p) if p == format!("/v1/allocation/{alloc_id}") => {
+            Reply::ok(fixture("allocation.json"), 12)
+        }
+        ("PUT", p) if p.starts_with(&format!("/v1/client/allocation/{alloc_id}/")) => {
+            if req.json()["Signal"] == "SIGBOGUS" {
+                Reply::status(400, "invalid signal \"SIGBOGUS\"")
+            } else {
+                Reply::ok(r#"{"Index":0}"#, 0)
+            }
+        }
+        _ => Reply::status(404, "alloc not found"),
+    });
+    let restart_path = format!("/v1/client/allocation/{alloc_id}/restart");
+    let signal_path = format!("/v1/client/allocation/{alloc_id}/signal");
+
+    let (result, out) = run_against(&server, &["alloc", "restart", "9aa2"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "", "silent on success, as Nomad's");
+    assert_eq!(
+        server.request("PUT", &restart_path).json(),
+        json!({"TaskName": ""})
+    );
+
+    let (result, _) = run_against(&server, &["alloc", "signal", "-s", "SIGUSR1", "9aa2", "t"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        server.request("PUT", &signal_path).json(),
+        json!({"Task": "t", "Signal": "SIGUSR1"})
+    );
+    // Nomad's default signal is SIGKILL.
+    let (result, _) = run_against(&server, &["alloc", "signal", "9aa2a59e"]);
+    assert_eq!(result.unwrap(), 0);
+    let sent: Vec<Value> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path == signal_path)
+        .map(Seen::json)
+        .collect();
+    assert_eq!(sent[1], json!({"Task": "", "Signal": "SIGKILL"}));
+
+    // A task the allocation's group lacks is refused before anything is sent.
+    let before = server.requests().len();
+    let (result, _) = run_against(&server, &["alloc", "restart", "9aa2", "nope"]);
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("Could not find task named: nope"), "{err}");
+    assert!(err.contains("* t"), "{err}");
+    assert!(!server.requests()[before..]
+        .iter()
+        .any(|r| r.method == "PUT"));
+    // The agent's refusal is shown.
+    let (result, _) = run_against(&server, &["alloc", "signal", "-s", "SIGBOGUS", "9aa2"]);
+    let err = format!("{:#}", result.unwrap_err());
+    assert!(err.contains("Error signalling allocation"), "{err}");
+    assert!(err.contains("invalid signal"), "{err}");
 }
 
 #[test]

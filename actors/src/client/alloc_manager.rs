@@ -5,13 +5,15 @@
 //! starts, stops and destroys runners to match; every runner's updates go
 //! to the one recipient given here. On start after a restart,
 //! [`RestoreAll`] re-attaches to what the previous client left running.
+//! [`ControlAlloc`] hands a user's restart or signal to the allocation's
+//! runner.
 
 use crate::client::alloc_runner::{
-    persisted_allocs, AllocRunner, AllocRunnerConfig, Destroy, GetAllocState, Shutdown, Stop,
-    UpdateAlloc,
+    persisted_allocs, AllocRunner, AllocRunnerConfig, ControlTasks, Destroy, GetAllocState,
+    Shutdown, Stop, UpdateAlloc,
 };
 use crate::client::driver::DriverSet;
-use crate::client::AllocUpdate;
+use crate::client::{AllocControl, AllocUpdate, ControlError};
 use actix::prelude::*;
 use herder::structs::{AllocId, Allocation, Job, Node};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -50,6 +52,15 @@ pub struct ShutdownAll;
 #[rtype(result = "()")]
 pub struct StopAll {
     pub timeout: std::time::Duration,
+}
+
+/// A user's restart or signal for one allocation of this node; an
+/// allocation this node has no runner for is `ControlError::UnknownAlloc`.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct ControlAlloc {
+    pub alloc_id: AllocId,
+    pub control: AllocControl,
 }
 
 /// The node's fingerprint changed (a new registration, drivers' health).
@@ -200,6 +211,23 @@ impl Handler<SetNode> for AllocManager {
         // Runners already started keep the node they were built with (their
         // environment is fixed at start, as in Nomad).
         self.config.node = msg.0;
+    }
+}
+
+impl Handler<ControlAlloc> for AllocManager {
+    type Result = ResponseFuture<Result<(), ControlError>>;
+
+    fn handle(&mut self, msg: ControlAlloc, _ctx: &mut Context<Self>) -> Self::Result {
+        let id = msg.alloc_id;
+        let Some(runner) = self.runners.get(&id).map(|e| e.runner.clone()) else {
+            return Box::pin(std::future::ready(Err(ControlError::UnknownAlloc(id))));
+        };
+        Box::pin(async move {
+            runner
+                .send(ControlTasks(msg.control))
+                .await
+                .unwrap_or(Err(ControlError::UnknownAlloc(id)))
+        })
     }
 }
 

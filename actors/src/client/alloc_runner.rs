@@ -10,6 +10,8 @@
 //! `Stop` kills every task (the servers want the allocation gone);
 //! `Shutdown` detaches from them (the client is going away and running
 //! tasks stay up); [`AllocRunner::restore`] re-attaches after a restart.
+//! [`ControlTasks`] carries a user's restart or signal to the task runners
+//! of the tasks that run.
 
 use crate::client::driver::{DriverSet, TaskConfig};
 use crate::client::restart::RestartTracker;
@@ -17,9 +19,10 @@ use crate::client::task_dir::{
     build_task_env, interpolate, interpolate_config, AllocDir, EnvInputs,
 };
 use crate::client::task_runner::{
-    task_state, DetachTask, KillTask, StartMode, TaskRunner, TaskRunnerConfig, TaskStateChanged,
+    task_state, DetachTask, KillTask, RestartTask, SignalTask, StartMode, TaskRunner,
+    TaskRunnerConfig, TaskStateChanged,
 };
-use crate::client::AllocUpdate;
+use crate::client::{AllocControl, AllocUpdate, ControlError};
 use actix::prelude::*;
 use herder::structs::alloc::task_event;
 use herder::structs::{
@@ -60,6 +63,17 @@ pub struct Destroy;
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "AllocUpdate")]
 pub struct GetAllocState;
+
+/// A user's restart or signal for the task named, or for every task that
+/// runs. Resolves once each task runner has answered (a restarted task's
+/// old process is gone); with several tasks, the first failure is the
+/// answer.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct ControlTasks(pub AllocControl);
+
+/// The `Restart Signaled` reason, as Nomad 1.1 words it.
+pub const USER_RESTART_REASON: &str = "User requested restart";
 
 /// Everything an allocation runner needs.
 pub struct AllocRunnerConfig {
@@ -701,6 +715,98 @@ impl Handler<Shutdown> for AllocRunner {
             }
         };
         Box::pin(detach.into_actor(self).map(|_, _act, ctx| ctx.stop()))
+    }
+}
+
+impl AllocRunner {
+    /// Why nothing of this allocation may be restarted or signalled now.
+    fn not_controllable(&self) -> Option<ControlError> {
+        let why = if self.config.alloc.server_terminal() || self.stopping {
+            "being stopped".to_string()
+        } else {
+            let (status, _) = client_status(self.slots.iter().map(|s| &s.state));
+            if !status.is_terminal() {
+                return None;
+            }
+            status.as_str().to_string()
+        };
+        Some(ControlError::Terminal {
+            alloc_id: self.config.alloc.id,
+            why,
+        })
+    }
+
+    /// The task runners a request is for: the one named, or every task
+    /// that runs.
+    fn control_targets(
+        &self,
+        task: Option<&str>,
+    ) -> Result<Vec<(String, Addr<TaskRunner>)>, ControlError> {
+        if let Some(err) = self.not_controllable() {
+            return Err(err);
+        }
+        let running = |s: &TaskSlot| {
+            s.running()
+                .then(|| s.runner.clone().map(|r| (s.task.name.clone(), r)))
+                .flatten()
+        };
+        match task {
+            Some(name) => {
+                let slot = self
+                    .slots
+                    .iter()
+                    .find(|s| s.task.name == name)
+                    .ok_or_else(|| ControlError::UnknownTask(name.to_string()))?;
+                running(slot)
+                    .map(|target| vec![target])
+                    .ok_or_else(|| ControlError::NotRunning(Some(name.to_string())))
+            }
+            None => {
+                let targets: Vec<_> = self.slots.iter().filter_map(running).collect();
+                if targets.is_empty() {
+                    return Err(ControlError::NotRunning(None));
+                }
+                Ok(targets)
+            }
+        }
+    }
+}
+
+impl Handler<ControlTasks> for AllocRunner {
+    type Result = ResponseFuture<Result<(), ControlError>>;
+
+    fn handle(&mut self, msg: ControlTasks, _ctx: &mut Context<Self>) -> Self::Result {
+        let targets = match self.control_targets(msg.0.task()) {
+            Ok(t) => t,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        let control = msg.0;
+        Box::pin(async move {
+            let asks = targets.into_iter().map(|(name, runner)| {
+                let control = control.clone();
+                async move {
+                    let answer = match control {
+                        AllocControl::Restart { .. } => {
+                            runner
+                                .send(RestartTask {
+                                    reason: USER_RESTART_REASON.into(),
+                                })
+                                .await
+                        }
+                        AllocControl::Signal { signal, .. } => {
+                            runner.send(SignalTask { signal }).await
+                        }
+                    };
+                    // A runner that went away meanwhile: its task ended.
+                    answer.unwrap_or(Err(ControlError::NotRunning(Some(name))))
+                }
+            });
+            futures::future::join_all(asks)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<()>, _>>()
+                .map(|_| ())
+        })
     }
 }
 

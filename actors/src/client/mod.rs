@@ -13,7 +13,10 @@
 //!
 //! The server-facing part only feeds allocations in (`SyncAllocs` with what
 //! the servers assign, `RestoreAll` at start, `ShutdownAll` at exit) and
-//! ships the `AllocUpdate`s it receives out.
+//! ships the `AllocUpdate`s it receives out. A user's [`AllocControl`]
+//! (`nomad alloc restart|signal`) travels the same chain down, manager to
+//! allocation runner to task runner to driver, and its answer (or
+//! [`ControlError`]) back up to the HTTP API.
 
 pub mod alloc_manager;
 pub mod alloc_runner;
@@ -43,6 +46,53 @@ pub struct AllocUpdate {
     /// The node (not the task) made the allocation fail: driver missing or
     /// unhealthy, binary missing, I/O error. Feeds the node's flaky state.
     pub node_failure: bool,
+}
+
+/// What a user asks of a running allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocControl {
+    /// Restart `task`, or every running task of the allocation: each is
+    /// killed as for a stop and started again at once, without counting
+    /// against its restart policy.
+    Restart { task: Option<String> },
+    /// Send `signal` to `task`, or to every running task.
+    Signal {
+        task: Option<String>,
+        signal: String,
+    },
+}
+
+impl AllocControl {
+    /// The one task asked for, if any.
+    pub fn task(&self) -> Option<&str> {
+        match self {
+            AllocControl::Restart { task } | AllocControl::Signal { task, .. } => task.as_deref(),
+        }
+    }
+}
+
+/// Why an [`AllocControl`] was not carried out. The texts start as Nomad's
+/// do; the HTTP API picks the status by variant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// No runner for this allocation on this node.
+    #[error("Unknown allocation \"{0}\"")]
+    UnknownAlloc(AllocId),
+    /// The allocation is over (or being stopped): nothing of it runs.
+    #[error("Task not running: allocation \"{alloc_id}\" is {why}")]
+    Terminal { alloc_id: AllocId, why: String },
+    /// The allocation has no task of this name.
+    #[error("Task not found: the allocation has no task {0:?}")]
+    UnknownTask(String),
+    /// The task (or, with no task named, every task) is not running now.
+    #[error("Task not running{}", .0.as_ref().map(|t| format!(": {t:?}")).unwrap_or_default())]
+    NotRunning(Option<String>),
+    /// The signal has no name or number a driver knows.
+    #[error("{0}")]
+    InvalidSignal(String),
+    /// The driver failed to deliver it.
+    #[error("{0}")]
+    Driver(driver::DriverError),
 }
 
 /// Unix nanoseconds now, the unit task events and states use.

@@ -13,15 +13,17 @@
 //! new registration.
 //!
 //! HTTP calls are blocking (ureq) and run on tokio's blocking pool, never on
-//! the actor's thread.
+//! the actor's thread. A user's restart or signal ([`ControlAlloc`], from
+//! the agent's HTTP API) is handed to the allocation manager.
 
 use crate::client::alloc_manager::{
-    AllocManager, AllocManagerConfig, AssignedAlloc, RestoreAll, ShutdownAll, StopAll, SyncAllocs,
+    AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, RestoreAll, ShutdownAll,
+    StopAll, SyncAllocs,
 };
 use crate::client::driver::DriverSet;
 use crate::client::metrics::ClientFigures;
 use crate::client::readiness::{check_readiness, READINESS_TIMEOUT};
-use crate::client::AllocUpdate;
+use crate::client::{AllocUpdate, ControlError};
 use crate::nomad_metrics::{Board, Section};
 use actix::prelude::*;
 use herder::state::AllocClientUpdate;
@@ -425,6 +427,25 @@ impl Handler<AllocUpdate> for ClientAgent {
             self.flush_scheduled = true;
             ctx.run_later(FLUSH_DELAY, |act, ctx| act.flush(ctx));
         }
+    }
+}
+
+impl Handler<ControlAlloc> for ClientAgent {
+    type Result = ResponseFuture<Result<(), ControlError>>;
+
+    fn handle(&mut self, msg: ControlAlloc, _ctx: &mut Context<Self>) -> Self::Result {
+        let id = msg.alloc_id;
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            match manager {
+                Some(m) => m
+                    .send(msg)
+                    .await
+                    .unwrap_or(Err(ControlError::UnknownAlloc(id))),
+                // Stopping: the allocations are no longer this client's.
+                None => Err(ControlError::UnknownAlloc(id)),
+            }
+        })
     }
 }
 

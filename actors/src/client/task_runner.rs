@@ -5,14 +5,18 @@
 //! records every step as Nomad's task events. Each change of the task's
 //! state goes to its allocation runner as a [`TaskStateChanged`].
 //!
+//! A user may restart the running task ([`RestartTask`]: killed as for a
+//! stop, started again at once, not counted against the restart policy) or
+//! send it a signal ([`SignalTask`]).
+//!
 //! The driver handle is written to `<task_dir>/.herder-handle.json` as soon
 //! as the task runs and removed when it exits, so after a client restart a
 //! runner in restore mode finds exactly the tasks that may still be alive.
 
 use crate::client::driver::{Driver, DriverError, ExitResult, HandleState, TaskConfig, TaskHandle};
-use crate::client::now_nanos;
 use crate::client::restart::{go_duration, RestartDecision, RestartTracker};
 use crate::client::task_dir::{build_task_dir, check_task_name};
+use crate::client::{now_nanos, ControlError};
 use actix::prelude::*;
 use herder::structs::alloc::task_event;
 use herder::structs::{TaskEvent, TaskState};
@@ -49,6 +53,23 @@ pub struct TaskStateChanged {
 #[rtype(result = "()")]
 pub struct KillTask {
     pub reason: String,
+}
+
+/// A user asked for the running task to be restarted: it is killed with its
+/// `kill_signal` and `kill_timeout`, then started again at once. Resolves
+/// once the old process is gone (as Nomad's restart returns).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct RestartTask {
+    /// The `Restart Signaled` event's reason.
+    pub reason: String,
+}
+
+/// A user's signal for the running task.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<(), ControlError>")]
+pub struct SignalTask {
+    pub signal: String,
 }
 
 /// Stop watching the task but leave it running: the client is shutting down
@@ -97,6 +118,9 @@ pub struct TaskRunner {
     setup_done: bool,
     starting: bool,
     killing: bool,
+    /// A user's restart killed the running task: its exit starts it again
+    /// rather than going to the restart policy.
+    restart_requested: bool,
     /// Detach was asked while a start was in flight: detach once it ends,
     /// so a started process never goes without its persisted handle.
     detach_after_start: bool,
@@ -127,6 +151,7 @@ impl TaskRunner {
             setup_done: false,
             starting: false,
             killing: false,
+            restart_requested: false,
             detach_after_start: false,
             node_failure: false,
             lost: false,
@@ -312,6 +337,15 @@ impl TaskRunner {
             );
             return self.set_dead(false, ctx);
         }
+        if std::mem::take(&mut self.restart_requested) {
+            // Nomad's restart tracker: a restart the user triggered starts
+            // the task again at once and is not a failure of the policy.
+            let decision = RestartDecision::Restart {
+                delay: Duration::ZERO,
+                reason: String::new(),
+            };
+            return self.apply_decision(decision, ctx);
+        }
         let decision = self.restart.on_exit(&exit, Instant::now());
         self.apply_decision(decision, ctx);
     }
@@ -410,6 +444,19 @@ impl TaskRunner {
         }
     }
 
+    /// The running task's driver and handle, or why a user's request
+    /// cannot reach it.
+    fn running_handle(&self) -> Result<(Arc<dyn Driver>, TaskHandle), ControlError> {
+        let not_running = || ControlError::NotRunning(Some(self.config.task_name.clone()));
+        if self.killing || self.state.state != task_state::RUNNING {
+            return Err(not_running());
+        }
+        match (self.driver.clone(), self.handle.clone()) {
+            (Some(driver), Some(handle)) => Ok((driver, handle)),
+            _ => Err(not_running()),
+        }
+    }
+
     /// A task that ran before the client restarted and cannot be found.
     fn report_lost(&mut self, why: &str, ctx: &mut Context<Self>) {
         let _ = std::fs::remove_file(self.handle_path());
@@ -463,6 +510,73 @@ impl Handler<KillTask> for TaskRunner {
             self.kill(ctx);
         }
         // Otherwise the start in flight sees `killing` when it completes.
+    }
+}
+
+impl Handler<RestartTask> for TaskRunner {
+    type Result = ResponseActFuture<Self, Result<(), ControlError>>;
+
+    fn handle(&mut self, msg: RestartTask, _ctx: &mut Context<Self>) -> Self::Result {
+        let (driver, handle) = match self.running_handle() {
+            Ok(running) => running,
+            Err(e) => return Box::pin(actix::fut::ready(Err(e))),
+        };
+        if self.restart_requested {
+            // A restart is already under way: answer when it has killed
+            // the same process.
+            let gone = async move {
+                driver.wait(handle).await;
+                Ok(())
+            };
+            return Box::pin(gone.into_actor(self));
+        }
+        self.restart_requested = true;
+        self.event(task_event::RESTART_SIGNALED, msg.reason.clone(), |e| {
+            e.restart_reason = msg.reason.clone();
+            e.details
+                .insert("restart_reason".into(), msg.reason.clone());
+        });
+        self.report();
+        let (timeout, signal) = (self.kill_timeout, self.kill_signal.clone());
+        let stop = async move { driver.stop(handle, timeout, signal).await };
+        Box::pin(stop.into_actor(self).map(|result, act, _ctx| {
+            result.map_err(|e| {
+                tracing::error!(task = %act.config.task_name, error = %e, "killing the task to restart it failed");
+                act.restart_requested = false;
+                act.node_failure |= e.is_node_failure();
+                ControlError::Driver(e)
+            })
+        }))
+    }
+}
+
+impl Handler<SignalTask> for TaskRunner {
+    type Result = ResponseFuture<Result<(), ControlError>>;
+
+    fn handle(&mut self, msg: SignalTask, _ctx: &mut Context<Self>) -> Self::Result {
+        let checked = crate::client::driver::parse_user_signal(&msg.signal)
+            .map_err(ControlError::InvalidSignal)
+            .and_then(|_| self.running_handle());
+        let (driver, handle) = match checked {
+            Ok(running) => running,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        // Nomad's event: the signal is in the details, the display text
+        // generic.
+        self.event(
+            task_event::SIGNALING,
+            "Task being sent a signal".into(),
+            |e| {
+                e.details.insert("signal".into(), msg.signal.clone());
+            },
+        );
+        self.report();
+        Box::pin(async move {
+            driver
+                .signal(handle, msg.signal)
+                .await
+                .map_err(ControlError::Driver)
+        })
     }
 }
 

@@ -922,3 +922,289 @@ async fn ephemeral_runners_touch_no_disk() {
     assert_eq!(kinds, ["Received", "Task Setup", "Started", "Terminated"]);
     assert!(!h.data_dir.path().join("alloc").exists());
 }
+
+/// Sends a user's restart or signal to an allocation runner, as the API
+/// does through the manager, and waits (bounded) for its answer.
+async fn control(
+    runner: &Addr<AllocRunner>,
+    control: super::AllocControl,
+) -> Result<(), super::ControlError> {
+    use super::alloc_runner::ControlTasks;
+    tokio::time::timeout(PATIENCE, runner.send(ControlTasks(control)))
+        .await
+        .expect("the runner answers in time")
+        .expect("the runner is alive")
+}
+
+#[actix_rt::test]
+async fn a_user_restart_starts_a_new_process_and_is_not_a_failure() {
+    use super::{AllocControl, ControlError};
+    let mut h = Harness::new();
+    // No restarts allowed: an exit of its own would fail the task, so only
+    // a restart that bypasses the policy keeps it running.
+    let job = job_with(
+        JobType::Service,
+        vec![sh_task(
+            "web",
+            "echo $$ >> pids; while :; do sleep 0.1; done",
+        )],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    let pids_file = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("web/pids");
+    let first = read_pids(&pids_file, 1).await[0];
+
+    for round in 1..=2usize {
+        control(&runner, AllocControl::Restart { task: None })
+            .await
+            .unwrap_or_else(|e| panic!("restart {round}: {e}"));
+        // The answer comes once the old process is gone.
+        let pids = read_pids(&pids_file, round + 1).await;
+        assert!(
+            !alive(pids[round - 1]),
+            "round {round}: the old process is gone"
+        );
+        assert!(alive(pids[round]), "round {round}: a new process runs");
+        assert_ne!(pids[round], first);
+        let state = h
+            .until("running again", |u| {
+                u.task_states
+                    .get("web")
+                    .is_some_and(|s| s.state == "running" && s.restarts == round as u64)
+            })
+            .await;
+        let web = state.task_states.get("web").unwrap();
+        assert!(!web.failed);
+        assert_eq!(state.client_status, ClientStatus::Running);
+    }
+    let types = h.event_types("web");
+    assert_eq!(
+        &types[2..],
+        [
+            "Started",
+            "Restart Signaled",
+            "Terminated",
+            "Restarting",
+            "Started",
+            "Restart Signaled",
+            "Terminated",
+            "Restarting",
+            "Started",
+        ],
+        "{types:?}"
+    );
+    let last = h.seen.last().unwrap().task_states.get("web").unwrap();
+    let signaled = last
+        .events
+        .iter()
+        .find(|e| e.event_type == task_event::RESTART_SIGNALED)
+        .unwrap();
+    assert_eq!(signaled.restart_reason, "User requested restart");
+    assert_eq!(signaled.display_message, "User requested restart");
+    let restarting = last
+        .events
+        .iter()
+        .find(|e| e.event_type == task_event::RESTARTING)
+        .unwrap();
+    assert_eq!(restarting.display_message, "Task restarting in 0s");
+
+    // A task it does not have, and one that is over.
+    assert_eq!(
+        control(
+            &runner,
+            AllocControl::Restart {
+                task: Some("nope".into())
+            }
+        )
+        .await,
+        Err(ControlError::UnknownTask("nope".into()))
+    );
+    runner.do_send(Stop {
+        reason: "test over".into(),
+    });
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    assert!(matches!(
+        control(&runner, AllocControl::Restart { task: None }).await,
+        Err(ControlError::Terminal { .. })
+    ));
+    let pids = read_pids(&pids_file, 3).await;
+    eventually("every process gone", || pids.iter().all(|p| !alive(*p))).await;
+}
+
+#[actix_rt::test]
+async fn a_signal_reaches_the_tasks_process() {
+    use super::{AllocControl, ControlError};
+    let mut h = Harness::new();
+    let trapper = sh_task(
+        "trapper",
+        "trap 'echo got >> usr1' USR1; echo ready; while :; do sleep 0.1; done",
+    );
+    let idle = sh_task("idle", "exec sleep 300");
+    let job = job_with(JobType::Service, vec![trapper, idle], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| {
+        u.client_status == ClientStatus::Running
+            && u.task_states.values().all(|s| s.state == "running")
+    })
+    .await;
+    eventually("the trap to be set", || {
+        stdout_of(&h, &alloc, "trapper") == "ready\n"
+    })
+    .await;
+    let signal = |task: Option<&str>, signal: &str| AllocControl::Signal {
+        task: task.map(str::to_string),
+        signal: signal.into(),
+    };
+    assert!(matches!(
+        control(&runner, signal(Some("trapper"), "SIGBOGUS")).await,
+        Err(ControlError::InvalidSignal(m)) if m.starts_with("invalid signal")
+    ));
+    assert_eq!(
+        control(&runner, signal(Some("nope"), "SIGUSR1")).await,
+        Err(ControlError::UnknownTask("nope".into()))
+    );
+    control(&runner, signal(Some("trapper"), "SIGUSR1"))
+        .await
+        .unwrap();
+    let mark = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("trapper/usr1");
+    eventually("the trap to run", || mark.is_file()).await;
+    let signaled = h
+        .until("the Signaling event", |u| {
+            u.task_states.get("trapper").is_some_and(|s| {
+                s.events
+                    .iter()
+                    .any(|e| e.event_type == task_event::SIGNALING)
+            })
+        })
+        .await;
+    let trapper = signaled.task_states.get("trapper").unwrap();
+    let event = trapper
+        .events
+        .iter()
+        .find(|e| e.event_type == task_event::SIGNALING)
+        .unwrap();
+    assert_eq!(
+        event.details.get("signal").map(String::as_str),
+        Some("SIGUSR1")
+    );
+    assert_eq!(event.display_message, "Task being sent a signal");
+    assert_eq!(trapper.state, "running");
+    // The other task was not signalled.
+    assert!(!signaled
+        .task_states
+        .get("idle")
+        .unwrap()
+        .events
+        .iter()
+        .any(|e| e.event_type == task_event::SIGNALING));
+
+    // No task named: every running task. SIGTERM ends `idle` (and, with no
+    // restarts allowed, fails the allocation).
+    control(&runner, signal(None, "SIGTERM")).await.unwrap();
+    let failed = h
+        .until("failed", |u| u.client_status == ClientStatus::Failed)
+        .await;
+    let idle = failed.task_states.get("idle").unwrap();
+    assert!(idle
+        .events
+        .iter()
+        .any(|e| e.event_type == task_event::SIGNALING));
+    h.until("all dead", |u| {
+        u.task_states.values().all(|s| s.state == "dead")
+    })
+    .await;
+    assert!(matches!(
+        control(&runner, signal(None, "SIGUSR1")).await,
+        Err(ControlError::Terminal { .. })
+    ));
+}
+
+#[actix_rt::test]
+async fn the_manager_routes_controls_and_knows_its_allocations() {
+    use super::alloc_manager::{AllocManager, AllocManagerConfig, ControlAlloc, SyncAllocs};
+    use super::{AllocControl, ControlError};
+    let mut h = Harness::new();
+    let c = h.config(&Allocation::default(), &Arc::new(Job::default()));
+    let manager = AllocManager::new(AllocManagerConfig {
+        node: c.node,
+        data_dir: c.data_dir,
+        drivers: c.drivers,
+        host_env: c.host_env,
+        updates: c.updates,
+        ephemeral: false,
+    })
+    .start();
+    let job = job_with(
+        JobType::Service,
+        vec![mock_task(
+            "svc",
+            serde_json::json!({"run_for": "1h", "signal_error": "mock refuses"}),
+        )],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    manager
+        .send(SyncAllocs {
+            allocs: vec![(alloc.clone(), Some(job.clone()))],
+        })
+        .await
+        .unwrap();
+    h.until("running", |u| u.client_status == ClientStatus::Running)
+        .await;
+    let ask = |alloc_id, control| ControlAlloc { alloc_id, control };
+    let other = herder::structs::new_id();
+    assert_eq!(
+        manager
+            .send(ask(other, AllocControl::Restart { task: None }))
+            .await
+            .unwrap(),
+        Err(ControlError::UnknownAlloc(other))
+    );
+    let refused = manager
+        .send(ask(
+            alloc.id,
+            AllocControl::Signal {
+                task: None,
+                signal: "SIGHUP".into(),
+            },
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&refused, Err(ControlError::Driver(e)) if e.to_string() == "mock refuses"),
+        "{refused:?}"
+    );
+    manager
+        .send(ask(
+            alloc.id,
+            AllocControl::Restart {
+                task: Some("svc".into()),
+            },
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let restarted = h
+        .until("restarted", |u| {
+            u.task_states
+                .get("svc")
+                .is_some_and(|s| s.state == "running" && s.restarts == 1)
+        })
+        .await;
+    assert!(!restarted.task_states.get("svc").unwrap().failed);
+}

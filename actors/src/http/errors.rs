@@ -23,6 +23,14 @@ pub enum ApiError {
     NotImplemented(String),
     #[error("{0}")]
     Unavailable(String),
+    /// Another agent this one forwarded the request to could not be
+    /// reached.
+    #[error("{0}")]
+    BadGateway(String),
+    /// Another agent this one forwarded the request to did not answer in
+    /// time.
+    #[error("{0}")]
+    GatewayTimeout(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -38,6 +46,8 @@ impl ResponseError for ApiError {
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -2,9 +2,11 @@
 //! `/v1/allocation/:id/*`.
 //!
 //! IDs in paths may be full UUIDs only; a malformed one is a 400 and an
-//! unknown one a 404 with Nomad's text.
+//! unknown one a 404 with Nomad's text. A client-only agent hands an
+//! allocation stop to its server, as Nomad's agents forward the RPC.
 
 use super::errors::ApiError;
+use super::forward::{forward, Hop};
 use super::query::{
     blocking_read, list_response, now_nanos, paginate, read_json, server, submit, QueryOptions,
 };
@@ -15,6 +17,10 @@ use herder::state::{Command, Table, TableSet};
 use herder::structs::{DesiredTransition, Evaluation, TriggeredBy};
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How long a client-only agent waits for its server's answer to a stop.
+const STOP_FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/evaluations", web::get().to(list_evals))
@@ -119,8 +125,22 @@ async fn stop_alloc(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
     let id = parse_id(&id, "allocation")?;
+    if info.server.is_none() {
+        if let (Some(client), Hop::Direct) = (info.client.get(), Hop::of(&req)) {
+            let path = format!("/v1/allocation/{id}/stop");
+            return forward(
+                &req,
+                &client.server,
+                Hop::ToServer,
+                &path,
+                &json!({}),
+                STOP_FORWARD_TIMEOUT,
+            )
+            .await;
+        }
+    }
+    let store = &server(&info)?.store;
     let snap = store.snapshot();
     let alloc = snap
         .alloc(&id)

@@ -475,6 +475,7 @@ mod tests {
             client_node_id: std::sync::OnceLock::new(),
             shutting_down: tokio::sync::watch::Sender::new(false),
             nomad_metrics: server.handle().nomad_metrics.clone(),
+            client: std::sync::OnceLock::new(),
         });
         Fixture {
             info,

@@ -6,11 +6,13 @@
 
 mod agent_routes;
 mod body;
+mod client_alloc_routes;
 mod client_routes;
 mod errors;
 mod eval_alloc_routes;
 mod event_stream;
 pub mod filter;
+mod forward;
 mod fs_routes;
 mod job_routes;
 mod metrics_routes;
@@ -72,6 +74,7 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
             .app_data(web::PathConfig::default().error_handler(errors::path_error))
             .configure(agent_routes::configure)
             .configure(client_routes::configure)
+            .configure(client_alloc_routes::configure)
             .configure(metrics_routes::configure)
             .configure(job_routes::configure)
             .configure(eval_alloc_routes::configure)

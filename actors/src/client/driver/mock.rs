@@ -5,7 +5,8 @@
 //! waits on it, and waiting is one timer. Config keys: `run_for` (Go
 //! duration; how long the task runs), `exit_code`, `exit_signal`,
 //! `exit_err_msg`, `start_error` (+ `start_error_recoverable`),
-//! `start_block_for`, `kill_after` (how long it ignores a stop), and
+//! `start_block_for`, `kill_after` (how long it ignores a stop),
+//! `signal_error` (what a signal sent to the task fails with), and
 //! `stdout_string` written `stdout_repeat` times every
 //! `stdout_repeat_duration`.
 
@@ -44,6 +45,7 @@ pub struct MockConfig {
     pub start_error_recoverable: bool,
     pub start_block_for: Duration,
     pub kill_after: Duration,
+    pub signal_error: String,
     pub stdout_string: String,
     pub stdout_repeat: u32,
     pub stdout_repeat_duration: Duration,
@@ -91,6 +93,7 @@ impl MockConfig {
             start_error_recoverable: boolean("start_error_recoverable"),
             start_block_for: duration("start_block_for")?,
             kill_after: duration("kill_after")?,
+            signal_error: string("signal_error"),
             stdout_string: string("stdout_string"),
             stdout_repeat: u32::try_from(int("stdout_repeat")?).unwrap_or(0),
             stdout_repeat_duration: duration("stdout_repeat_duration")?,
@@ -115,12 +118,15 @@ struct MockState {
     exit_signal: i32,
     exit_err_msg: String,
     kill_after_ms: u64,
+    #[serde(default)]
+    signal_error: String,
 }
 
 struct Live {
     deadline: Instant,
     natural: ExitResult,
     kill_after: Duration,
+    signal_error: String,
     /// Set when the task was stopped: the exit it reports instead.
     stopped: watch::Sender<Option<ExitResult>>,
 }
@@ -209,9 +215,27 @@ impl Driver for MockDriver {
                     err: (!saved.exit_err_msg.is_empty()).then_some(saved.exit_err_msg),
                 },
                 kill_after: Duration::from_millis(saved.kill_after_ms),
+                signal_error: saved.signal_error,
                 stopped: watch::channel(None).0,
             };
             Ok(TaskHandle::new(state, Arc::new(live)))
+        })
+    }
+
+    fn signal(&self, handle: TaskHandle, signal: String) -> BoxFuture<'_, Result<(), DriverError>> {
+        Box::pin(async move {
+            let live = handle
+                .live::<Live>()
+                .ok_or_else(|| DriverError::task("not a mock_driver handle"))?;
+            super::parse_user_signal(&signal).map_err(DriverError::task)?;
+            if Instant::now() >= live.deadline || live.stopped.borrow().is_some() {
+                return Err(DriverError::task("Task not running"));
+            }
+            if !live.signal_error.is_empty() {
+                return Err(DriverError::task(live.signal_error.clone()));
+            }
+            // A timer has nothing to react with: the signal is taken.
+            Ok(())
         })
     }
 }
@@ -237,11 +261,13 @@ async fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
         exit_signal: mock.exit_signal,
         exit_err_msg: mock.exit_err_msg.clone(),
         kill_after_ms: u64::try_from(mock.kill_after.as_millis()).unwrap_or(u64::MAX),
+        signal_error: mock.signal_error.clone(),
     };
     let live = Live {
         deadline: Instant::now() + mock.run_for,
         natural: mock.natural_exit(),
         kill_after: mock.kill_after,
+        signal_error: mock.signal_error.clone(),
         stopped: watch::channel(None).0,
     };
     Ok(TaskHandle::new(

@@ -159,6 +159,12 @@ pub trait Driver: Send + Sync + 'static {
     /// Re-attaches to a task a previous client started, or fails if the task
     /// is gone.
     fn recover(&self, state: HandleState) -> BoxFuture<'_, Result<TaskHandle, DriverError>>;
+
+    /// Delivers `signal` (a name [`parse_signal`] reads) to the running
+    /// task, as `nomad alloc signal` asks; nothing waits for the task to
+    /// react. A signal no table knows, or a task that already exited, is
+    /// an error of the task (`DriverError::Task`).
+    fn signal(&self, handle: TaskHandle, signal: String) -> BoxFuture<'_, Result<(), DriverError>>;
 }
 
 /// The drivers a client offers, by name.
@@ -196,28 +202,75 @@ impl DriverSet {
     }
 }
 
-/// Parses a signal name as Nomad's `kill_signal` (`SIGINT`, `INT`, `2`).
+/// The signals a task may be sent by name, as Nomad's signal table names
+/// them (Linux numbering).
+pub const SIGNALS: &[(&str, i32)] = &[
+    ("SIGABRT", libc::SIGABRT),
+    ("SIGALRM", libc::SIGALRM),
+    ("SIGBUS", libc::SIGBUS),
+    ("SIGCHLD", libc::SIGCHLD),
+    ("SIGCONT", libc::SIGCONT),
+    ("SIGFPE", libc::SIGFPE),
+    ("SIGHUP", libc::SIGHUP),
+    ("SIGILL", libc::SIGILL),
+    ("SIGINT", libc::SIGINT),
+    ("SIGIO", libc::SIGIO),
+    ("SIGIOT", libc::SIGIOT),
+    ("SIGKILL", libc::SIGKILL),
+    ("SIGPIPE", libc::SIGPIPE),
+    ("SIGPROF", libc::SIGPROF),
+    ("SIGPWR", libc::SIGPWR),
+    ("SIGQUIT", libc::SIGQUIT),
+    ("SIGSEGV", libc::SIGSEGV),
+    ("SIGSTKFLT", libc::SIGSTKFLT),
+    ("SIGSTOP", libc::SIGSTOP),
+    ("SIGSYS", libc::SIGSYS),
+    ("SIGTERM", libc::SIGTERM),
+    ("SIGTRAP", libc::SIGTRAP),
+    ("SIGTSTP", libc::SIGTSTP),
+    ("SIGTTIN", libc::SIGTTIN),
+    ("SIGTTOU", libc::SIGTTOU),
+    ("SIGURG", libc::SIGURG),
+    ("SIGUSR1", libc::SIGUSR1),
+    ("SIGUSR2", libc::SIGUSR2),
+    ("SIGVTALRM", libc::SIGVTALRM),
+    ("SIGWINCH", libc::SIGWINCH),
+    ("SIGXCPU", libc::SIGXCPU),
+    ("SIGXFSZ", libc::SIGXFSZ),
+];
+
+/// Parses a signal name as Nomad's `kill_signal` (`SIGINT`, `INT`, `2`);
+/// empty is SIGTERM, the default kill signal.
 pub fn parse_signal(name: &str) -> Option<i32> {
     let upper = name.trim().to_ascii_uppercase();
     let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
     if let Ok(n) = bare.parse::<i32>() {
         return (n > 0 && n < 65).then_some(n);
     }
-    Some(match bare {
-        "" | "TERM" => libc::SIGTERM,
-        "INT" => libc::SIGINT,
-        "HUP" => libc::SIGHUP,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "ABRT" => libc::SIGABRT,
-        "ALRM" => libc::SIGALRM,
-        "STOP" => libc::SIGSTOP,
-        "CONT" => libc::SIGCONT,
-        "WINCH" => libc::SIGWINCH,
-        _ => return None,
-    })
+    if bare.is_empty() {
+        return Some(libc::SIGTERM);
+    }
+    SIGNALS
+        .iter()
+        .find(|(known, _)| known[3..] == *bare)
+        .map(|(_, n)| *n)
+}
+
+/// Reads the signal a user asked to send (`nomad alloc signal -s`): a name
+/// or number [`parse_signal`] knows, never empty (there is no default to
+/// fall back on). The error text is the answer to a bad request.
+pub fn parse_user_signal(name: &str) -> Result<i32, String> {
+    match parse_signal(name) {
+        Some(n) if !name.trim().is_empty() => Ok(n),
+        _ => Err(format!(
+            "invalid signal {name:?} - valid signals are {}",
+            SIGNALS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 /// Reads a Go duration (`"10s"`, `"1m30s"`, `"250ms"`) or a plain number of
@@ -247,6 +300,14 @@ mod tests {
         assert_eq!(parse_signal("kill"), Some(libc::SIGKILL));
         assert_eq!(parse_signal("9"), Some(9));
         assert_eq!(parse_signal("SIGNOPE"), None);
+        assert_eq!(parse_signal("usr1"), Some(libc::SIGUSR1));
+        assert_eq!(parse_user_signal("SIGUSR2"), Ok(libc::SIGUSR2));
+        assert_eq!(parse_user_signal("15"), Ok(libc::SIGTERM));
+        // python-nomad's conformance test looks for "invalid signal".
+        assert!(parse_user_signal("INVALID-SIGNAL")
+            .unwrap_err()
+            .starts_with("invalid signal \"INVALID-SIGNAL\""));
+        assert!(parse_user_signal("").is_err());
         let d = |s: &str| parse_go_duration(&serde_json::json!(s));
         assert_eq!(d("1m30s"), Some(Duration::from_secs(90)));
         assert_eq!(d("250ms"), Some(Duration::from_millis(250)));

@@ -48,6 +48,9 @@ struct PidState {
 /// The live part of a handle: the process and its exit, once known.
 struct Live {
     pid: i32,
+    /// The process's start time (`/proc/<pid>/stat`), 0 when unknown: a
+    /// signal goes to the pid only while it still names this process.
+    start_time: u64,
     exit: watch::Receiver<Option<ExitResult>>,
 }
 
@@ -104,6 +107,15 @@ impl Driver for RawExecDriver {
     fn recover(&self, state: HandleState) -> BoxFuture<'_, Result<TaskHandle, DriverError>> {
         Box::pin(async move { recover(state) })
     }
+
+    fn signal(&self, handle: TaskHandle, signal: String) -> BoxFuture<'_, Result<(), DriverError>> {
+        Box::pin(async move {
+            let live = handle
+                .live::<Live>()
+                .ok_or_else(|| DriverError::task("not a raw_exec handle"))?;
+            send_signal(&live, &signal)
+        })
+    }
 }
 
 fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
@@ -155,7 +167,11 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
             task_name: config.task_name.clone(),
             data: serde_json::to_value(&state).unwrap_or_default(),
         },
-        Arc::new(Live { pid, exit: rx }),
+        Arc::new(Live {
+            pid,
+            start_time,
+            exit: rx,
+        }),
     ))
 }
 
@@ -343,6 +359,26 @@ async fn stop(live: &Live, kill_timeout: Duration, signal: &str) -> Result<(), D
     Ok(())
 }
 
+/// Sends a user's signal to the task's main process, as Nomad's executor
+/// does (not to its group: a `SIGHUP` meant for a supervisor must not
+/// reach, and perhaps end, the workers it manages).
+fn send_signal(live: &Live, signal: &str) -> Result<(), DriverError> {
+    let sig = super::parse_user_signal(signal).map_err(DriverError::task)?;
+    let same = live.start_time == 0 || same_process_alive(live.pid, live.start_time);
+    if exited(live) || !same || live.pid <= 1 {
+        return Err(DriverError::task("Task not running"));
+    }
+    // SAFETY: kill has no memory effects; the pid is the task's own.
+    if unsafe { libc::kill(live.pid, sig) } < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ESRCH) => DriverError::task("Task not running"),
+            _ => DriverError::Node(format!("signalling process {}: {e}", live.pid)),
+        });
+    }
+    Ok(())
+}
+
 /// Signals the task's whole process group.
 fn kill_group(pgid: i32, signal: i32) {
     if pgid > 1 {
@@ -394,7 +430,14 @@ fn recover(state: HandleState) -> Result<TaskHandle, DriverError> {
         }
     }
     spawn_pumps(&rx, pumps);
-    Ok(TaskHandle::new(state, Arc::new(Live { pid, exit: rx })))
+    Ok(TaskHandle::new(
+        state,
+        Arc::new(Live {
+            pid,
+            start_time,
+            exit: rx,
+        }),
+    ))
 }
 
 /// The process's start time in clock ticks since boot (field 22 of
