@@ -1212,3 +1212,32 @@ fn unhonoured_job_fields_are_named_in_warnings_and_kept() {
     let answer: Value = serde_json::from_str(&a.body).unwrap();
     assert_eq!(answer["Warnings"], "");
 }
+
+/// Nomad 1.1.2's own CLI reads these: `nomad node status -self` crashed
+/// dereferencing a node's (and its allocations') legacy `Resources`, and
+/// `nomad job status ID` failed on the 404 of the latest deployment.
+#[test]
+fn nodes_and_allocations_carry_legacy_resources_and_jobs_answer_no_deployment() {
+    let (agent, _dir) = start();
+    let nodes = add_nodes(&agent, 1);
+    let a = call("PUT", &agent.url("/v1/jobs"), Some(&job_body("web", 1)));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let placed = place(&agent, "web", &nodes);
+
+    let (_, body) = get(&agent.url(&format!("/v1/node/{}", nodes[0].id)));
+    let node: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(node["Resources"]["CPU"], 4000, "{body}");
+    assert_eq!(node["Resources"]["MemoryMB"], 8192);
+    assert!(node["Reserved"]["CPU"].is_i64(), "{body}");
+    let (_, body) = get(&agent.url(&format!("/v1/allocation/{}", placed[0].id)));
+    let alloc: Value = serde_json::from_str(&body).unwrap();
+    assert!(alloc["Resources"]["CPU"].as_i64().unwrap() > 0, "{body}");
+    let (_, body) = get(&agent.url(&format!("/v1/node/{}/allocations", nodes[0].id)));
+    let allocs: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert!(allocs[0]["Resources"]["MemoryMB"].is_i64(), "{body}");
+
+    let (code, body) = get(&agent.url("/v1/job/web/deployment"));
+    assert_eq!((code, body.trim()), (200, "null"));
+    let (code, body) = get(&agent.url("/v1/job/web/deployments"));
+    assert_eq!((code, body.trim()), (200, "[]"));
+}

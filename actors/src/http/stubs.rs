@@ -4,7 +4,7 @@
 //! without their secret.
 
 use herder::state::StateSnapshot;
-use herder::structs::{Allocation, Job, Node};
+use herder::structs::{Allocation, Job, NetworkResource, Node};
 use serde_json::{json, Value};
 
 /// `JobListStub`: what `GET /v1/jobs` lists per job.
@@ -87,6 +87,11 @@ pub fn alloc_with_job(snap: &StateSnapshot, alloc: &Allocation) -> Value {
     if let Value::Object(map) = &mut value {
         let job = snap.job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version);
         map.insert("Job".into(), json!(job));
+        let used = alloc.allocated_resources.comparable();
+        map.insert(
+            "Resources".into(),
+            legacy_resources(used.cpu, used.memory_mb, used.disk_mb, &[]),
+        );
     }
     value
 }
@@ -96,8 +101,44 @@ pub fn node_read(node: &Node) -> Value {
     let mut value = json!(node);
     if let Value::Object(map) = &mut value {
         map.remove("SecretID");
+        let (total, reserved) = (&node.node_resources, &node.reserved_resources);
+        map.insert(
+            "Resources".into(),
+            legacy_resources(
+                total.cpu.cpu_shares,
+                total.memory.memory_mb,
+                total.disk.disk_mb,
+                &total.networks,
+            ),
+        );
+        map.insert(
+            "Reserved".into(),
+            legacy_resources(
+                reserved.cpu.cpu_shares,
+                reserved.memory.memory_mb,
+                reserved.disk.disk_mb,
+                &[],
+            ),
+        );
     }
     value
+}
+
+/// Nomad 1.1's pre-0.9 `Resources` shape, which its answers still carry on
+/// nodes and allocations and its CLI still reads: `nomad node status
+/// -self` dereferences a node's `Resources` and `Reserved` and each
+/// allocation's `Resources`, and crashed on herder without them.
+fn legacy_resources(cpu: i64, memory_mb: i64, disk_mb: i64, networks: &[NetworkResource]) -> Value {
+    json!({
+        "CPU": cpu,
+        "Cores": 0,
+        "MemoryMB": memory_mb,
+        "MemoryMaxMB": 0,
+        "DiskMB": disk_mb,
+        "IOPS": 0,
+        "Networks": if networks.is_empty() { Value::Null } else { json!(networks) },
+        "Devices": null,
+    })
 }
 
 /// The host of the node's HTTP address (Nomad's stub `Address`).
