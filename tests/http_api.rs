@@ -1241,3 +1241,41 @@ fn nodes_and_allocations_carry_legacy_resources_and_jobs_answer_no_deployment() 
     let (code, body) = get(&agent.url("/v1/job/web/deployments"));
     assert_eq!((code, body.trim()), (200, "[]"));
 }
+
+/// A job purged and registered again under the same ID shows only the new
+/// job's versions, as Nomad does, even while allocations of the purged one
+/// keep its versions stored.
+#[test]
+fn versions_after_a_purge_are_only_the_new_jobs() {
+    let (agent, _dir) = start();
+    let nodes = add_nodes(&agent, 1);
+    assert_eq!(
+        call("PUT", &agent.url("/v1/jobs"), Some(&job_body("web", 1))).status,
+        200
+    );
+    place(&agent, "web", &nodes);
+    assert_eq!(
+        call("PUT", &agent.url("/v1/jobs"), Some(&job_body("web", 2))).status,
+        200
+    );
+    assert_eq!(
+        call("DELETE", &agent.url("/v1/job/web?purge=true"), None).status,
+        200
+    );
+    let (code, _) = get(&agent.url("/v1/job/web/versions"));
+    assert_eq!(code, 404, "a purged job has no versions to show");
+    assert_eq!(
+        call("PUT", &agent.url("/v1/jobs"), Some(&job_body("web", 3))).status,
+        200
+    );
+    let (code, body) = get(&agent.url("/v1/job/web/versions"));
+    assert_eq!(code, 200, "{body}");
+    let versions: Value = serde_json::from_str(&body).unwrap();
+    let counts: Vec<i64> = versions["Versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["TaskGroups"][0]["Count"].as_i64().unwrap())
+        .collect();
+    assert_eq!(counts, vec![3], "{body}");
+}

@@ -223,7 +223,15 @@ async fn job_versions(
     let store = &server(&info)?.store;
     let want_diffs = q.flag("diffs")?;
     let (body, index) = blocking_read(store, TableSet::of(&[Table::Jobs]), &q, |snap| {
-        let versions: Vec<Arc<Job>> = snap.job_versions(&q.namespace, &id).cloned().collect();
+        // Only the current job's versions: a purged job of the same ID may
+        // leave versions behind while its allocations run (they reference
+        // their job by version), and Nomad shows none of them.
+        let current = snap.job(&q.namespace, &id).map(|j| j.create_index);
+        let versions: Vec<Arc<Job>> = snap
+            .job_versions(&q.namespace, &id)
+            .filter(|v| current.is_some_and(|c| v.create_index >= c))
+            .cloned()
+            .collect();
         if versions.is_empty() {
             return Err(ApiError::NotFound("job versions not found".into()));
         }
