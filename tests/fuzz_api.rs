@@ -8,7 +8,7 @@
 //! or two; the longer, coverage-guided runs are the cargo-fuzz targets in
 //! `fuzz/` (see the README).
 
-use herder_tests::{get, server_config, temp_dir, TestAgent};
+use herder_tests::{get, peak_rss_mib, send_raw, server_config, temp_dir, url_encode, TestAgent};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
@@ -29,20 +29,11 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
-fn send(method: &str, url: &str, body: &str) -> (u16, String) {
-    let req = ureq::request(method, url).timeout(Duration::from_secs(60));
-    match req.send_string(body) {
-        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
-        Err(e) => (0, e.to_string()),
-    }
-}
-
 /// Sends one request and checks what every answer must satisfy.
 fn check(agent: &TestAgent, method: &str, path: &str, body: &str) -> Result<u16, TestCaseError> {
     let store = &agent.server.as_ref().expect("a server").store;
     let before = store.latest_index();
-    let (code, answer) = send(method, &agent.url(path), body);
+    let (code, answer) = send_raw(method, &agent.url(path), body);
     prop_assert!(
         (200..500).contains(&code),
         "{method} {path} answered {code}: {answer}\nbody: {}",
@@ -228,20 +219,6 @@ fn deeply_nested_bodies_hcl_and_filters_are_refused_cleanly() {
         })
         .unwrap();
     assert_eq!(get(&agent.url("/v1/status/leader")).0, 200);
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let peak_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
-    assert!(peak_kib < 2 << 20, "peak RSS {} MiB", peak_kib >> 10);
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    let rss = peak_rss_mib();
+    assert!(rss < 2048, "peak RSS {rss} MiB");
 }

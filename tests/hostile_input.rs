@@ -5,8 +5,10 @@
 //! agent restarts cleanly on the same data dir afterwards.
 
 use herder::state::fixtures;
-use herder::structs::NodeStatus;
-use herder_tests::{get, send_json, server_config, temp_dir, TestAgent};
+use herder_tests::{
+    get, peak_rss_mib, register_ready_node, send_json, send_raw, server_config, temp_dir,
+    url_encode, TestAgent,
+};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -30,16 +32,6 @@ fn agent(dir: &std::path::Path) -> TestAgent {
     config.server.num_schedulers = Some(0);
     config.limits.http_body_read_timeout = Duration::from_secs(1);
     TestAgent::start(config, false)
-}
-
-/// Sends `body` raw (it may not even be JSON); (status, body).
-fn send_raw(method: &str, url: &str, body: &str) -> (u16, String) {
-    let req = ureq::request(method, url).timeout(Duration::from_secs(60));
-    match req.send_string(body) {
-        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
-        Err(e) => panic!("{method} {url}: {e}"),
-    }
 }
 
 /// Asks `/v1/status/leader` every 50 ms on its own thread and keeps the
@@ -82,16 +74,6 @@ impl LeaderWatch {
     }
 }
 
-/// Peak resident memory of this process (the agent runs inside it).
-fn peak_rss_mib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb / 1024)
-}
-
 fn assert_refused(what: &str, (code, body): (u16, String), status: u16, says: &str) {
     assert_eq!(code, status, "{what}: answered {code}: {body}");
     assert!(
@@ -123,23 +105,15 @@ fn hostile_requests_are_refused_change_nothing_and_leave_the_agent_serving() {
         &json!({"Job": job("kept")}),
     );
     assert_eq!(code, 200, "{body}");
-    let mut node = fixtures::node("n1");
-    node.status = NodeStatus::Ready;
-    let (code, body) = send_json(
-        "PUT",
-        &agent.url("/v1/node/register"),
-        None,
-        &json!({"Node": node}),
-    );
-    assert_eq!(code, 200, "{body}");
+    let node = register_ready_node(&agent, "n1");
     let before = store.latest_index();
     let watch = LeaderWatch::start(agent.url("/v1/status/leader"));
 
     // Deep nesting: a parser that recursed into it overflowed the stack.
     for filter in ["(".repeat(3000), "not ".repeat(3000)] {
-        let url = agent.url(&format!("/v1/jobs?filter={}", urlencode(&filter)));
+        let url = agent.url(&format!("/v1/jobs?filter={}", url_encode(&filter)));
         assert_refused("deep filter", get(&url), 400, "limits.filter_");
-        let url = agent.url(&format!("/v1/nodes?filter={}", urlencode(&filter)));
+        let url = agent.url(&format!("/v1/nodes?filter={}", url_encode(&filter)));
         assert_refused("deep filter", get(&url), 400, "limits.filter_");
     }
     let deep_hcl = format!(
@@ -396,13 +370,4 @@ fn headers_without_body(agent: &TestAgent, request_line: &str, length: u64) -> S
     let mut answer = vec![0u8; 4096];
     let n = conn.read(&mut answer).unwrap_or(0);
     String::from_utf8_lossy(&answer[..n]).into_owned()
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -8,7 +8,9 @@ use herder::state::fixtures;
 use herder::state::{Command, StateSnapshot};
 use herder::structs::fit::allocs_fit;
 use herder::structs::{EvalStatus, JobType, NodeStatus, TriggeredBy};
-use herder_tests::{get, send_json, server_config, temp_dir, wait_for, TestAgent};
+use herder_tests::{
+    get, register_ready_node, send_json, server_config, temp_dir, wait_for, TestAgent,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -307,15 +309,7 @@ fn a_node_that_stops_heartbeating_goes_down_and_its_work_is_replaced_elsewhere()
 fn client_reports_are_stamped_by_the_server_and_failures_are_rescheduled() {
     let dir = temp_dir();
     let agent = TestAgent::start(server_config(dir.path()), false);
-    let mut node = fixtures::node("n0");
-    node.status = NodeStatus::Ready;
-    let (code, body) = send_json(
-        "PUT",
-        &agent.url("/v1/node/register"),
-        None,
-        &json!({"Node": node}),
-    );
-    assert_eq!(code, 200, "{body}");
+    let node = register_ready_node(&agent, "n0");
     let job = json!({"Job": {
         "ID": "stamped", "Type": "batch", "Datacenters": ["dc1"],
         "TaskGroups": [{"Name": "g", "Count": 1,

@@ -245,3 +245,50 @@ pub fn send_json(
         Err(e) => panic!("{method} {url}: {e}"),
     }
 }
+
+/// Registers a ready node named `name` over the HTTP API, as a client
+/// agent does; the node, with its secret.
+pub fn register_ready_node(agent: &TestAgent, name: &str) -> herder::structs::Node {
+    let mut node = herder::state::fixtures::node(name);
+    node.status = herder::structs::NodeStatus::Ready;
+    let (code, body) = send_json(
+        "PUT",
+        &agent.url("/v1/node/register"),
+        None,
+        &serde_json::json!({"Node": node}),
+    );
+    assert_eq!(code, 200, "registering node {name}: {body}");
+    node
+}
+
+/// Sends `body` as it is (it may not even be JSON); (status, body) for any
+/// status, and (0, the error) when there was no answer.
+pub fn send_raw(method: &str, url: &str, body: &str) -> (u16, String) {
+    let req = ureq::request(method, url).timeout(Duration::from_secs(60));
+    match req.send_string(body) {
+        Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// `s` percent-encoded for a query string.
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Peak resident memory of this process, in MiB (an in-process agent
+/// counts in it).
+pub fn peak_rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
