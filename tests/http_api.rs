@@ -1279,3 +1279,15 @@ fn versions_after_a_purge_are_only_the_new_jobs() {
         .collect();
     assert_eq!(counts, vec![3], "{body}");
 }
+
+/// `?region=` (what `-region` / `NOMAD_REGION` send) is honoured: this
+/// agent's region is answered, another is refused rather than answered
+/// from here as if it were the same.
+#[test]
+fn a_request_for_another_region_is_refused() {
+    let (agent, _dir) = start();
+    assert_eq!(get(&agent.url("/v1/jobs?region=global")).0, 200);
+    let (code, body) = get(&agent.url("/v1/jobs?region=mars"));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("No path to region"), "{body}");
+}

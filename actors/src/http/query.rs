@@ -51,6 +51,17 @@ impl QueryOptions {
                 .map(|info| info.shutting_down.subscribe()),
             ..Default::default()
         };
+        // One region per cluster: a request for another one has nowhere to
+        // go (Nomad would forward it between federated regions; herder has
+        // no federation), so it is refused rather than answered from here.
+        if let Some(v) = params.get("region").filter(|v| !v.is_empty()) {
+            let ours = req
+                .app_data::<actix_web::web::Data<AgentInfo>>()
+                .map(|info| info.config.region.as_str());
+            if ours.is_some_and(|r| r != v) {
+                return Err(ApiError::BadRequest(format!("No path to region {v:?}")));
+            }
+        }
         if let Some(v) = params.get("index") {
             q.index = v
                 .parse()
