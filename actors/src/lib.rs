@@ -20,6 +20,7 @@ pub mod http;
 pub mod logging;
 pub mod node_drainer;
 pub mod node_lifecycle;
+pub mod node_protocol;
 pub mod node_tracker;
 pub mod nomad_metrics;
 pub mod periodic;
