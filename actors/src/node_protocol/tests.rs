@@ -413,3 +413,10 @@ fn shutting_down_sends_the_last_updates_at_once_and_nothing_else() {
     ));
     assert_eq!(s.next_action(t0 + secs(60.0)), Action::Wait(None));
 }
+
+#[test]
+fn addresses_get_a_scheme_and_lose_a_trailing_slash() {
+    assert_eq!(normalize_server("127.0.0.1:4646/"), "http://127.0.0.1:4646");
+    assert_eq!(normalize_server(" http://a:1 "), "http://a:1");
+    assert_eq!(normalize_server("https://a:1/"), "https://a:1");
+}
