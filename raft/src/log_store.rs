@@ -11,9 +11,7 @@
 
 use crate::{NodeId, TypeConfig};
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{
-    Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote,
-};
+use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
@@ -50,7 +48,10 @@ impl SledLogStore {
         self.db.flush_async().await.map(|_| ())
     }
 
-    fn read_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageIOError<NodeId>> {
+    fn read_meta<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, StorageIOError<NodeId>> {
         let Some(bytes) = self.meta.get(key).map_err(|e| StorageIOError::read(&e))? else {
             return Ok(None);
         };
@@ -59,7 +60,11 @@ impl SledLogStore {
             .map_err(|e| StorageIOError::read(&e))
     }
 
-    async fn write_meta<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StorageIOError<NodeId>> {
+    async fn write_meta<T: Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> Result<(), StorageIOError<NodeId>> {
         let bytes = serde_json::to_vec(value).map_err(|e| StorageIOError::write(&e))?;
         self.meta
             .insert(key, bytes)
@@ -77,7 +82,10 @@ impl SledLogStore {
     }
 
     /// Removes the entries whose indexes are in `range` and flushes.
-    async fn remove_range(&self, range: (Bound<[u8; 8]>, Bound<[u8; 8]>)) -> Result<(), StorageIOError<NodeId>> {
+    async fn remove_range(
+        &self,
+        range: (Bound<[u8; 8]>, Bound<[u8; 8]>),
+    ) -> Result<(), StorageIOError<NodeId>> {
         let mut batch = sled::Batch::default();
         for item in self.log.range(range) {
             let (key, _) = item.map_err(|e| StorageIOError::write_logs(&e))?;
@@ -86,7 +94,9 @@ impl SledLogStore {
         self.log
             .apply_batch(batch)
             .map_err(|e| StorageIOError::write_logs(&e))?;
-        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))
+        self.flush()
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e))
     }
 }
 
@@ -111,7 +121,8 @@ impl RaftLogReader<TypeConfig> for SledLogStore {
         let mut entries = Vec::new();
         for item in self.log.range(key_bounds(&range)) {
             let (_, bytes) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-            let entry = serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
+            let entry =
+                serde_json::from_slice(&bytes).map_err(|e| StorageIOError::read_logs(&e))?;
             entries.push(entry);
         }
         Ok(entries)
@@ -147,7 +158,9 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
     }
 
     async fn read_committed(&mut self) -> StoreResult<Option<LogId<NodeId>>> {
-        Ok(self.read_meta::<Option<LogId<NodeId>>>(COMMITTED_KEY)?.flatten())
+        Ok(self
+            .read_meta::<Option<LogId<NodeId>>>(COMMITTED_KEY)?
+            .flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>

@@ -22,7 +22,8 @@ pub struct AppliedBatch {
 #[derive(Default)]
 struct Inner {
     batches: Vec<AppliedBatch>,
-    applied_index: u64,
+    /// `None` until the first entry (openraft's first is at index 0).
+    applied_index: Option<u64>,
     position: Option<Vec<u8>>,
     snapshots_installed: u64,
 }
@@ -60,7 +61,7 @@ impl MemoryTarget {
     }
 
     /// The index of the last applied entry.
-    pub fn applied_index(&self) -> u64 {
+    pub fn applied_index(&self) -> Option<u64> {
         self.inner().applied_index
     }
 
@@ -78,19 +79,15 @@ impl StateMachineTarget for MemoryTarget {
         position: &[u8],
     ) -> Result<Vec<CommandResult>, TargetError> {
         let mut inner = self.inner();
-        let results = vec![CommandResult::Applied; commands.len()];
-        if index <= inner.applied_index {
-            return Ok(results);
-        }
         if !commands.is_empty() {
             inner.batches.push(AppliedBatch {
                 index,
                 commands: commands.to_vec(),
             });
         }
-        inner.applied_index = index;
+        inner.applied_index = Some(index);
         inner.position = Some(position.to_vec());
-        Ok(results)
+        Ok(vec![CommandResult::Applied; commands.len()])
     }
 
     fn applied_position(&self) -> Result<Option<Vec<u8>>, TargetError> {
@@ -108,7 +105,7 @@ impl StateMachineTarget for MemoryTarget {
     }
 
     fn import_snapshot(&self, snapshot: &TargetSnapshot) -> Result<(), TargetError> {
-        let (applied_index, batches): (u64, Vec<AppliedBatch>) =
+        let (applied_index, batches): (Option<u64>, Vec<AppliedBatch>) =
             serde_json::from_slice(&snapshot.data)
                 .map_err(|e| TargetError(format!("decoding a snapshot: {e}")))?;
         let mut inner = self.inner();

@@ -203,8 +203,10 @@ impl Transport for Router {
         _node: &BasicNode,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
-        self.deliver(from, target, |raft| async move { raft.append_entries(rpc).await })
-            .await
+        self.deliver(from, target, |raft| async move {
+            raft.append_entries(rpc).await
+        })
+        .await
     }
 
     async fn vote(
@@ -225,7 +227,9 @@ impl Transport for Router {
         _node: &BasicNode,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<InstallSnapshotResponse<NodeId>, SnapshotRpcError> {
-        self.deliver(from, target, |raft| async move { raft.install_snapshot(rpc).await })
-            .await
+        self.deliver(from, target, |raft| async move {
+            raft.install_snapshot(rpc).await
+        })
+        .await
     }
 }

@@ -41,13 +41,13 @@ pub struct TargetSnapshot {
 /// Calls come one at a time, in log order, from openraft's state machine
 /// task (on a blocking thread: they may wait for a disk).
 pub trait StateMachineTarget: Send + Sync + 'static {
-    /// Applies `commands` at state index `index` (the entry's log index;
-    /// empty for membership and leader no-op entries, which only move the
-    /// position) and stores `position` with the result, atomically. An
-    /// `index` at or below the last applied one is a replay after a crash
-    /// and changes nothing. A command the state refuses is a
-    /// [`CommandResult::Rejected`], not an error: every replica refuses it
-    /// alike.
+    /// Applies `commands` at state index `index` (the entry's log index)
+    /// and stores `position` with the result, atomically. `commands` is
+    /// empty for membership and leader no-op entries (the very first entry,
+    /// at index 0, is one): then only `position` moves. The adapter never
+    /// hands over an entry at or below the stored position. A command the
+    /// state refuses is a [`CommandResult::Rejected`], not an error: every
+    /// replica refuses it alike.
     fn apply_batch(
         &self,
         index: u64,
@@ -115,7 +115,9 @@ fn read_position<T: StateMachineTarget + ?Sized>(target: &T) -> StoreResult<Posi
         .applied_position()
         .map_err(|e| StorageIOError::read_state_machine(&e))?;
     match bytes {
-        Some(bytes) => Position::decode(&bytes).map_err(|e| StorageIOError::read_state_machine(&e).into()),
+        Some(bytes) => {
+            Position::decode(&bytes).map_err(|e| StorageIOError::read_state_machine(&e).into())
+        }
         None => Ok(Position::default()),
     }
 }
@@ -130,6 +132,18 @@ fn apply_entries<T: StateMachineTarget>(
     let mut responses = Vec::with_capacity(entries.len());
     for entry in entries {
         let log_id = entry.log_id;
+        if position
+            .last_applied
+            .is_some_and(|applied| applied.index >= log_id.index)
+        {
+            // Already in the target's state (openraft replays from what it
+            // last saw applied; the target may have stored more).
+            responses.push(WriteResponse {
+                index: log_id.index,
+                results: Vec::new(),
+            });
+            continue;
+        }
         position.last_applied = Some(log_id);
         let commands: &[Command] = match &entry.payload {
             EntryPayload::Blank => &[],

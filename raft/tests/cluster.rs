@@ -4,9 +4,7 @@
 //! polled until a generous deadline; no sleep is an assertion.
 
 use herder::state::Command;
-use herder_raft::{
-    default_config, MemoryTarget, NodeId, RaftNode, Router, WriteResponse,
-};
+use herder_raft::{default_config, MemoryTarget, NodeId, RaftNode, Router, WriteResponse};
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -72,9 +70,15 @@ impl Cluster {
     async fn start_node(&mut self, id: NodeId) {
         let data_dir = self.dir.path().join(format!("server-{id}"));
         let target = Arc::new(MemoryTarget::new());
-        let node = RaftNode::start(id, &data_dir, target, self.router.clone(), self.config.clone())
-            .await
-            .unwrap();
+        let node = RaftNode::start(
+            id,
+            &data_dir,
+            target,
+            self.router.clone(),
+            self.config.clone(),
+        )
+        .await
+        .unwrap();
         self.router.add(id, node.raft().clone());
         self.nodes.insert(id, node);
     }
@@ -120,7 +124,10 @@ impl Cluster {
             match self.node(leader).write(commands.clone()).await {
                 Ok(response) => return response,
                 Err(error) => {
-                    assert!(Instant::now() < deadline, "write never acknowledged: {error}");
+                    assert!(
+                        Instant::now() < deadline,
+                        "write never acknowledged: {error}"
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
@@ -138,9 +145,11 @@ impl Cluster {
 
     async fn wait_applied(&self, id: NodeId, expected: &[Command]) {
         let target = self.node(id).target().clone();
-        eventually(&format!("server {id} to apply {} commands", expected.len()), PATIENCE, || {
-            target.commands() == expected
-        })
+        eventually(
+            &format!("server {id} to apply {} commands", expected.len()),
+            PATIENCE,
+            || target.commands() == expected,
+        )
         .await;
     }
 
@@ -160,7 +169,10 @@ async fn three_servers_elect_a_leader_and_apply_writes_in_order() {
     responses.push(cluster.write(written[10..].to_vec()).await);
 
     let indexes: Vec<u64> = responses.iter().map(|r| r.index).collect();
-    assert!(indexes.windows(2).all(|w| w[0] < w[1]), "indexes not increasing: {indexes:?}");
+    assert!(
+        indexes.windows(2).all(|w| w[0] < w[1]),
+        "indexes not increasing: {indexes:?}"
+    );
     assert_eq!(responses[10].results.len(), 10);
     cluster.wait_all_applied(&written).await;
     for id in IDS {
@@ -182,7 +194,10 @@ async fn losing_the_leader_elects_another_that_keeps_every_acknowledged_write() 
     let new_leader = cluster.leader().await;
     let failover = killed_at.elapsed();
     assert_ne!(new_leader, old_leader);
-    assert!(failover < Duration::from_secs(5), "failover took {failover:?}");
+    assert!(
+        failover < Duration::from_secs(5),
+        "failover took {failover:?}"
+    );
 
     cluster.write_each(&written[10..]).await;
     cluster.wait_all_applied(&written).await;
@@ -243,15 +258,29 @@ async fn a_restarted_server_reads_its_log_back_and_rejoins() {
     cluster.wait_all_applied(&written[..10]).await;
     let leader = cluster.leader().await;
     let follower = IDS.into_iter().find(|id| *id != leader).unwrap_or_default();
-    let vote_before = cluster.node(follower).raft().metrics().borrow().vote;
+    let term_before = cluster
+        .node(follower)
+        .raft()
+        .metrics()
+        .borrow()
+        .current_term;
 
     cluster.kill(follower).await;
     // Cut off while it starts: what it applies now comes from its own disk.
     cluster.router.isolate(follower);
     cluster.start_node(follower).await;
     cluster.wait_applied(follower, &written[..10]).await;
-    let vote_after = cluster.node(follower).raft().metrics().borrow().vote;
-    assert!(vote_after >= vote_before, "vote went back: {vote_before} -> {vote_after}");
+    // Its vote came back from disk too: its term never goes back.
+    let term_after = cluster
+        .node(follower)
+        .raft()
+        .metrics()
+        .borrow()
+        .current_term;
+    assert!(
+        term_after >= term_before,
+        "term went back: {term_before} -> {term_after}"
+    );
 
     cluster.router.heal();
     cluster.write_each(&written[10..]).await;
@@ -262,7 +291,9 @@ async fn a_restarted_server_reads_its_log_back_and_rejoins() {
 async fn dropped_and_delayed_messages_lose_no_acknowledged_write() {
     let cluster = Cluster::start(default_config().unwrap()).await;
     cluster.router.set_drop_probability(0.2);
-    cluster.router.set_delay(Duration::ZERO, Duration::from_millis(30));
+    cluster
+        .router
+        .set_delay(Duration::ZERO, Duration::from_millis(30));
 
     let written = commands(0..30);
     let responses = cluster.write_each(&written).await;
@@ -278,11 +309,17 @@ async fn dropped_and_delayed_messages_lose_no_acknowledged_write() {
         let complete = acknowledged
             .iter()
             .all(|index| expected.iter().any(|b| b.index == *index));
-        complete && IDS.iter().all(|id| cluster.node(*id).target().batches() == expected)
+        complete
+            && IDS
+                .iter()
+                .all(|id| cluster.node(*id).target().batches() == expected)
     })
     .await;
     let applied = reference.commands();
     for command in &written {
-        assert!(applied.contains(command), "acknowledged write lost: {command:?}");
+        assert!(
+            applied.contains(command),
+            "acknowledged write lost: {command:?}"
+        );
     }
 }
