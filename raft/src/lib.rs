@@ -91,6 +91,7 @@
 //!   [`Transport`] and needs nothing else from this crate.
 
 pub mod entry;
+pub mod http;
 pub mod log_store;
 pub mod memory_target;
 pub mod node;
@@ -100,6 +101,7 @@ pub mod transport;
 pub mod version_gate;
 
 pub use entry::{CommandResult, EntryKind, LogEntry, WriteResponse};
+pub use http::{ClusterKey, HttpTransport, KeyError};
 pub use log_store::SledLogStore;
 pub use memory_target::{AppliedBatch, MemoryTarget};
 pub use node::{default_config, RaftNode, StartError, WriteError, LOG_DIR};
