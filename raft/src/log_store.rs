@@ -197,8 +197,8 @@ impl RaftLogStorage<TypeConfig> for SledLogStore {
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
         // The purge mark first: a crash between the two steps then leaves
-        // entries below the mark, which reads ignore, never a gap that the
-        // log state does not admit.
+        // entries at or below the mark, which openraft never reads and the
+        // next purge removes; never a gap that the log state hides.
         self.write_meta(LAST_PURGED_KEY, &log_id).await?;
         let upto = (Bound::Unbounded, Bound::Included(index_key(log_id.index)));
         Ok(self.remove_range(upto).await?)

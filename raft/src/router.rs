@@ -158,10 +158,10 @@ impl Router {
         if lost && !drop_answer {
             return Err(RouterError::Dropped { from, target });
         }
-        let delay = match state.faults.delay {
-            Some((min, max)) => Some(state.rng.gen_range(min..=max)),
-            None => None,
-        };
+        let delay = state
+            .faults
+            .delay
+            .map(|(min, max)| state.rng.gen_range(min..=max));
         Ok(Delivery {
             raft,
             delay,
