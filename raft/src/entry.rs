@@ -79,3 +79,51 @@ pub struct WriteResponse {
     pub index: u64,
     pub results: Vec<CommandResult>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TypeConfig;
+    use herder::state::fixtures;
+    use herder::structs::TriggeredBy;
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_log_entry_of_real_commands_survives_the_log_encoding() {
+        let job = fixtures::job("default", "web", &[("frontend", 3)]);
+        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1_700_000_000);
+        let node = fixtures::node("node-1");
+        let entry = Entry::<TypeConfig> {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), 42),
+            payload: EntryPayload::Normal(LogEntry::commands(vec![
+                Command::JobRegister {
+                    job: Arc::new(job),
+                    eval: Some(eval),
+                    enforce_index: None,
+                },
+                Command::NodeRegister {
+                    node: Arc::new(node),
+                },
+            ])),
+        };
+        let bytes = serde_json::to_vec(&entry).unwrap();
+        let decoded: Entry<TypeConfig> = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(decoded.log_id, entry.log_id);
+        match (decoded.payload, entry.payload) {
+            (EntryPayload::Normal(decoded), EntryPayload::Normal(original)) => {
+                assert_eq!(decoded, original);
+                assert_eq!(decoded.kind, EntryKind::StateCommands);
+                assert!(decoded.is_understood());
+            }
+            _ => panic!("the payload changed kind"),
+        }
+    }
+
+    #[test]
+    fn an_entry_from_a_newer_command_encoding_is_not_understood() {
+        let mut entry = LogEntry::commands(Vec::new());
+        entry.version = COMMAND_VERSION + 1;
+        assert!(!entry.is_understood());
+    }
+}

@@ -18,7 +18,8 @@
 //! - [`memory_target`]: an in-memory target, until the state store is one.
 //! - [`transport`]: the [`Transport`] seam under openraft's network traits;
 //!   [`router`]: the in-process transport of the tests with fault injection
-//!   (drop, delay, partition one server, heal).
+//!   (drop, delay, partition one server, heal); [`http`]: the Raft RPCs on
+//!   the RPC port, signed both ways with the cluster key.
 //! - [`node`]: one server's replica ([`RaftNode`]) and herder's timings
 //!   ([`default_config`]).
 //!
@@ -85,10 +86,13 @@
 //! - The version gate: servers advertise their version (membership
 //!   metadata or the RPC port's status call); the leader calls
 //!   [`can_write`] before proposing an entry of a new kind.
-//! - The HTTP transport (append, vote and install-snapshot at
-//!   `/v1/raft/...` on the RPC port, requests carrying a token derived from
-//!   the cluster's `encrypt` key) is the next step; it implements
-//!   [`Transport`] and needs nothing else from this crate.
+//! - The RPC port: the agent's actix-web server for `-rpc-port` mounts
+//!   [`http::configure`] (with the `server { encrypt }` key), and each
+//!   server's [`RaftNode`] gets an [`HttpTransport`] with the same key;
+//!   membership carries each server's RPC address as `BasicNode::addr`.
+//!   Bootstrap (`-bootstrap-expect`, `-retry-join`), forwarding, the
+//!   workers' broker and plan calls and the leader's duties are the next
+//!   steps of issue 18; they need nothing else from this crate.
 
 // Openraft's traits fix the error types (`StorageError`, `ConfigError`,
 // `RPCError`: 128-224 bytes); helpers return them as they are rather than

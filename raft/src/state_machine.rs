@@ -310,3 +310,57 @@ impl<T: StateMachineTarget> RaftStateMachine<TypeConfig> for StateMachineAdapter
         builder.build_snapshot().await.map(Some)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryTarget;
+    use openraft::CommittedLeaderId;
+
+    fn normal(index: u64, entry: LogEntry) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(entry),
+        }
+    }
+
+    fn stability(job_id: &str) -> Command {
+        Command::JobStabilityUpdate {
+            namespace: "default".into(),
+            job_id: job_id.into(),
+            version: 0,
+            stable: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_entry_this_build_cannot_decode_stops_the_apply_and_changes_nothing() {
+        let target = Arc::new(MemoryTarget::new());
+        let mut adapter = StateMachineAdapter::new(target.clone());
+        let applied = adapter
+            .apply([normal(1, LogEntry::commands(vec![stability("a")]))])
+            .await
+            .unwrap();
+        assert_eq!(applied[0].index, 1);
+
+        let mut newer = LogEntry::commands(vec![stability("b")]);
+        newer.version = herder::state::COMMAND_VERSION + 1;
+        let refused = adapter.apply([normal(2, newer)]).await;
+        assert!(refused.is_err());
+        assert_eq!(target.commands(), vec![stability("a")]);
+        assert_eq!(target.applied_index(), Some(1));
+    }
+
+    #[tokio::test]
+    async fn entries_at_or_below_the_stored_position_are_not_applied_again() {
+        let target = Arc::new(MemoryTarget::new());
+        let mut adapter = StateMachineAdapter::new(target.clone());
+        let first = normal(1, LogEntry::commands(vec![stability("a")]));
+        adapter.apply([first.clone()]).await.unwrap();
+        adapter
+            .apply([first, normal(2, LogEntry::commands(vec![stability("b")]))])
+            .await
+            .unwrap();
+        assert_eq!(target.commands(), vec![stability("a"), stability("b")]);
+    }
+}
