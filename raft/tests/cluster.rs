@@ -205,6 +205,7 @@ async fn losing_the_leader_elects_another_that_keeps_every_acknowledged_write() 
         failover < Duration::from_secs(5),
         "failover took {failover:?}"
     );
+    eprintln!("failover: new leader {new_leader} after {failover:?}");
 
     cluster.write_each(&written[10..]).await;
     cluster.wait_all_applied(&written).await;
