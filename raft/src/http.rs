@@ -60,10 +60,10 @@ pub enum KeyError {
     BadLength(usize),
 }
 
-/// The shared cluster key (`server { encrypt = "..." }`).
+/// The shared cluster key (`server { encrypt = "..." }`), ready to sign.
 #[derive(Clone)]
 pub struct ClusterKey {
-    bytes: Vec<u8>,
+    keyed: HmacSha256,
 }
 
 impl std::fmt::Debug for ClusterKey {
@@ -79,17 +79,16 @@ impl ClusterKey {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(text.trim())
             .map_err(|e| KeyError::NotBase64(e.to_string()))?;
-        match bytes.len() {
-            16 | 24 | 32 => Ok(ClusterKey { bytes }),
-            n => Err(KeyError::BadLength(n)),
+        if ![16, 24, 32].contains(&bytes.len()) {
+            return Err(KeyError::BadLength(bytes.len()));
         }
+        let keyed =
+            HmacSha256::new_from_slice(&bytes).map_err(|_| KeyError::BadLength(bytes.len()))?;
+        Ok(ClusterKey { keyed })
     }
 
     fn mac(&self, direction: Direction, path: &str, body: &[u8]) -> HmacSha256 {
-        // Any key length is valid for HMAC; the constructor only fails for
-        // MACs with fixed key sizes, so the empty-key fallback is unreachable.
-        let mut mac = HmacSha256::new_from_slice(&self.bytes)
-            .unwrap_or_else(|_| HmacSha256::new(&Default::default()));
+        let mut mac = self.keyed.clone();
         let tag: &[u8] = match direction {
             Direction::Request => b"herder-raft request\n",
             Direction::Answer => b"herder-raft answer\n",
