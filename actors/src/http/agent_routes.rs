@@ -49,12 +49,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// The server's operations; a client-only agent has no workers.
 fn server_api(info: &AgentInfo) -> Result<ServerApi, ApiError> {
-    info.server
-        .as_ref()
-        .map(|s| ServerApi::new(s.clone()))
-        .ok_or_else(|| {
-            ApiError::BadRequest("this agent runs no server, so no scheduling workers".into())
-        })
+    info.server.as_ref().map(ServerApi::of).ok_or_else(|| {
+        ApiError::BadRequest("this agent runs no server, so no scheduling workers".into())
+    })
 }
 
 /// `GET /v1/agent/schedulers`: every worker with its status (snake_case,

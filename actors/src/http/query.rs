@@ -176,7 +176,7 @@ pub fn server(info: &AgentInfo) -> Result<&ServerHandle, ApiError> {
 /// The server's operations, or 400 on a client-only agent: every write a
 /// handler makes goes through this.
 pub fn api(info: &AgentInfo) -> Result<ServerApi, ApiError> {
-    server(info).map(|s| ServerApi::new(s.clone()))
+    server(info).map(ServerApi::of)
 }
 
 /// Runs a (possibly blocking) read: waits until one of `tables` passes

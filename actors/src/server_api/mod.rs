@@ -41,7 +41,7 @@ pub use jobs::{
     check_job, DispatchJob, DispatchResult, JobWriteResult, PeriodicLaunch, RegisterJob, ScaleJob,
     DISPATCH_PAYLOAD_SIZE_LIMIT,
 };
-pub use nodes::{DrainNode, DrainSpec, NodeWriteResult};
+pub use nodes::{DrainNode, DrainSpec, NodeReply, NodeWriteResult};
 pub use operator::{GcReport, SchedulerConfigRead, SchedulerConfigWrite, SetSchedulerConfig};
 pub use plan::JobPlan;
 pub use workers::{SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo};
@@ -95,12 +95,35 @@ impl std::fmt::Debug for ServerApi {
 }
 
 impl ServerApi {
+    /// The operations of a running server (`Agent::api()` gives one).
     pub fn new(server: ServerHandle) -> ServerApi {
         ServerApi {
-            writes: WritePath::local(&server),
+            writes: WritePath::local(
+                server.store.clone(),
+                server.nodes,
+                server.periodic,
+                server.gc,
+            ),
             store: server.store,
             job_limits: server.job_limits,
             workers: server.workers,
+        }
+    }
+
+    /// As [`new`](Self::new), cloning only the parts the operations use
+    /// (an actor address's clone allocates; the HTTP API makes one of
+    /// these per request).
+    pub fn of(server: &ServerHandle) -> ServerApi {
+        ServerApi {
+            writes: WritePath::local(
+                server.store.clone(),
+                server.nodes.clone(),
+                server.periodic.clone(),
+                server.gc.clone(),
+            ),
+            store: server.store.clone(),
+            job_limits: server.job_limits,
+            workers: server.workers.clone(),
         }
     }
 

@@ -10,7 +10,6 @@
 
 use super::{unix_nanos, ServerApi, ServerApiError};
 use crate::node_drainer::DRAIN_SUBSYSTEM;
-use crate::node_tracker::NodeReply;
 use herder::state::{AllocClientUpdate, Command, StateSnapshot};
 use herder::structs::{
     Allocation, DrainStrategy, EvalId, Evaluation, Node, NodeEvent, NodeId, SchedulingEligibility,
@@ -18,6 +17,8 @@ use herder::structs::{
 };
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+pub use crate::node_tracker::NodeReply;
 
 /// Nomad's `NodeUpdateResponse`: the answer of the operator's node writes.
 #[derive(Debug, Clone, PartialEq)]

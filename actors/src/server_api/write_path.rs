@@ -21,7 +21,6 @@ use crate::node_tracker::{
     Heartbeat, NodeError, NodeReply, NodeTracker, RegisterNode, UpdateAllocs,
 };
 use crate::periodic::{ForceLaunch, Launched, PeriodicError, PeriodicLauncher};
-use crate::server::ServerHandle;
 use actix::Addr;
 use herder::state::{AllocClientUpdate, ApplyOutcome, Command, StateStore, StoreError};
 use herder::structs::{Node, NodeId};
@@ -48,12 +47,17 @@ impl std::fmt::Debug for LocalServer {
 }
 
 impl WritePath {
-    pub(super) fn local(server: &ServerHandle) -> WritePath {
+    pub(super) fn local(
+        store: StateStore,
+        nodes: Addr<NodeTracker>,
+        periodic: Addr<PeriodicLauncher>,
+        gc: Addr<GarbageCollector>,
+    ) -> WritePath {
         WritePath::Local(LocalServer {
-            store: server.store.clone(),
-            nodes: server.nodes.clone(),
-            periodic: server.periodic.clone(),
-            gc: server.gc.clone(),
+            store,
+            nodes,
+            periodic,
+            gc,
         })
     }
 
