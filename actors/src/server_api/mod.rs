@@ -24,9 +24,11 @@
 //! - [`workers`]: this server's pool of scheduling workers (size and
 //!   scheduler types), as `/v1/agent/schedulers` shows and sets it.
 //!
-//! Every write leaves through one private seam, [`write_path`]: the place
-//! where forwarding to a Raft leader, ACL checks and the audit log plug in.
-//! Reads come from the local store's snapshot and never cross it.
+//! Every write leaves through one private seam, `write_path::WritePath`:
+//! the place where forwarding to a Raft leader, ACL checks and the audit
+//! log plug in (a remote leader is a second variant of it). Reads come
+//! from the local store's snapshot and never cross it. The worker pool is
+//! this process's own and does not cross it either.
 
 pub mod allocs_evals;
 pub mod jobs;
