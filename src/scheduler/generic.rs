@@ -9,16 +9,16 @@
 //! are reported in `FailedTGAllocs` and handed to a blocked evaluation, so
 //! the evaluation itself completes (as Nomad 1.1 does).
 
-use super::context::EvalContext;
+use super::context::{Eligibility, EvalContext};
+use super::planner::{Planner, Scheduler, SchedulerError};
 use super::reconcile::{DestructiveRequest, PlaceRequest, ReconcileResults, Reconciler};
 use super::stack::{SelectOptions, Stack, StackKind};
-use super::state::State;
 use super::util::{self, *};
-use super::{Planner, Scheduler, SchedulerError};
 use crate::structs::{
     AllocMetric, Allocation, EvalStatus, Evaluation, Job, PlanAnnotations, PlanResult, TaskGroup,
     TriggeredBy,
 };
+use crate::view::State;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ pub struct GenericScheduler<'p> {
     next_eval: Option<Evaluation>,
     followups_created: bool,
     plan_result: Option<PlanResult>,
-    eligibility: super::context::Eligibility,
+    eligibility: Eligibility,
 }
 
 impl<'p> GenericScheduler<'p> {

@@ -12,7 +12,6 @@
 //! changes become in-place or destructive updates, the latter at most
 //! `max_parallel` per evaluation.
 
-use super::state::State;
 use super::util::{
     next_reschedule_time, node_is_lost, reschedule_policy, UpdateKind, ALLOC_LOST, ALLOC_MIGRATING,
     ALLOC_NOT_NEEDED, FOLLOWUP_BATCH_WINDOW, RESCHEDULE_WINDOW,
@@ -21,6 +20,7 @@ use crate::structs::{
     Allocation, ClientStatus, DesiredStatus, DesiredUpdates, EvalStatus, Evaluation, Job, Node,
     NodeId, TaskGroup, TriggeredBy,
 };
+use crate::view::State;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,14 +13,15 @@
 //! completion are not placed again until the job changes.
 
 use super::context::EvalContext;
+use super::planner::{Planner, Scheduler, SchedulerError};
 use super::stack::{SelectOptions, Stack, StackKind};
-use super::state::State;
 use super::util::*;
-use super::{Planner, Scheduler, SchedulerError};
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, EvalStatus, Evaluation, Job, Node, NodeId,
     PlanAnnotations, PlanResult, TaskGroup, TriggeredBy,
 };
+use crate::view::fast_map::FastMap;
+use crate::view::State;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
