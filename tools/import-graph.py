@@ -16,7 +16,7 @@ Cycles are the strongly connected components of more than one file
 
 Usage:
     tools/import-graph.py [--src src] [--under scheduler] [--tests]
-                          [--reexport-edges] [--dot] [--check]
+                          [--reexport-edges] [--levels] [--dot] [--check]
 """
 
 import argparse
@@ -104,12 +104,13 @@ CFG_TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)
 
 
 def remove_test_modules(code):
-    """Inline `#[cfg(test)] mod x { .. }` removed; names of `mod x;` ones."""
-    test_children = set()
+    """The code without `#[cfg(test)] mod x { .. }` blocks; the names of
+    `#[cfg(test)] mod x;` files; the blocks removed, as (x, body)."""
+    test_children, blocks = set(), []
     while True:
         m = CFG_TEST_MOD.search(code)
         if not m:
-            return code, test_children
+            return code, test_children, blocks
         if m.group(2) == ";":
             test_children.add(m.group(1))
             code = code[:m.start()] + code[m.end():]
@@ -118,6 +119,7 @@ def remove_test_modules(code):
         while i < len(code) and depth:
             depth += {"{": 1, "}": -1}.get(code[i], 0)
             i += 1
+        blocks.append((m.group(1), code[m.end():i - 1]))
         code = code[:m.start()] + code[i:]
 
 
@@ -167,6 +169,7 @@ class Crate:
         self.reexport_edges = reexport_edges
         self.mods = module_files(src)
         self.code = {}
+        self.inline = {}
         self.children = {}
         excluded = set()
         for mod, path in sorted(self.mods.items(), key=lambda kv: len(kv[0])):
@@ -177,8 +180,10 @@ class Crate:
                 code = strip_comments_and_strings(f.read())
             # `#[path = ".."]` test files (search_tests.rs) are found by name.
             code = re.sub(r"#\[path\s*=\s*[^\]]*\]", "", code)
+            code, test_children, blocks = remove_test_modules(code)
+            # Read as the inline module they are (`super::` is this file).
+            self.inline[mod] = [(mod + (name,), body) for name, body in blocks] if tests else []
             if not tests:
-                code, test_children = remove_test_modules(code)
                 for child in test_children:
                     excluded.add(mod + (child,))
             self.code[mod] = code
@@ -234,6 +239,15 @@ class Crate:
     def edges(self):
         graph = {mod: set() for mod in self.code}
         for mod, code in self.code.items():
+            chunks = [(mod, code)] + self.inline.get(mod, [])
+            for dep in self._deps(chunks):
+                if dep != mod and dep in self.code:
+                    graph[mod].add(dep)
+        return graph
+
+    def _deps(self, chunks):
+        """The modules the code of `chunks` ((module, code) pairs) names."""
+        for mod, code in chunks:
             paths = []
             for m in USE.finditer(code):
                 # A re-export passes items through (its users are given
@@ -245,13 +259,8 @@ class Crate:
                 paths.append(re.sub(r"\s+", "", m.group(1)).split("::"))
             for segs in paths:
                 target = self._absolute(mod, segs)
-                if target is None:
-                    continue
-                target = [s for s in target if s != "*"]
-                dep = self.resolve(target)
-                if dep != mod and dep in self.code:
-                    graph[mod].add(dep)
-        return graph
+                if target is not None:
+                    yield self.resolve([s for s in target if s != "*"])
 
 
 def tarjan(graph):
@@ -294,6 +303,9 @@ def main():
     ap.add_argument(
         "--reexport-edges", action="store_true", help="count `pub use` as an edge of the facade"
     )
+    ap.add_argument(
+        "--levels", action="store_true", help="print the files by layer (0: imports none of the others shown)"
+    )
     ap.add_argument("--dot", action="store_true", help="print Graphviz instead")
     ap.add_argument("--check", action="store_true", help="exit 1 if there is a cycle")
     args = ap.parse_args()
@@ -325,6 +337,20 @@ def main():
     print(f"\ncycles (strongly connected components of more than one file): {len(cycles)}", file=out)
     for comp in cycles:
         print("  " + " <-> ".join(name(m) for m in comp), file=out)
+    if args.levels and not cycles:
+        level = {}
+
+        def level_of(mod):
+            if mod not in level:
+                deps = [d for d in graph[mod] if shown(d)]
+                level[mod] = 1 + max(map(level_of, deps)) if deps else 0
+            return level[mod]
+
+        print("\nlayers (each file imports only files of lower layers):", file=out)
+        shown_mods = [m for m in graph if shown(m)]
+        for n in range(max(map(level_of, shown_mods), default=-1) + 1):
+            files = sorted(name(m) for m in shown_mods if level_of(m) == n)
+            print(f"  {n}: " + ", ".join(files), file=out)
     if args.check and cycles:
         sys.exit(1)
 
