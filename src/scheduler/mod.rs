@@ -11,22 +11,22 @@
 //! ([`preemption`]). Nothing here reads a clock: `now` is handed in.
 //!
 //! The files import downward only (`tools/import-graph.py --under
-//! scheduler --levels` prints the graph and its layers; it has no cycle).
-//! From the bottom:
+//! scheduler --levels` prints the graph and these layers; it has no
+//! cycle). Below them all is [`crate::view`], which the state store
+//! imports too: the [`State`] trait, the node catalog, usage and attribute
+//! columns. From the bottom:
 //!
-//! 0. [`crate::view`], below the scheduler and the state store alike: the
-//!    [`State`] trait, the node catalog, usage and attribute columns.
-//! 1. [`planner`] (the `Planner` and `Scheduler` traits, their errors),
+//! 0. [`planner`] (the `Planner` and `Scheduler` traits, their errors),
 //!    [`feasible`], [`rank`], `tally`: plain functions of a node and a job;
 //!    and, on `view` alone, [`harness_state`] (an in-memory `State`).
-//! 2. [`context`]: the evaluation's working set (plan, usage per node).
-//! 3. [`preemption`]: what to evict, from the context's usage.
-//! 4. [`stack`]: one placement, from feasibility, ranking and preemption.
-//! 5. [`util`]: what both schedulers share (node sets, in-place updates,
+//! 1. [`context`]: the evaluation's working set (plan, usage per node).
+//! 2. [`preemption`]: what to evict, from the context's usage.
+//! 3. [`stack`]: one placement, from feasibility, ranking and preemption.
+//! 4. [`util`]: what both schedulers share (node sets, in-place updates,
 //!    allocations, reschedule timing, evaluation bookkeeping).
-//! 6. [`reconcile`] (what the generic scheduler must place, stop, update)
-//!    and [`system`]; 7. [`generic`].
-//! 8. This file ([`new_scheduler`]), then the test [`harness`].
+//! 5. [`reconcile`] (what the generic scheduler must place, stop, update)
+//!    and [`system`]; 6. [`generic`].
+//! 7. This file ([`new_scheduler`]); 8. the test [`harness`].
 
 pub mod context;
 pub mod feasible;

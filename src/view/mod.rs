@@ -20,17 +20,21 @@
 //!
 //! Why the caches are these concrete types, kept here, and not an opaque
 //! slot in the store's tables (an `Arc<dyn Any + Send + Sync>` per table
-//! version that the scheduler fills and downcasts): they are read on the
-//! hot path of every evaluation (the catalog for each placement's
-//! candidates, the usage column for every candidate scored; a million
-//! allocations go through them in the cluster benchmark). Concrete types
-//! leave the compiled code what it was before they moved here (the same
-//! types and calls, nothing dynamic), where a type-erased slot
-//! would add a type check and a second pointer to follow per read. It
-//! would also be weaker: a cache answers only for the very table it was
-//! built from (`NodeCatalogCache::get` compares the node table's identity,
-//! `UsageColumnCache::get` the usage map's), and that check needs the
-//! tables' types, which only a typed cache beside them can make.
+//! version that the scheduler fills and downcasts): they are the hot path
+//! of every evaluation (the catalog lists each placement's candidates, the
+//! usage column is read for every candidate scored; a million allocations
+//! go through them in the cluster benchmark), and moving them here changed
+//! no line of them, so the compiled code is what it was (same types, same
+//! calls, nothing dynamic: the scheduler benches' instruction counts are
+//! within 0.3% of before, `docs/PERFORMANCE.md`, issue 17). A slot would
+//! add a downcast per fetch that can fail, and split each cache in two: a
+//! cache answers only for the very table it was built from
+//! (`NodeCatalogCache::get` compares the node table's identity,
+//! `UsageColumnCache::get` the usage map's and derives the next column
+//! from the maps' difference), which needs the tables' types; behind an
+//! `Any` the store would have to clear the slot on every change of the
+//! table, or the scheduler keep a copy of the table inside it. The data is
+//! plain, derived from the store's own tables, so it belongs below both.
 
 pub mod catalog;
 pub mod fast_map;
