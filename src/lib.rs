@@ -2,6 +2,9 @@
 //!
 //! - [`structs`]: the Nomad-shaped data model and job validation.
 //! - [`state`]: the state store (indexed tables, commands, snapshots, sled).
+//! - [`view`]: what a scheduler reads of a snapshot (the `State` trait, the
+//!   node catalog and usage column a snapshot keeps for it), below both the
+//!   store and the scheduler, so that neither names the other.
 //! - [`scheduler`]: pure scheduling logic over a snapshot.
 //! - [`jobspec`]: HCL and JSON job files into validated jobs.
 //! - [`plan_eval`]: the plan applier's check of a plan against the newest state.
@@ -16,3 +19,7 @@ pub mod scheduler;
 pub mod search;
 pub mod state;
 pub mod structs;
+pub mod view;
+
+#[cfg(test)]
+mod scheduler_on_store_tests;

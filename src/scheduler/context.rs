@@ -9,13 +9,14 @@
 //! distinct_property) can replay the plan's changes incrementally from
 //! [`EvalContext::plan_log`] instead of rescanning the plan per placement.
 
-use super::state::State;
-use super::usage_column::UsageColumn;
-use super::util::FastMap;
+use super::planner::MonotonicClock;
 use crate::structs::{
     AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, ComparableResources, DesiredStatus,
     EvalId, Job, Node, NodeId, Plan,
 };
+use crate::view::fast_map::FastMap;
+use crate::view::usage_column::UsageColumn;
+use crate::view::State;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
@@ -129,7 +130,7 @@ pub struct EvalContext {
     pub plan_log: Vec<PlanChange>,
     pub now: i64,
     /// Measures placements when the planner handed one in.
-    pub clock: Option<super::MonotonicClock>,
+    pub clock: Option<MonotonicClock>,
     job_key: Option<(String, String)>,
     /// Where each touched node's usage sits in `usage_slots`. A node keeps
     /// its slot for the whole evaluation, so the stack can remember it per

@@ -13,34 +13,10 @@ use crate::structs::job::operand;
 use crate::structs::job::VolumeRequest;
 use crate::structs::version::VersionConstraint;
 use crate::structs::{Constraint, Job, Node, TaskGroup};
+use crate::view::node_target::resolve_target;
 use regex::Regex;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// The value of a constraint target on a node; literals resolve to
-/// themselves, unknown `${...}` targets to nothing.
-pub fn resolve_target<'a>(target: &'a str, node: &'a Node) -> Option<Cow<'a, str>> {
-    let Some(inner) = target.strip_prefix("${").and_then(|t| t.strip_suffix('}')) else {
-        return Some(Cow::Borrowed(target));
-    };
-    match inner {
-        "node.unique.id" => Some(Cow::Owned(node.id.to_string())),
-        "node.unique.name" => Some(Cow::Borrowed(&node.name)),
-        "node.datacenter" => Some(Cow::Borrowed(&node.datacenter)),
-        "node.class" => Some(Cow::Borrowed(&node.node_class)),
-        "node.pool" => Some(Cow::Borrowed(&node.node_pool)),
-        _ => {
-            if let Some(attr) = inner.strip_prefix("attr.") {
-                node.attributes.get(attr).map(|v| Cow::Borrowed(v.as_str()))
-            } else if let Some(meta) = inner.strip_prefix("meta.") {
-                node.meta.get(meta).map(|v| Cow::Borrowed(v.as_str()))
-            } else {
-                None
-            }
-        }
-    }
-}
 
 /// Whether a target reads a value unique to each node (so node classes
 /// cannot stand in for nodes).
@@ -306,47 +282,9 @@ impl GroupFeasibility {
     }
 }
 
-/// Whether a datacenter matches one of the job's patterns (`*` globs).
-pub fn datacenter_matches(patterns: &[String], dc: &str) -> bool {
-    patterns.iter().any(|p| glob_match(p, dc))
-}
-
-fn glob_match(pattern: &str, text: &str) -> bool {
-    if !pattern.contains('*') {
-        return pattern == text;
-    }
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let mut rest = text;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            let Some(r) = rest.strip_prefix(part) else {
-                return false;
-            };
-            rest = r;
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else if let Some(pos) = rest.find(part) {
-            rest = &rest[pos + part.len()..];
-        } else {
-            return false;
-        }
-    }
-    true
-}
-
 #[cfg(test)]
 mod unit {
     use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*", "dc1"));
-        assert!(glob_match("dc*", "dc1"));
-        assert!(!glob_match("dc*", "eu1"));
-        assert!(glob_match("*-west", "us-west"));
-        assert!(glob_match("us-*-1", "us-east-1"));
-        assert!(!glob_match("us-*-1", "us-east-2"));
-    }
 
     #[test]
     fn order_is_numeric_when_both_numbers() {

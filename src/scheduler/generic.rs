@@ -9,16 +9,16 @@
 //! are reported in `FailedTGAllocs` and handed to a blocked evaluation, so
 //! the evaluation itself completes (as Nomad 1.1 does).
 
-use super::context::EvalContext;
+use super::context::{Eligibility, EvalContext};
+use super::planner::{Planner, Scheduler, SchedulerError};
 use super::reconcile::{DestructiveRequest, PlaceRequest, ReconcileResults, Reconciler};
-use super::stack::{SelectOptions, Stack, StackKind};
-use super::state::State;
+use super::stack::{RankedNode, SelectOptions, Stack, StackKind};
 use super::util::{self, *};
-use super::{Planner, Scheduler, SchedulerError};
 use crate::structs::{
-    AllocMetric, Allocation, EvalStatus, Evaluation, Job, PlanAnnotations, PlanResult, TaskGroup,
-    TriggeredBy,
+    AllocMetric, AllocatedResources, Allocation, EvalStatus, Evaluation, Job, PlanAnnotations,
+    PlanResult, TaskGroup, TriggeredBy,
 };
+use crate::view::State;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ pub struct GenericScheduler<'p> {
     next_eval: Option<Evaluation>,
     followups_created: bool,
     plan_result: Option<PlanResult>,
-    eligibility: super::context::Eligibility,
+    eligibility: Eligibility,
 }
 
 impl<'p> GenericScheduler<'p> {
@@ -144,30 +144,7 @@ impl<'p> GenericScheduler<'p> {
         ctx: &mut EvalContext,
         mut stack: Option<&mut Stack>,
     ) -> Result<Option<std::time::Duration>, SchedulerError> {
-        let state = ctx.state.clone();
-        let allocs = if ctx.is_job(&eval.namespace, &eval.job_id) {
-            ctx.job_allocs_in_state()
-        } else {
-            Arc::new(state.allocs_by_job(&eval.namespace, &eval.job_id))
-        };
-        let tainted = tainted_nodes(&*state, &allocs);
-        mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
-        let reconciler = Reconciler {
-            job,
-            batch: self.batch,
-            eval,
-            now: self.now,
-            allocs: &allocs,
-            tainted: &tainted,
-            state: &*state,
-        };
-        let results = reconciler.compute(&mut |tg: &TaskGroup, alloc: &Arc<Allocation>| match (
-            stack.as_deref_mut(),
-            job,
-        ) {
-            (Some(stack), Some(job)) => try_update(ctx, stack, eval, job, tg, alloc),
-            _ => UpdateKind::Ignore,
-        });
+        let results = self.reconcile(eval, job, ctx, stack.as_deref_mut());
         let ReconcileResults {
             place,
             destructive,
@@ -205,12 +182,54 @@ impl<'p> GenericScheduler<'p> {
             }
             return Ok(None);
         };
+        self.queue(job, &place, &destructive);
         if place.is_empty() && destructive.is_empty() {
-            for tg in &job.task_groups {
-                self.queued.insert(tg.name.clone(), 0);
-            }
             return Ok(rolling_wait);
         }
+        if let Some(stack) = stack {
+            self.compute_placements(eval, job, ctx, stack, destructive, place);
+        }
+        Ok(rolling_wait)
+    }
+
+    /// What the reconciler says the job's groups need, with in-place
+    /// updates tried on the stack (when there is a job to place).
+    fn reconcile(
+        &self,
+        eval: &Evaluation,
+        job: Option<&Arc<Job>>,
+        ctx: &mut EvalContext,
+        mut stack: Option<&mut Stack>,
+    ) -> ReconcileResults {
+        let state = ctx.state.clone();
+        let allocs = if ctx.is_job(&eval.namespace, &eval.job_id) {
+            ctx.job_allocs_in_state()
+        } else {
+            Arc::new(state.allocs_by_job(&eval.namespace, &eval.job_id))
+        };
+        let tainted = tainted_nodes(&*state, &allocs);
+        mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
+        let reconciler = Reconciler {
+            job,
+            batch: self.batch,
+            eval,
+            now: self.now,
+            allocs: &allocs,
+            tainted: &tainted,
+            state: &*state,
+        };
+        reconciler.compute(&mut |tg: &TaskGroup, alloc: &Arc<Allocation>| match (
+            stack.as_deref_mut(),
+            job,
+        ) {
+            (Some(stack), Some(job)) => try_update(ctx, stack, eval, job, tg, alloc),
+            _ => UpdateKind::Ignore,
+        })
+    }
+
+    /// Every group of the job starts with nothing queued; each placement
+    /// and destructive update asked for queues one.
+    fn queue(&mut self, job: &Job, place: &[PlaceRequest], destructive: &[DestructiveRequest]) {
         for tg in &job.task_groups {
             self.queued.insert(tg.name.clone(), 0);
         }
@@ -226,10 +245,6 @@ impl<'p> GenericScheduler<'p> {
                 }
             }
         }
-        if let Some(stack) = stack {
-            self.compute_placements(eval, job, ctx, stack, destructive, place);
-        }
-        Ok(rolling_wait)
     }
 
     fn compute_placements(
@@ -272,18 +287,7 @@ impl<'p> GenericScheduler<'p> {
             if let (true, Some(prev)) = (stop_previous, &previous) {
                 ctx.stop_alloc(prev, ALLOC_UPDATING, None, None);
             }
-            let opts = SelectOptions {
-                penalty_nodes: penalty_nodes(previous.as_deref()),
-                preempt: false,
-            };
-            let mut option = stack.select(ctx, tg, &opts);
-            if option.is_none() && stack.preemption_enabled() {
-                let opts = SelectOptions {
-                    preempt: true,
-                    ..opts
-                };
-                option = stack.select(ctx, tg, &opts);
-            }
+            let option = select_or_preempt(ctx, stack, tg, previous.as_deref());
             ctx.metrics.nodes_available = by_dc.clone();
             let metrics = std::mem::take(&mut ctx.metrics);
             match option {
@@ -302,13 +306,7 @@ impl<'p> GenericScheduler<'p> {
                         }
                     }
                     apply_preemptions(ctx, &ranked, &mut alloc);
-                    if let Some(ann) = ctx.plan.annotations.as_mut() {
-                        ann.preempted_allocs
-                            .extend(ranked.preempted.iter().map(|a| a.id));
-                        if let Some(d) = ann.desired_tg_updates.get_mut(&group) {
-                            d.preemptions += ranked.preempted.len() as u64;
-                        }
-                    }
+                    annotate_preemptions(ctx, &group, &ranked);
                     ctx.place_new_alloc(alloc);
                 }
                 None => {
@@ -320,6 +318,42 @@ impl<'p> GenericScheduler<'p> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The best node for one allocation of `tg` (a replacement avoids where
+/// `previous` ran), evicting lower-priority work when nothing fits
+/// otherwise and preemption is on.
+fn select_or_preempt(
+    ctx: &mut EvalContext,
+    stack: &mut Stack,
+    tg: &TaskGroup,
+    previous: Option<&Allocation>,
+) -> Option<(RankedNode, AllocatedResources)> {
+    let opts = SelectOptions {
+        penalty_nodes: penalty_nodes(previous),
+        preempt: false,
+    };
+    let option = stack.select(ctx, tg, &opts);
+    if option.is_none() && stack.preemption_enabled() {
+        let opts = SelectOptions {
+            preempt: true,
+            ..opts
+        };
+        return stack.select(ctx, tg, &opts);
+    }
+    option
+}
+
+/// Counts a placement's evictions in the plan's annotations, when the
+/// evaluation asked for them.
+fn annotate_preemptions(ctx: &mut EvalContext, group: &str, ranked: &RankedNode) {
+    if let Some(ann) = ctx.plan.annotations.as_mut() {
+        ann.preempted_allocs
+            .extend(ranked.preempted.iter().map(|a| a.id));
+        if let Some(d) = ann.desired_tg_updates.get_mut(group) {
+            d.preemptions += ranked.preempted.len() as u64;
         }
     }
 }

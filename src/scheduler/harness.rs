@@ -5,9 +5,11 @@
 //! the retry paths) and records plans and evaluations so tests can assert on
 //! what a scheduler asked for.
 
-use super::state::{HarnessState, State};
-use super::{new_scheduler, Planner, PlannerError, SchedulerError};
+use super::harness_state::HarnessState;
+use super::new_scheduler;
+use super::planner::{MonotonicClock, Planner, PlannerError, SchedulerError};
 use crate::structs::{AllocStop, Evaluation, Plan, PlanResult};
+use crate::view::State;
 use std::sync::Arc;
 
 pub struct Harness {
@@ -27,7 +29,7 @@ pub struct Harness {
     pub now: i64,
     /// The monotonic clock handed to schedulers; `None` (the default)
     /// leaves `AllocationTime` at 0 so results are reproducible.
-    pub clock: Option<super::MonotonicClock>,
+    pub clock: Option<MonotonicClock>,
     /// Keep a copy of every submitted plan in `plans` (on by default; the
     /// benches turn it off so only the state write is measured).
     pub record_plans: bool,
@@ -169,7 +171,7 @@ impl Planner for Harness {
         Ok(())
     }
 
-    fn monotonic_clock(&self) -> Option<super::MonotonicClock> {
+    fn monotonic_clock(&self) -> Option<MonotonicClock> {
         self.clock.clone()
     }
 }

@@ -9,81 +9,49 @@
 //! per eligible node). Both place through the same [`stack::Stack`]:
 //! feasibility ([`feasible`]), ranking ([`rank`]) and preemption
 //! ([`preemption`]). Nothing here reads a clock: `now` is handed in.
+//!
+//! The files import downward only (`tools/import-graph.py --under
+//! scheduler --levels` prints the graph and these layers; it has no
+//! cycle). Below them all is [`crate::view`], which the state store
+//! imports too: the [`State`] trait, the node catalog, usage and attribute
+//! columns. From the bottom:
+//!
+//! 0. [`planner`] (the `Planner` and `Scheduler` traits, their errors),
+//!    [`feasible`], [`rank`], `tally`: plain functions of a node and a job;
+//!    and, on `view` alone, [`harness_state`] (an in-memory `State`).
+//! 1. [`context`]: the evaluation's working set (plan, usage per node).
+//! 2. [`preemption`]: what to evict, from the context's usage.
+//! 3. [`stack`]: one placement, from feasibility, ranking and preemption.
+//! 4. [`util`]: what both schedulers share (node sets, in-place updates,
+//!    allocations, reschedule timing, evaluation bookkeeping).
+//! 5. [`reconcile`] (what the generic scheduler must place, stop, update)
+//!    and [`system`]; 6. [`generic`].
+//! 7. This file ([`new_scheduler`]); 8. the test [`harness`].
 
-pub mod catalog;
 pub mod context;
 pub mod feasible;
 pub mod generic;
 pub mod harness;
+pub mod harness_state;
+pub mod planner;
 pub mod preemption;
 pub mod rank;
 pub mod reconcile;
 pub mod stack;
-pub mod state;
 pub mod system;
 mod tally;
-pub mod usage_column;
 pub mod util;
 
 #[cfg(test)]
 mod tests;
 
+pub use crate::view::State;
 pub use harness::Harness;
-pub use state::{HarnessState, State};
+pub use harness_state::HarnessState;
+pub use planner::{MonotonicClock, Planner, PlannerError, Scheduler, SchedulerError};
 
-use crate::structs::{Evaluation, JobType, Plan, PlanResult};
+use crate::structs::JobType;
 use std::sync::Arc;
-
-/// Why a scheduler could not finish processing an evaluation. The worker
-/// nacks the evaluation on any of these (the broker redelivers it).
-#[derive(Debug, thiserror::Error)]
-pub enum SchedulerError {
-    #[error("planner failed: {0}")]
-    Planner(#[from] PlannerError),
-    #[error("no scheduler for job type {0:?}")]
-    UnknownType(String),
-}
-
-/// A failure of the planner (the worker or the harness) to do what the
-/// scheduler asked.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PlannerError(pub String);
-
-/// Processes one evaluation to completion: computes and submits plans
-/// (retrying on conflicts) and sets the evaluation's final status.
-pub trait Scheduler {
-    fn process(&mut self, eval: &Evaluation) -> Result<(), SchedulerError>;
-}
-
-/// What a scheduler needs from whoever runs it (Nomad's `Planner`).
-pub trait Planner {
-    /// Submits a plan. The result says what was committed; when the plan was
-    /// only partly committed the planner may hand back a fresher state the
-    /// scheduler must retry against (the snapshot at `refresh_index`).
-    fn submit_plan(
-        &mut self,
-        plan: Plan,
-    ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError>;
-    /// Records the evaluation's new status (complete, failed, ...).
-    fn update_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError>;
-    /// Creates a follow-up evaluation (rolling update, delayed reschedule,
-    /// blocked evaluation).
-    fn create_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError>;
-    /// Puts a blocked evaluation that still cannot place everything back in
-    /// the blocked set, with its refreshed class eligibility.
-    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError>;
-    /// A monotonic clock (nanoseconds) for measuring how long each placement
-    /// took (`AllocMetric.AllocationTime`). The scheduler reads no clock of
-    /// its own; planners that hand none in (tests) get 0, which keeps their
-    /// results exactly reproducible.
-    fn monotonic_clock(&self) -> Option<MonotonicClock> {
-        None
-    }
-}
-
-/// A monotonic clock in nanoseconds, handed to the scheduler by its planner.
-pub type MonotonicClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Builds the scheduler for a job type. `now` (Unix nanoseconds) is the
 /// scheduler's only notion of time: reschedule delays and follow-up

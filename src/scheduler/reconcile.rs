@@ -12,7 +12,6 @@
 //! changes become in-place or destructive updates, the latter at most
 //! `max_parallel` per evaluation.
 
-use super::state::State;
 use super::util::{
     next_reschedule_time, node_is_lost, reschedule_policy, UpdateKind, ALLOC_LOST, ALLOC_MIGRATING,
     ALLOC_NOT_NEEDED, FOLLOWUP_BATCH_WINDOW, RESCHEDULE_WINDOW,
@@ -21,6 +20,7 @@ use crate::structs::{
     Allocation, ClientStatus, DesiredStatus, DesiredUpdates, EvalStatus, Evaluation, Job, Node,
     NodeId, TaskGroup, TriggeredBy,
 };
+use crate::view::State;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,88 +166,13 @@ impl Reconciler<'_> {
         let stopped = self.compute_stop(count, &mut names, &mut untainted, &mut migrate, results);
         desired.stop += stopped;
 
-        // Version changes.
-        let mut destructive = Vec::new();
-        for a in &untainted {
-            match update(tg, a) {
-                UpdateKind::Ignore => desired.ignore += 1,
-                UpdateKind::InPlace(updated) => {
-                    desired.in_place_update += 1;
-                    results.inplace.push(*updated);
-                }
-                UpdateKind::Destructive => destructive.push(a.clone()),
-            }
-        }
-        destructive.sort_by_key(|a| a.index());
-        let limit = tg.max_parallel().map_or(usize::MAX, |m| m as usize);
-        if destructive.len() > limit {
-            desired.ignore += (destructive.len() - limit) as u64;
-            destructive.truncate(limit);
-            let wait = tg.update.as_ref().map(|u| u.stagger).unwrap_or_default();
-            results.rolling_wait = Some(results.rolling_wait.map_or(wait, |w| w.min(wait)));
-        }
-        desired.destructive_update += destructive.len() as u64;
-        for a in destructive {
-            results.destructive.push(DestructiveRequest {
-                name: a.name.clone(),
-                group: tg.name.clone(),
-                alloc: a,
-            });
-        }
-
-        // Placements: reschedules, lost replacements, then missing indexes.
-        let mut place = Vec::new();
-        for a in &reschedule_now {
-            place.push(PlaceRequest {
-                name: a.name.clone(),
-                group: tg.name.clone(),
-                previous: Some(a.clone()),
-                reschedule: true,
-            });
-        }
-        let mut existing = (untainted.len() + migrate.len() + reschedule_now.len()) as u32;
-        for a in &lost {
-            if existing >= count {
-                break;
-            }
-            existing += 1;
-            place.push(PlaceRequest {
-                name: a.name.clone(),
-                group: tg.name.clone(),
-                previous: Some(a.clone()),
-                reschedule: false,
-            });
-        }
-        if existing < count {
-            for name in names.next(count - existing) {
-                place.push(PlaceRequest {
-                    name: Allocation::name_for(&job.id, &tg.name, name),
-                    group: tg.name.clone(),
-                    previous: None,
-                    reschedule: false,
-                });
-            }
-        }
+        update_versions(tg, &untainted, &mut desired, results, update);
+        let existing = (untainted.len() + migrate.len() + reschedule_now.len()) as u32;
+        let wanted = Wanted { job, tg, count };
+        let place = wanted.placements(&reschedule_now, &lost, existing, &mut names);
         desired.place += place.len() as u64;
         results.place.extend(place);
-
-        // Migrations: stop and replace, not limited here (the drainer paces
-        // them by marking allocations a few at a time).
-        migrate.sort_by_key(|a| a.index());
-        for a in migrate {
-            desired.migrate += 1;
-            results.stop.push(StopRequest {
-                alloc: a.clone(),
-                description: ALLOC_MIGRATING,
-                client_status: None,
-            });
-            results.place.push(PlaceRequest {
-                name: a.name.clone(),
-                group: tg.name.clone(),
-                previous: Some(a),
-                reschedule: false,
-            });
-        }
+        migrate_all(tg, migrate, &mut desired, results);
         results.desired.insert(tg.name.clone(), desired);
     }
 
@@ -448,5 +373,124 @@ impl NameIndex {
             candidate += 1;
         }
         out
+    }
+}
+
+/// The version changes of a group's untainted allocations: in place where
+/// `update` can, destructive (replaced) otherwise, at most the group's
+/// `max_parallel` of those per evaluation (the rest wait, and the results
+/// say how long).
+fn update_versions(
+    tg: &TaskGroup,
+    untainted: &Set,
+    desired: &mut DesiredUpdates,
+    results: &mut ReconcileResults,
+    update: &mut dyn FnMut(&TaskGroup, &Arc<Allocation>) -> UpdateKind,
+) {
+    let mut destructive = Vec::new();
+    for a in untainted {
+        match update(tg, a) {
+            UpdateKind::Ignore => desired.ignore += 1,
+            UpdateKind::InPlace(updated) => {
+                desired.in_place_update += 1;
+                results.inplace.push(*updated);
+            }
+            UpdateKind::Destructive => destructive.push(a.clone()),
+        }
+    }
+    destructive.sort_by_key(|a| a.index());
+    let limit = tg.max_parallel().map_or(usize::MAX, |m| m as usize);
+    if destructive.len() > limit {
+        desired.ignore += (destructive.len() - limit) as u64;
+        destructive.truncate(limit);
+        let wait = tg.update.as_ref().map(|u| u.stagger).unwrap_or_default();
+        results.rolling_wait = Some(results.rolling_wait.map_or(wait, |w| w.min(wait)));
+    }
+    desired.destructive_update += destructive.len() as u64;
+    for a in destructive {
+        results.destructive.push(DestructiveRequest {
+            name: a.name.clone(),
+            group: tg.name.clone(),
+            alloc: a,
+        });
+    }
+}
+
+/// The group a reconciliation is placing for, and how many it wants.
+struct Wanted<'j> {
+    job: &'j Job,
+    tg: &'j TaskGroup,
+    count: u32,
+}
+
+impl Wanted<'_> {
+    /// What to place, in order: reschedules, replacements of lost
+    /// allocations while fewer than `count` exist, then new allocations
+    /// under the lowest free indexes.
+    fn placements(
+        &self,
+        reschedule_now: &Set,
+        lost: &Set,
+        mut existing: u32,
+        names: &mut NameIndex,
+    ) -> Vec<PlaceRequest> {
+        let tg = self.tg;
+        let mut place = Vec::new();
+        for a in reschedule_now {
+            place.push(PlaceRequest {
+                name: a.name.clone(),
+                group: tg.name.clone(),
+                previous: Some(a.clone()),
+                reschedule: true,
+            });
+        }
+        for a in lost {
+            if existing >= self.count {
+                break;
+            }
+            existing += 1;
+            place.push(PlaceRequest {
+                name: a.name.clone(),
+                group: tg.name.clone(),
+                previous: Some(a.clone()),
+                reschedule: false,
+            });
+        }
+        if existing < self.count {
+            for name in names.next(self.count - existing) {
+                place.push(PlaceRequest {
+                    name: Allocation::name_for(&self.job.id, &tg.name, name),
+                    group: tg.name.clone(),
+                    previous: None,
+                    reschedule: false,
+                });
+            }
+        }
+        place
+    }
+}
+
+/// Migrations: stop and replace, not limited here (the drainer paces them
+/// by marking allocations a few at a time).
+fn migrate_all(
+    tg: &TaskGroup,
+    mut migrate: Set,
+    desired: &mut DesiredUpdates,
+    results: &mut ReconcileResults,
+) {
+    migrate.sort_by_key(|a| a.index());
+    for a in migrate {
+        desired.migrate += 1;
+        results.stop.push(StopRequest {
+            alloc: a.clone(),
+            description: ALLOC_MIGRATING,
+            client_status: None,
+        });
+        results.place.push(PlaceRequest {
+            name: a.name.clone(),
+            group: tg.name.clone(),
+            previous: Some(a),
+            reschedule: false,
+        });
     }
 }

@@ -21,19 +21,18 @@
 //! paths (a class seen for the first time, preemption, ports, affinities,
 //! distinct_*) are out of line.
 
-use super::catalog::{AttributeColumn, CandidateMeta, Interner, NodeCatalog};
 use super::context::{EvalContext, UsageHint};
-use super::feasible::{
-    check_operand, resolve_target, ConstraintCache, DistinctProperty, GroupFeasibility,
-};
+use super::feasible::{check_operand, ConstraintCache, DistinctProperty, GroupFeasibility};
 use super::preemption::select_preemptions;
 use super::rank::{apply_cores, assign_cores, assign_ports, fit_score, GroupAsk, CORES_EXHAUSTED};
 use super::tally::MetricTally;
-use super::util::FastMap;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
     NodeScoreMeta, SchedulerAlgorithm, ScoreMap, TaskGroup,
 };
+use crate::view::catalog::{AttributeColumn, CandidateMeta, Interner, NodeCatalog};
+use crate::view::fast_map::FastMap;
+use crate::view::node_target::resolve_target;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;

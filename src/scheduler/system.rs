@@ -13,14 +13,15 @@
 //! completion are not placed again until the job changes.
 
 use super::context::EvalContext;
+use super::planner::{Planner, Scheduler, SchedulerError};
 use super::stack::{SelectOptions, Stack, StackKind};
-use super::state::State;
 use super::util::*;
-use super::{Planner, Scheduler, SchedulerError};
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, EvalStatus, Evaluation, Job, Node, NodeId,
     PlanAnnotations, PlanResult, TaskGroup, TriggeredBy,
 };
+use crate::view::fast_map::FastMap;
+use crate::view::State;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -171,22 +172,7 @@ impl<'p> SystemScheduler<'p> {
         let tainted = tainted_nodes(&*state, &allocs);
         mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
         let diff = diff_system_allocs(&*state, job, self.sysbatch, &nodes, &tainted, &allocs);
-
-        for t in &diff.stop {
-            if let Some(a) = &t.alloc {
-                ctx.stop_alloc(a, ALLOC_NOT_NEEDED, None, None);
-            }
-        }
-        for t in &diff.migrate {
-            if let Some(a) = &t.alloc {
-                ctx.stop_alloc(a, ALLOC_NODE_TAINTED, None, None);
-            }
-        }
-        for t in &diff.lost {
-            if let Some(a) = &t.alloc {
-                ctx.stop_alloc(a, ALLOC_LOST, Some(ClientStatus::Lost), None);
-            }
-        }
+        stop_diffed(ctx, &diff);
         let (Some(job), Some(stack)) = (job, stack) else {
             if eval.annotate_plan {
                 ctx.plan.annotations = Some(PlanAnnotations {
@@ -237,13 +223,23 @@ impl<'p> SystemScheduler<'p> {
             diff.place.push(t);
         }
 
-        for tg in &job.task_groups {
-            self.queued.insert(tg.name.clone(), 0);
-        }
+        self.queue(job, &diff.place);
         if diff.place.is_empty() {
             return Ok(());
         }
-        for t in &diff.place {
+        ctx.reserve_usage(diff.place.len());
+        drop(nodes);
+        ctx.plan.node_allocation.reserve(diff.place.len());
+        self.compute_placements(eval, job, ctx, stack, &diff.place, by_dc)
+    }
+
+    /// Every group of the job starts with nothing queued; each placement
+    /// queues one.
+    fn queue(&mut self, job: &Job, place: &[AllocTuple]) {
+        for tg in &job.task_groups {
+            self.queued.insert(tg.name.clone(), 0);
+        }
+        for t in place {
             match self.queued.get_mut(&*t.group) {
                 Some(q) => *q += 1,
                 None => {
@@ -251,10 +247,6 @@ impl<'p> SystemScheduler<'p> {
                 }
             }
         }
-        ctx.reserve_usage(diff.place.len());
-        drop(nodes);
-        ctx.plan.node_allocation.reserve(diff.place.len());
-        self.compute_placements(eval, job, ctx, stack, &diff.place, by_dc)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -394,6 +386,26 @@ fn system_alloc_name(job: &Job, tg: &TaskGroup) -> String {
     Allocation::name_for(&job.id, &tg.name, 0)
 }
 
+/// Plans the stops the diff calls for: allocations no longer needed, on
+/// tainted (draining) nodes, and on lost nodes.
+fn stop_diffed(ctx: &mut EvalContext, diff: &SystemDiff) {
+    for t in &diff.stop {
+        if let Some(a) = &t.alloc {
+            ctx.stop_alloc(a, ALLOC_NOT_NEEDED, None, None);
+        }
+    }
+    for t in &diff.migrate {
+        if let Some(a) = &t.alloc {
+            ctx.stop_alloc(a, ALLOC_NODE_TAINTED, None, None);
+        }
+    }
+    for t in &diff.lost {
+        if let Some(a) = &t.alloc {
+            ctx.stop_alloc(a, ALLOC_LOST, Some(ClientStatus::Lost), None);
+        }
+    }
+}
+
 /// Diffs the job's allocations against the eligible nodes (Nomad's
 /// `diffSystemAllocs`).
 pub fn diff_system_allocs(
@@ -427,8 +439,15 @@ pub fn diff_system_allocs(
             live_by_node.entry(a.node_id).or_default().push(a);
         }
     }
+    let differ = NodeDiffer {
+        state,
+        sysbatch,
+        job_version: job.map_or(0, |j| j.version),
+        required: &required,
+        tainted,
+        terminal: &terminal,
+    };
     let mut diff = SystemDiff::default();
-    let job_version = job.map_or(0, |j| j.version);
     // Eligible nodes first; then the nodes that still hold live allocations
     // but are not eligible (what is left in `live_by_node` by then).
     for phase in 0..2 {
@@ -440,91 +459,130 @@ pub fn diff_system_allocs(
             extra.into_iter().map(|id| (id, None)).collect()
         };
         for (node_id, target) in visits {
-            let is_eligible = target.is_some();
             let live = live_by_node.remove(&node_id).unwrap_or_default();
             let mut existing: HashSet<&str> = HashSet::new();
             for a in live {
                 existing.insert(a.name.as_str());
-                let tuple = |a: &Arc<Allocation>| AllocTuple {
-                    name: Arc::from(a.name.as_str()),
-                    group: a.task_group.clone(),
-                    node: node_id,
-                    target: target.cloned(),
-                    alloc: Some(a.clone()),
-                };
-                if !required.iter().any(|(name, _, _)| **name == *a.name) {
-                    diff.stop.push(tuple(a));
-                    continue;
-                }
-                if a.desired_transition.should_migrate() {
-                    diff.migrate.push(tuple(a));
-                    continue;
-                }
-                if let Some(node) = tainted.get(&node_id) {
-                    if sysbatch && a.ran_successfully() {
-                        diff.ignore.push(tuple(a));
-                    } else if node_is_lost(node) {
-                        diff.lost.push(tuple(a));
-                    } else {
-                        diff.ignore.push(tuple(a));
-                    }
-                    continue;
-                }
-                if !is_eligible {
-                    // Kept on nodes that are merely not ready or ineligible;
-                    // stopped on nodes the job no longer targets.
-                    let not_ready = state
-                        .node_by_id(&node_id)
-                        .is_some_and(|n| node_not_ready(&n));
-                    if not_ready {
-                        diff.ignore.push(tuple(a));
-                    } else {
-                        diff.stop.push(tuple(a));
-                    }
-                    continue;
-                }
-                if a.job_version != job_version {
-                    diff.update.push(tuple(a));
-                    continue;
-                }
-                diff.ignore.push(tuple(a));
+                differ.diff_live(&mut diff, node_id, target, a);
             }
-            for (name, group, _) in &required {
-                if existing.contains(&**name) {
-                    continue;
-                }
-                let previous = terminal.get(&(node_id, &**name)).copied();
-                if sysbatch {
-                    if let Some(prev) = previous {
-                        let t = AllocTuple {
-                            name: name.clone(),
-                            group: group.clone(),
-                            node: node_id,
-                            target: target.cloned(),
-                            alloc: Some(prev.clone()),
-                        };
-                        if prev.job_version != job_version {
-                            diff.update.push(t);
-                        } else {
-                            diff.ignore.push(t);
-                        }
-                        continue;
-                    }
-                }
-                if tainted.contains_key(&node_id) || !is_eligible {
-                    continue;
-                }
-                diff.place.push(AllocTuple {
-                    name: name.clone(),
-                    group: group.clone(),
-                    node: node_id,
-                    target: target.cloned(),
-                    alloc: previous.cloned(),
-                });
-            }
+            differ.diff_missing(&mut diff, node_id, target, &existing);
         }
     }
     diff
+}
+
+/// What [`diff_system_allocs`] compares each node's allocations with.
+struct NodeDiffer<'a> {
+    state: &'a dyn State,
+    sysbatch: bool,
+    job_version: u64,
+    /// Each group's allocation name, group name and group.
+    required: &'a [(Arc<str>, Arc<str>, &'a TaskGroup)],
+    tainted: &'a HashMap<NodeId, Option<Arc<Node>>>,
+    /// The newest terminal allocation by node and name.
+    terminal: &'a HashMap<(NodeId, &'a str), &'a Arc<Allocation>>,
+}
+
+impl NodeDiffer<'_> {
+    /// Sorts a live allocation on `node_id` (`target` when the node is
+    /// eligible) into the diff.
+    fn diff_live(
+        &self,
+        diff: &mut SystemDiff,
+        node_id: NodeId,
+        target: Option<&Arc<Node>>,
+        a: &Arc<Allocation>,
+    ) {
+        let tuple = |a: &Arc<Allocation>| AllocTuple {
+            name: Arc::from(a.name.as_str()),
+            group: a.task_group.clone(),
+            node: node_id,
+            target: target.cloned(),
+            alloc: Some(a.clone()),
+        };
+        if !self.required.iter().any(|(name, _, _)| **name == *a.name) {
+            diff.stop.push(tuple(a));
+            return;
+        }
+        if a.desired_transition.should_migrate() {
+            diff.migrate.push(tuple(a));
+            return;
+        }
+        if let Some(node) = self.tainted.get(&node_id) {
+            if self.sysbatch && a.ran_successfully() {
+                diff.ignore.push(tuple(a));
+            } else if node_is_lost(node) {
+                diff.lost.push(tuple(a));
+            } else {
+                diff.ignore.push(tuple(a));
+            }
+            return;
+        }
+        if target.is_none() {
+            // Kept on nodes that are merely not ready or ineligible;
+            // stopped on nodes the job no longer targets.
+            let not_ready = self
+                .state
+                .node_by_id(&node_id)
+                .is_some_and(|n| node_not_ready(&n));
+            if not_ready {
+                diff.ignore.push(tuple(a));
+            } else {
+                diff.stop.push(tuple(a));
+            }
+            return;
+        }
+        if a.job_version != self.job_version {
+            diff.update.push(tuple(a));
+            return;
+        }
+        diff.ignore.push(tuple(a));
+    }
+
+    /// The groups with no live allocation on the node (`existing` names
+    /// those there are): placed on an eligible, untainted node; for a
+    /// sysbatch job, a finished allocation there counts instead.
+    fn diff_missing(
+        &self,
+        diff: &mut SystemDiff,
+        node_id: NodeId,
+        target: Option<&Arc<Node>>,
+        existing: &HashSet<&str>,
+    ) {
+        for (name, group, _) in self.required {
+            if existing.contains(&**name) {
+                continue;
+            }
+            let previous = self.terminal.get(&(node_id, &**name)).copied();
+            if self.sysbatch {
+                if let Some(prev) = previous {
+                    let t = AllocTuple {
+                        name: name.clone(),
+                        group: group.clone(),
+                        node: node_id,
+                        target: target.cloned(),
+                        alloc: Some(prev.clone()),
+                    };
+                    if prev.job_version != self.job_version {
+                        diff.update.push(t);
+                    } else {
+                        diff.ignore.push(t);
+                    }
+                    continue;
+                }
+            }
+            if self.tainted.contains_key(&node_id) || target.is_none() {
+                continue;
+            }
+            diff.place.push(AllocTuple {
+                name: name.clone(),
+                group: group.clone(),
+                node: node_id,
+                target: target.cloned(),
+                alloc: previous.cloned(),
+            });
+        }
+    }
 }
 
 /// DesiredTGUpdates for a system plan.

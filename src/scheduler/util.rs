@@ -3,18 +3,17 @@
 //! evaluation bookkeeping (status, blocked and follow-up evaluations).
 
 use super::context::{Eligibility, EvalContext};
-use super::feasible::datacenter_matches;
+use super::planner::{Planner, PlannerError, SchedulerError};
 use super::stack::{RankedNode, SelectOptions, Stack};
-use super::state::State;
-use super::{Planner, PlannerError, SchedulerError};
 use crate::structs::job::delay_function;
 use crate::structs::{
     AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
     Evaluation, Job, Node, NodeId, NodeStatus, Plan, PlanResult, RescheduleEvent, ReschedulePolicy,
     RescheduleTracker, TaskGroup, TriggeredBy,
 };
+use crate::view::node_target::datacenter_matches;
+use crate::view::State;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,7 +43,7 @@ pub const MAX_PAST_RESCHEDULE_EVENTS: usize = 5;
 /// The nodes new work may go to for a job: ready, eligible, not draining,
 /// in one of its datacenters and its node pool, by ID; with the count per
 /// DC. (The service and batch schedulers take positions in the state's
-/// [`NodeCatalog`](super::catalog::NodeCatalog) instead of the nodes.)
+/// [`NodeCatalog`](crate::view::catalog::NodeCatalog) instead of the nodes.)
 pub fn ready_nodes(state: &dyn State, job: &Job) -> (Vec<Arc<Node>>, BTreeMap<String, u64>) {
     let catalog = state.node_catalog();
     let ready = catalog.ready_for(job);
@@ -576,65 +575,6 @@ pub fn eval_seed(eval: &Evaluation, index: u64) -> u64 {
     let (hi, lo) = eval.id.as_u64_pair();
     hi ^ lo.rotate_left(17) ^ index
 }
-
-/// FNV-1a taken a word (8 bytes) at a time, with a final mix, for the
-/// scheduler's short-lived maps keyed by node IDs and class names: a
-/// 16-byte node ID (plus its length prefix) is three multiplications
-/// instead of twenty-four, several times cheaper than SipHash, and the maps
-/// live for one evaluation only, so hash flooding has nothing to build on.
-/// The final mix folds the high bits into the low ones the table indexes
-/// by, which word-wise multiplication alone would leave depending on the
-/// low bytes of each word only.
-#[derive(Clone, Copy)]
-pub struct Fnv(u64);
-
-const FNV_PRIME: u64 = 0x0100_0000_01b3;
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn mix_word(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(FNV_PRIME);
-    }
-}
-
-impl Hasher for Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for chunk in &mut words {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.mix_word(u64::from_le_bytes(word));
-        }
-        for b in words.remainder() {
-            self.mix_word(u64::from(*b));
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.mix_word(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.mix_word(n);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.mix_word(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        let h = (self.0 ^ (self.0 >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^ (h >> 29)
-    }
-}
-
-/// A `HashMap` with the [`Fnv`] hasher.
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// A fresh random allocation ID from the thread's RNG: placing ten thousand
 /// allocations must not cost ten thousand `getrandom` system calls.

@@ -11,21 +11,21 @@ use super::apply::Txn;
 use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionKey, JobVersionRef, Table};
 use super::command::{Command, PlanResults};
 use super::ApplyError;
-use crate::scheduler::catalog::NodeCatalogCache;
-use crate::scheduler::usage_column::UsageColumnCache;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobScalingEvents,
     JobSummary, Node, NodeId, SchedulerConfiguration,
 };
+use crate::view::catalog::NodeCatalogCache;
+use crate::view::usage_column::{UsageColumnCache, UsageMap};
 use imbl::{OrdMap, OrdSet};
 use std::sync::Arc;
 
 /// What each node's live allocations hold, by node. Ordered, so that the
 /// scheduler's per-node usage column moves from one state to the next by
-/// the maps' difference (see [`crate::scheduler::usage_column`]) instead
+/// the maps' difference (see [`crate::view::usage_column`]) instead
 /// of a lookup per node per evaluation.
-pub(crate) type NodeUsageMap = crate::scheduler::usage_column::UsageMap;
+pub(crate) type NodeUsageMap = UsageMap;
 
 /// The tables. Secondary indexes (`allocs_by_*`, `evals_by_job`,
 /// `version_refs`) are derived from the primary tables and rebuilt at load.

@@ -10,12 +10,12 @@ mod props;
 mod system;
 
 use super::harness::Harness;
-use super::state::State;
 use crate::structs::{
     Allocation, ClientStatus, DriverInfo, EvalStatus, Evaluation, Job, JobType, Node,
     NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeResources, NodeStatus, Resources,
     Task, TaskGroup, TriggeredBy,
 };
+use crate::view::State;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -1,63 +1,12 @@
-//! The read-only snapshot a scheduler works on, and an in-memory one for tests.
-//!
-//! [`State`] is deliberately small and object-safe: the state store's
-//! snapshot implements it, and so does [`HarnessState`], which the
-//! [`Harness`](super::Harness) mutates as it applies plans. Every method
-//! answers from one consistent point in time.
+//! An in-memory [`State`] for the scheduler's tests, its benches and the
+//! [`Harness`](super::Harness), which mutates it as it applies plans (the
+//! server schedules over the state store's snapshot instead).
 
-use super::catalog::{NodeCatalog, NodeCatalogCache};
-use super::usage_column::UsageColumn;
-use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
+use crate::view::catalog::{NodeCatalog, NodeCatalogCache};
+use crate::view::State;
 use imbl::{HashMap as PHashMap, OrdMap, Vector};
-use std::borrow::Cow;
 use std::sync::Arc;
-
-/// A consistent, read-only view of the cluster.
-pub trait State: Send + Sync {
-    /// Every node (any status). The order must be stable for a given
-    /// snapshot (sorted by ID is ideal): placements shuffle it with a seed
-    /// derived from the evaluation, so a stable input order makes runs
-    /// reproducible.
-    fn nodes(&self) -> Vec<Arc<Node>>;
-    /// One node, if it exists.
-    fn node_by_id(&self, id: &NodeId) -> Option<Arc<Node>>;
-    /// Every allocation of a job, terminal ones included.
-    fn allocs_by_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Allocation>>;
-    /// Every allocation on a node, terminal ones included.
-    fn allocs_by_node(&self, node: &NodeId) -> Vec<Arc<Allocation>>;
-    /// The schedulable nodes and what placements need of them, derived
-    /// from the node table (see [`NodeCatalog`]). Implementations keep it
-    /// while their node table does not change.
-    fn node_catalog(&self) -> Arc<NodeCatalog>;
-    /// What the node's live allocations hold (`None`: nothing). The state
-    /// store keeps this up to date per node and lends it (an evaluation
-    /// reads it for nearly every node: a reference count moved per node,
-    /// on memory the other workers read too, cost more than the lookup);
-    /// the default sums the node's allocations.
-    fn node_usage(&self, node: &NodeId) -> Option<Cow<'_, NodeAllocUsage>> {
-        let usage = NodeAllocUsage::of(self.allocs_by_node(node).iter().map(|a| &**a));
-        (usage.live > 0).then_some(Cow::Owned(usage))
-    }
-    /// Every catalog node's usage in one vector (see [`UsageColumn`]), for
-    /// states that keep one; with `None` placements look nodes up one by
-    /// one with [`node_usage`](Self::node_usage). Must agree with it.
-    fn node_usage_column(&self) -> Option<Arc<UsageColumn>> {
-        None
-    }
-    /// One allocation, if it exists.
-    fn alloc_by_id(&self, id: &AllocId) -> Option<Arc<Allocation>>;
-    /// The current version of a job (a stopped job is still returned; a
-    /// purged one is not).
-    fn job_by_id(&self, namespace: &str, job_id: &str) -> Option<Arc<Job>>;
-    /// A specific version of a job, for comparing allocations made from an
-    /// older version with the current one.
-    fn job_by_version(&self, namespace: &str, job_id: &str, version: u64) -> Option<Arc<Job>>;
-    /// The operator's scheduler configuration (algorithm, preemption).
-    fn scheduler_config(&self) -> SchedulerConfiguration;
-    /// The index of the latest change in the snapshot.
-    fn latest_index(&self) -> u64;
-}
 
 type JobKey = (String, String);
 

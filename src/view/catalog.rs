@@ -14,8 +14,8 @@
 //! An evaluation then filters the catalog by its job's datacenters and
 //! node pool (per group of nodes, not per node) and shuffles positions.
 
-use super::feasible::{datacenter_matches, resolve_target};
-use super::util::FastMap;
+use super::fast_map::FastMap;
+use super::node_target::{datacenter_matches, resolve_target};
 use crate::structs::job::DEFAULT_NODE_POOL;
 use crate::structs::{ComparableResources, Job, Node, NodeId};
 use imbl::OrdMap;
@@ -339,8 +339,34 @@ impl std::fmt::Debug for NodeCatalogCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::{HarnessState, State};
     use crate::structs::{NodeStatus, SchedulingEligibility};
+
+    /// A node table with its catalog cache, as a state keeps them; clones
+    /// share the cache (and the table until one of them changes it).
+    #[derive(Clone, Default)]
+    struct Nodes {
+        table: OrdMap<NodeId, Arc<Node>>,
+        cache: NodeCatalogCache,
+    }
+
+    impl Nodes {
+        fn upsert(&mut self, mut node: Node) -> Arc<Node> {
+            node.compute_class();
+            let node = Arc::new(node);
+            self.table.insert(node.id, node.clone());
+            node
+        }
+
+        fn update(&mut self, id: &NodeId, change: impl FnOnce(&mut Node)) {
+            let mut node = (*self.table[id]).clone();
+            change(&mut node);
+            self.upsert(node);
+        }
+
+        fn catalog(&self) -> Arc<NodeCatalog> {
+            self.cache.get(&self.table)
+        }
+    }
 
     fn node(dc: &str, pool: &str, class: &str) -> Node {
         let mut n = Node {
@@ -364,8 +390,8 @@ mod tests {
         }
     }
 
-    fn ready_ids(state: &dyn State, job: &Job) -> Vec<NodeId> {
-        let catalog = state.node_catalog();
+    fn ready_ids(state: &Nodes, job: &Job) -> Vec<NodeId> {
+        let catalog = state.catalog();
         let ready = catalog.ready_for(job);
         ready
             .positions
@@ -375,10 +401,10 @@ mod tests {
     }
 
     /// The nodes the scheduler used to list for a job, by scanning them.
-    fn scanned_ids(state: &dyn State, job: &Job) -> Vec<NodeId> {
+    fn scanned_ids(state: &Nodes, job: &Job) -> Vec<NodeId> {
         let mut ids: Vec<NodeId> = state
-            .nodes()
-            .iter()
+            .table
+            .values()
             .filter(|n| {
                 n.is_schedulable()
                     && datacenter_matches(&job.datacenters, &n.datacenter)
@@ -392,8 +418,8 @@ mod tests {
         ids
     }
 
-    fn mixed_cluster() -> HarnessState {
-        let mut state = HarnessState::new();
+    fn mixed_cluster() -> Nodes {
+        let mut state = Nodes::default();
         for (dc, pool, class) in [
             ("dc1", "", "small"),
             ("dc1", "default", "large"),
@@ -401,14 +427,14 @@ mod tests {
             ("dc2", "", "small"),
             ("east-1", "gpu", ""),
         ] {
-            state.upsert_node(node(dc, pool, class));
+            state.upsert(node(dc, pool, class));
         }
         let mut down = node("dc1", "", "small");
         down.status = NodeStatus::Down;
-        state.upsert_node(down);
+        state.upsert(down);
         let mut ineligible = node("dc2", "", "small");
         ineligible.scheduling_eligibility = SchedulingEligibility::Ineligible;
-        state.upsert_node(ineligible);
+        state.upsert(ineligible);
         state
     }
 
@@ -428,17 +454,17 @@ mod tests {
                 "{job:?}"
             );
         }
-        let ready = state.node_catalog().ready_for(&job(&["dc*"], "default"));
+        let ready = state.catalog().ready_for(&job(&["dc*"], "default"));
         let by_dc: Vec<_> = ready.by_dc.into_iter().collect();
         assert_eq!(by_dc, [("dc1".to_string(), 2), ("dc2".to_string(), 1)]);
     }
 
     #[test]
     fn many_datacenters_and_pools_are_grouped_alike() {
-        let mut state = HarnessState::new();
+        let mut state = Nodes::default();
         for i in 0..60 {
             let pool = if i % 4 == 0 { "gpu" } else { "" };
-            state.upsert_node(node(&format!("dc{}", i % 20), pool, "c"));
+            state.upsert(node(&format!("dc{}", i % 20), pool, "c"));
         }
         for job in [
             job(&["dc1*"], ""),
@@ -451,7 +477,7 @@ mod tests {
                 "{job:?}"
             );
         }
-        let by_dc = state.node_catalog().ready_for(&job(&["*"], "all")).by_dc;
+        let by_dc = state.catalog().ready_for(&job(&["*"], "all")).by_dc;
         assert_eq!(by_dc.len(), 20);
         assert!(by_dc.values().all(|count| *count == 3));
     }
@@ -459,7 +485,7 @@ mod tests {
     #[test]
     fn candidates_carry_capacity_and_consistent_class_numbers() {
         let state = mixed_cluster();
-        let catalog = state.node_catalog();
+        let catalog = state.catalog();
         assert_eq!(catalog.len(), 5, "down and ineligible nodes are left out");
         for p in 0..catalog.len() as u32 {
             let (node, meta) = (catalog.node(p), catalog.meta(p));
@@ -473,16 +499,13 @@ mod tests {
     #[test]
     fn the_catalog_is_shared_until_the_node_table_changes() {
         let mut state = mixed_cluster();
-        let first = state.node_catalog();
+        let first = state.catalog();
         let snapshot = state.clone();
-        assert!(Arc::ptr_eq(&first, &snapshot.node_catalog()));
-        // Writes to other tables keep the node table, and the catalog.
-        state.upsert_job(job(&["dc1"], ""));
-        assert!(Arc::ptr_eq(&first, &state.node_catalog()));
+        assert!(Arc::ptr_eq(&first, &snapshot.catalog()));
 
         let id = first.node(0).id;
-        state.update_node(&id, |n| n.drain_strategy = Some(Default::default()));
-        let drained = state.node_catalog();
+        state.update(&id, |n| n.drain_strategy = Some(Default::default()));
+        let drained = state.catalog();
         assert!(!Arc::ptr_eq(&first, &drained));
         assert_eq!(drained.len(), first.len() - 1);
         assert!(ready_ids(&state, &job(&["*"], "all"))
@@ -491,7 +514,7 @@ mod tests {
         // The older snapshot still sees its own node table.
         assert!(ready_ids(&snapshot, &job(&["*"], "all")).contains(&id));
 
-        let added = state.upsert_node(node("dc1", "", "small"));
+        let added = state.upsert(node("dc1", "", "small"));
         assert!(ready_ids(&state, &job(&["*"], "all")).contains(&added.id));
     }
 
