@@ -20,7 +20,7 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 pub const DEV_TOML: &str = include_str!("../../config/dev.toml");
 
 /// Environment variables the CLI reads that are not configuration keys.
-const CLI_ENV: [&str; 2] = ["ADDR", "TOKEN"];
+const CLI_ENV: [&str; 3] = ["ADDR", "TOKEN", "NAMESPACE"];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -246,8 +246,28 @@ impl AgentConfig {
         })
     }
 
-    /// Merges every layer and checks the result.
+    /// Merges every layer and checks the result. `HERDER_*` environment
+    /// variables that name no configuration key are ignored, with a
+    /// `tracing` warning naming them.
     pub fn load(sources: &ConfigSources) -> Result<AgentConfig, ConfigError> {
+        let (config, ignored) = AgentConfig::load_reporting_ignored(sources)?;
+        if !ignored.is_empty() {
+            tracing::warn!("{}", describe_ignored_env(&ignored));
+        }
+        Ok(config)
+    }
+
+    /// [`AgentConfig::load`], answering the names of the ignored `HERDER_*`
+    /// variables instead of logging them (the binary loads its
+    /// configuration before it can log).
+    pub fn load_reporting_ignored(
+        sources: &ConfigSources,
+    ) -> Result<(AgentConfig, Vec<String>), ConfigError> {
+        let ignored = ignored_env_names(sources.env.as_deref());
+        Ok((AgentConfig::merge_layers(sources)?, ignored))
+    }
+
+    fn merge_layers(sources: &ConfigSources) -> Result<AgentConfig, ConfigError> {
         let mut fig = Figment::from(Toml::string(DEFAULT_TOML));
         if sources.dev {
             fig = fig.merge(Toml::string(DEV_TOML));
@@ -340,8 +360,72 @@ impl AgentConfig {
     }
 }
 
+/// The message naming ignored environment variables.
+pub fn describe_ignored_env(names: &[String]) -> String {
+    format!(
+        "ignoring environment variables that name no configuration key: {} \
+         (keys are documented in config/default.toml; `__` separates nested keys)",
+        names.join(", ")
+    )
+}
+
+/// Every configuration key, as the defaults serialize (an unset optional
+/// key is `null`, a free-form map such as `client.meta` an empty object).
+fn known_keys() -> &'static serde_json::Value {
+    static KNOWN: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(|| {
+        Figment::from(Toml::string(DEFAULT_TOML))
+            .extract::<AgentConfig>()
+            .ok()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .unwrap_or_default()
+    })
+}
+
+/// Whether `HERDER_<rest>` names a configuration key: each `__`-separated
+/// part is a key of the table above it (any key inside a free-form map).
+fn is_config_env(rest: &str) -> bool {
+    let mut at = known_keys();
+    for part in rest.split("__") {
+        match at {
+            serde_json::Value::Object(map) if map.is_empty() => return true,
+            serde_json::Value::Object(map) => match map.get(&part.to_lowercase()) {
+                Some(next) => at = next,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Whether the loader reads the variable `HERDER_<rest>`.
+fn is_read_env(rest: &str) -> bool {
+    !CLI_ENV.contains(&rest) && is_config_env(rest)
+}
+
+/// The `HERDER_*` variables (of `vars`, or the process) that are neither
+/// configuration keys nor the CLI's own, sorted.
+fn ignored_env_names(vars: Option<&[(String, String)]>) -> Vec<String> {
+    let names: Vec<String> = match vars {
+        Some(vars) => vars.iter().map(|(k, _)| k.clone()).collect(),
+        None => std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .collect(),
+    };
+    let mut ignored: Vec<String> = names
+        .into_iter()
+        .filter(|k| {
+            k.strip_prefix("HERDER_")
+                .is_some_and(|rest| !CLI_ENV.contains(&rest) && !is_config_env(rest))
+        })
+        .collect();
+    ignored.sort();
+    ignored
+}
+
 fn merge_env(fig: Figment, vars: Option<&[(String, String)]>) -> Figment {
-    let keep = |key: &figment::value::UncasedStr| !CLI_ENV.iter().any(|c| key == *c);
+    let keep = |key: &figment::value::UncasedStr| is_read_env(&key.as_str().to_uppercase());
     match vars {
         None => fig.merge(Env::prefixed("HERDER_").filter(keep).split("__")),
         Some(vars) => {
@@ -352,7 +436,7 @@ fn merge_env(fig: Figment, vars: Option<&[(String, String)]>) -> Figment {
                 let Some(rest) = k.strip_prefix("HERDER_") else {
                     continue;
                 };
-                if CLI_ENV.contains(&rest) {
+                if !is_read_env(rest) {
                     continue;
                 }
                 let path: Vec<String> = rest.split("__").map(|s| s.to_lowercase()).collect();
@@ -510,6 +594,31 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("num_schedulrs"), "{err}");
         assert!(err.contains("bad.toml"), "{err}");
+    }
+
+    #[test]
+    fn unknown_environment_variables_are_ignored_and_named() {
+        let sources = ConfigSources {
+            dev: true,
+            env: Some(vec![
+                ("HERDER_BIN".into(), "/usr/bin/x".into()),
+                ("HERDER_SERVER__NUM_SCHEDULRS".into(), "2".into()),
+                ("HERDER_SERVER__NUM_SCHEDULERS".into(), "1".into()),
+                ("HERDER_CLIENT__META__RACK".into(), "r1".into()),
+                ("HERDER_ADDR".into(), "http://h:1".into()),
+                ("HERDER_NAMESPACE".into(), "prod".into()),
+            ]),
+            ..Default::default()
+        };
+        let (c, ignored) = AgentConfig::load_reporting_ignored(&sources).unwrap();
+        assert_eq!(ignored, ["HERDER_BIN", "HERDER_SERVER__NUM_SCHEDULRS"]);
+        assert_eq!(c.server.num_schedulers, Some(1), "known keys still apply");
+        assert_eq!(c.client.meta.get("rack").map(String::as_str), Some("r1"));
+        let message = describe_ignored_env(&ignored);
+        assert!(
+            message.contains("HERDER_BIN, HERDER_SERVER__NUM_SCHEDULRS"),
+            "{message}"
+        );
     }
 
     #[test]
