@@ -125,3 +125,41 @@ fn a_hundred_starts_and_stops_leave_no_threads_fds_or_memory_behind() {
 fn a_hundred_starts_and_stops_with_workers_leave_nothing_behind() {
     check(100, 1);
 }
+
+/// What an idle embedded server costs: start-to-ready time, and the
+/// threads and resident memory each of 5 servers side by side adds. Run
+/// on demand (`-- --ignored --nocapture idle`); the figures are quoted in
+/// docs/EMBEDDING.md.
+#[test]
+#[ignore]
+fn idle_embedded_servers_cost() {
+    let dirs: Vec<_> = (0..6)
+        .map(|_| tempfile::tempdir().expect("temp dir"))
+        .collect();
+    // The first start pays for process-wide one-time state.
+    let first = futures::executor::block_on(Agent::start(config(dirs[5].path(), 2), false))
+        .expect("starts");
+    futures::executor::block_on(first.shutdown());
+    let before = settled(usage());
+    let mut agents = Vec::new();
+    let mut starts = Vec::new();
+    for dir in &dirs[..5] {
+        let started = Instant::now();
+        let agent = futures::executor::block_on(Agent::start(config(dir.path(), 2), false))
+            .expect("starts");
+        starts.push(started.elapsed());
+        agents.push(agent);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let after = usage();
+    starts.sort();
+    println!(
+        "5 idle servers (2 workers each): start-to-ready {:?} (median) .. {:?} (max); \
+         per server {} threads, {} KiB RSS",
+        starts[2],
+        starts[4],
+        (after.threads - before.threads) / 5,
+        after.rss_kib.saturating_sub(before.rss_kib) / 5
+    );
+    drop(agents);
+}

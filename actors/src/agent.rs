@@ -105,16 +105,23 @@ pub struct ClientHandle {
 /// handle is dropped; either way the HTTP port and the data dir's lock are
 /// released before the call (or the drop) returns.
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
 /// use herder_actors::{Agent, AgentConfig};
 ///
-/// let mut config = AgentConfig::dev()?; // server + client, API on a free loopback port
-/// config.client.enabled = false;
-/// let agent = Agent::start(config, true).await?;
-/// println!("Nomad API on http://{}", agent.http_addr());
-/// agent.shutdown().await;
-/// # Ok(()) }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Any executor will do: herder brings its own threads.
+/// futures::executor::block_on(async {
+///     let mut config = AgentConfig::dev()?; // server + client, API on a free loopback port
+///     config.client.enabled = false;
+///     let agent = Agent::start(config, true).await?;
+///     assert!(agent.http_addr().ip().is_loopback());
+///     let other_handle = agent.clone();
+///     drop(agent); // still running: another handle exists
+///     assert!(other_handle.api().is_some());
+///     other_handle.shutdown().await;
+///     Ok::<(), Box<dyn std::error::Error>>(())
+/// })
+/// # }
 /// ```
 #[derive(Clone)]
 pub struct Agent {
@@ -486,4 +493,15 @@ fn prepare_data_dir(
         source,
     })?;
     Ok((configured.to_path_buf(), None))
+}
+
+// `ServerApi` lives in `server_api.rs`; its `Debug` is here so that the
+// facade's types all have one. (If `ServerApi` derives `Debug` itself one
+// day, delete this.)
+impl std::fmt::Debug for ServerApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerApi")
+            .field("latest_index", &self.snapshot().latest_index())
+            .finish_non_exhaustive()
+    }
 }

@@ -50,14 +50,20 @@
 //!     let api = agent.api().ok_or("a dev agent runs a server")?;
 //!     let mut events = agent.events(EventFilter::new().topic(Topic::Allocation, "*"))?;
 //!
+//!     // A node of the program's own (no client agent): it registers and
+//!     // heartbeats as a client would.
 //!     let node = NodeBuilder::new("worker-1").driver("mock_driver").build();
-//!     api.register_node(node).await?;
+//!     api.register_node(node.clone()).await?;
+//!     api.heartbeat(node.id, &node.secret_id, true).await?;
 //!     let job = herder_actors::herder::jobspec::parse_hcl(
 //!         r#"job "web" {
 //!              group "g" {
 //!                task "t" {
 //!                  driver = "mock_driver"
-//!                  resources { cpu = 100  memory = 64 }
+//!                  resources {
+//!                    cpu    = 100
+//!                    memory = 64
+//!                  }
 //!                }
 //!              }
 //!            }"#,
