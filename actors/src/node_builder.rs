@@ -75,7 +75,7 @@ impl NodeBuilder {
     /// CPU capacity: `cores` cores worth `total_mhz` together.
     pub fn cpu(mut self, cores: u32, total_mhz: i64) -> NodeBuilder {
         let cpu = &mut self.node.node_resources.cpu;
-        cpu.total_cpu_cores = cores.into();
+        cpu.total_cpu_cores = cores;
         cpu.cpu_shares = total_mhz;
         self
     }
