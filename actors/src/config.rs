@@ -22,28 +22,51 @@ pub const DEV_TOML: &str = include_str!("../../config/dev.toml");
 /// Environment variables the CLI reads that are not configuration keys.
 const CLI_ENV: [&str; 3] = ["ADDR", "TOKEN", "NAMESPACE"];
 
+/// An agent's configuration. Every key, with its default and meaning, is
+/// documented in `config/default.toml`; start from [`AgentConfig::dev`]
+/// and change fields, or [`AgentConfig::load`] the binary's layers.
+///
+/// ```
+/// let mut config = herder_actors::AgentConfig::dev().expect("the defaults are valid");
+/// config.client.enabled = false;
+/// config.server.num_schedulers = Some(1);
+/// assert_eq!(config.ports.http, 0, "dev() picks a free port");
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
+    /// Where state is kept (the server's under `server/`, the client's
+    /// allocations under `alloc/`).
     pub data_dir: PathBuf,
+    /// This agent's name; the machine's hostname when empty.
     pub name: String,
     pub region: String,
     pub datacenter: String,
+    /// The address the HTTP API binds (an IP address).
     pub bind_addr: String,
+    /// The `herder` binary's log level (trace, debug, info, warn, error).
+    /// An embedded agent installs no log subscriber and ignores it: the
+    /// application's `tracing` subscriber decides.
     pub log_level: String,
+    /// Bind the HTTP API to 127.0.0.1 whatever `bind_addr` says.
     pub sidecar: bool,
     pub ports: Ports,
+    /// Bounds on requests and jobs (`[limits]`).
     pub limits: Limits,
     pub server: ServerConfig,
     pub client: ClientConfig,
 }
 
+/// The ports the agent listens on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ports {
+    /// The HTTP API's port; 0 picks a free one (`Agent::http_addr` tells).
     pub http: u16,
 }
 
+/// Bounds on what a request or a job may cost (`[limits]` in
+/// `config/default.toml`, which documents each).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
@@ -126,9 +149,12 @@ impl Limits {
     }
 }
 
+/// The server role (`[server]` in `config/default.toml`, which documents
+/// each key).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
+    /// Run a server.
     pub enabled: bool,
     /// Scheduling workers: unset means one per CPU, 0 means none (as Nomad).
     #[serde(default)]
@@ -162,9 +188,12 @@ pub struct ServerConfig {
     pub gc_interval: Duration,
 }
 
+/// The client role (`[client]` in `config/default.toml`, which documents
+/// each key).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
+    /// Run a client: fingerprint this machine and run tasks on it.
     pub enabled: bool,
     pub servers: Vec<String>,
     pub node_class: String,
@@ -223,6 +252,8 @@ pub struct ConfigSources {
     pub flags: FlagOverrides,
 }
 
+/// Why a configuration was refused; the message names the key and where
+/// its value came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("configuration file {0}: not found")]

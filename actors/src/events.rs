@@ -22,10 +22,15 @@ use std::task::{Context, Poll};
 /// What an event is about, as Nomad's `Topic`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Topic {
+    /// Jobs (key: the job's ID).
     Job,
+    /// Evaluations (key: its ID; filter keys: its job and deployment).
     Evaluation,
+    /// Allocations (key: its ID; filter key: its job).
     Allocation,
+    /// Nodes (key: the node's ID; no namespace).
     Node,
+    /// Deployments: accepted in filters as Nomad's; herder has none yet.
     Deployment,
 }
 
@@ -60,6 +65,7 @@ impl Topic {
 /// removed one.
 #[derive(Clone, Debug)]
 pub enum EventPayload {
+    /// A job registered, updated or stopped.
     Job(Arc<Job>),
     /// A job purged: only its key remains.
     JobRemoved {
@@ -71,12 +77,14 @@ pub enum EventPayload {
     /// A node as stored, secret included: the HTTP rendering strips the
     /// `SecretID`, an embedding program is trusted with it.
     Node(Arc<Node>),
+    /// A node deregistered or collected: only its ID remains.
     NodeRemoved(NodeId),
 }
 
 /// One change to one object.
 #[derive(Clone, Debug)]
 pub struct Event {
+    /// What the event is about.
     pub topic: Topic,
     /// Nomad's event type (`JobRegistered`, `AllocationUpdated`, ...).
     pub event_type: &'static str,
@@ -89,13 +97,16 @@ pub struct Event {
     pub filter_keys: Vec<String>,
     /// The index of the command that made the change.
     pub index: u64,
+    /// The object after the change.
     pub payload: EventPayload,
 }
 
 /// The events of one applied command (those the filter selected).
 #[derive(Clone, Debug)]
 pub struct Events {
+    /// The index of the command (resume after it with `from_index`).
     pub index: u64,
+    /// Its selected events, at least one.
     pub events: Vec<Event>,
 }
 

@@ -61,6 +61,7 @@ impl NodeBuilder {
         NodeBuilder { node }
     }
 
+    /// The datacenter jobs select with `datacenters = [...]`.
     pub fn datacenter(mut self, datacenter: impl Into<String>) -> NodeBuilder {
         self.node.datacenter = datacenter.into();
         self
@@ -80,11 +81,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Memory capacity in MiB.
     pub fn memory_mb(mut self, memory_mb: i64) -> NodeBuilder {
         self.node.node_resources.memory.memory_mb = memory_mb;
         self
     }
 
+    /// Disk capacity in MiB.
     pub fn disk_mb(mut self, disk_mb: i64) -> NodeBuilder {
         self.node.node_resources.disk.disk_mb = disk_mb;
         self
