@@ -494,14 +494,3 @@ fn prepare_data_dir(
     })?;
     Ok((configured.to_path_buf(), None))
 }
-
-// `ServerApi` lives in `server_api.rs`; its `Debug` is here so that the
-// facade's types all have one. (If `ServerApi` derives `Debug` itself one
-// day, delete this.)
-impl std::fmt::Debug for ServerApi {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerApi")
-            .field("latest_index", &self.snapshot().latest_index())
-            .finish_non_exhaustive()
-    }
-}
