@@ -11,7 +11,8 @@ use herder_actors::herder::jobspec;
 use herder_actors::herder::state::{Table, TableSet};
 use herder_actors::herder::structs::{ClientStatus, Job};
 use herder_actors::{
-    Agent, AgentConfig, AgentError, EventFilter, EventPayload, RegisterJob, ServerApi, Topic,
+    Agent, AgentConfig, AgentError, EventFilter, EventPayload, RegisterJob, ServerApi,
+    SetWorkerConfig, Topic,
 };
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -66,24 +67,17 @@ async fn wait_for_client_node(api: &ServerApi) {
     .expect("the embedded client registers its node");
 }
 
-/// Resizes the server's worker pool.
-///
-/// NOTE (issue 27 / issue 17): the typed worker-pool calls of `ServerApi`
-/// are being added on another branch; until they are merged this goes
-/// through the agent's internal supervisor. After the merge, replace the
-/// body with the `ServerApi` method that sets `num_schedulers`.
+/// Resizes the server's worker pool through the Rust API.
 async fn set_num_schedulers(agent: &Agent, num_schedulers: i64) {
-    use herder_actors::worker_supervisor::{GetConfig, SetConfig};
-    let workers = &agent.server().expect("a server").workers;
-    let current = workers.send(GetConfig).await.expect("supervisor answers");
-    workers
-        .send(SetConfig {
-            num_schedulers,
-            enabled_schedulers: current.enabled_schedulers,
+    let api = agent.api().expect("a server");
+    let config = api
+        .set_worker_config(SetWorkerConfig {
+            num_schedulers: Some(num_schedulers),
+            enabled_schedulers: None,
         })
         .await
-        .expect("supervisor answers")
         .expect("a valid pool size");
+    assert_eq!(config.num_schedulers as i64, num_schedulers);
 }
 
 fn assert_send_sync_clone<T: Send + Sync + Clone>() {}

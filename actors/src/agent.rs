@@ -19,6 +19,7 @@ use crate::client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
 use crate::config::AgentConfig;
 use crate::events::{EventFilter, EventStream};
 use crate::http::{self, HttpServer};
+use crate::node_protocol::normalize_server;
 use crate::nomad_metrics::Board;
 use crate::server::{Server, ServerError, ServerHandle};
 use crate::server_api::ServerApi;
@@ -94,7 +95,7 @@ pub struct AgentInfo {
 pub struct ClientHandle {
     pub agent: Addr<ClientAgent>,
     pub node_id: herder::structs::NodeId,
-    /// The server's HTTP address, `http://host:port`.
+    /// The first of the client's servers, `http://host:port`.
     pub server: String,
 }
 
@@ -450,16 +451,19 @@ fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHand
     config.ports.http = local.port();
     let node = crate::client::fingerprint::fingerprint(&config, &drivers)
         .map_err(|e| AgentError::Client(format!("fingerprinting this machine: {e}")))?;
-    let server = match c.servers.first() {
-        Some(s) if s.starts_with("http://") || s.starts_with("https://") => s.clone(),
-        Some(s) => format!("http://{s}"),
-        None => format!("http://{local}"),
+    // The configured servers in failover order, or this agent's own API.
+    let own = normalize_server(&local.to_string());
+    let servers: Vec<String> = if c.servers.is_empty() {
+        vec![own.clone()]
+    } else {
+        c.servers.iter().map(|s| normalize_server(s)).collect()
     };
-    tracing::info!(node_id = %node.id, %server, "client starting");
+    let server = servers.first().cloned().unwrap_or(own);
+    tracing::info!(node_id = %node.id, servers = ?servers, "client starting");
     let _ = info.client_node_id.set(node.id);
     let node_id = node.id;
     let agent = ClientAgent::new(ClientAgentConfig {
-        server: server.clone(),
+        servers,
         node,
         data_dir: info.data_dir.clone(),
         drivers,

@@ -8,7 +8,9 @@
 //!   of a running agent: its HTTP API (Nomad's), its [`ServerApi`], its
 //!   [`EventStream`], and its shutdown;
 //! - [`ServerApi`], typed async calls into the server with the same checks
-//!   as the HTTP API, and their request and answer types;
+//!   as the HTTP API (jobs, nodes, allocations, evaluations, the worker
+//!   pool, the scheduler configuration), and their request and answer
+//!   types;
 //! - [`EventStream`] and [`EventFilter`], the server's events as a
 //!   `futures::Stream`, with the HTTP event stream's topics and filters;
 //! - [`NodeBuilder`], a node description to register without a client;
@@ -112,6 +114,8 @@ pub mod node_drainer;
 #[doc(hidden)]
 pub mod node_lifecycle;
 #[doc(hidden)]
+pub mod node_protocol;
+#[doc(hidden)]
 pub mod node_tracker;
 #[doc(hidden)]
 pub mod nomad_metrics;
@@ -142,7 +146,9 @@ pub use config::{
 };
 pub use events::{Event, EventFilter, EventPayload, EventStream, Events, Topic};
 pub use node_builder::NodeBuilder;
-pub use node_tracker::NodeReply;
 pub use server_api::{
-    DispatchJob, DispatchResult, JobWriteResult, RegisterJob, ScaleJob, ServerApi, ServerApiError,
+    AllocStopResult, DispatchJob, DispatchResult, DrainNode, DrainSpec, GcReport, JobPlan,
+    JobWriteResult, NodeReply, NodeWriteResult, PeriodicLaunch, RegisterJob, ScaleJob,
+    SchedulerConfigRead, SchedulerConfigWrite, ServerApi, ServerApiError, SetSchedulerConfig,
+    SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo,
 };

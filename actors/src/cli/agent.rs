@@ -138,3 +138,46 @@ async fn wait_for_signal() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    fn client_servers(args: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let sources = ConfigSources {
+            env: Some(vec![]),
+            ..cli.agent.sources()
+        };
+        let config = AgentConfig::load(&sources).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        config.client.servers
+    }
+
+    #[test]
+    fn servers_is_the_clients_failover_list_from_the_flag_or_the_config_file() {
+        let listed = ["10.0.0.1:4646", "10.0.0.2:4646", "10.0.0.3:4646"];
+        let flag = client_servers(&[
+            "agent",
+            "--client",
+            "--servers",
+            "10.0.0.1:4646,10.0.0.2:4646",
+            "--servers",
+            "10.0.0.3:4646",
+        ]);
+        assert_eq!(flag, listed);
+
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary dir: {e}"));
+        let file = dir.path().join("client.toml");
+        let text = "[client]\nenabled = true\nservers = [\"10.0.0.1:4646\", \"10.0.0.2:4646\", \"10.0.0.3:4646\"]\n";
+        std::fs::write(&file, text).unwrap_or_else(|e| panic!("writing the file: {e}"));
+        let path = file.to_str().unwrap_or_default();
+        assert_eq!(client_servers(&["agent", "--config", path]), listed);
+    }
+}

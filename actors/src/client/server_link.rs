@@ -1,20 +1,21 @@
-//! The ClientAgent actor: the client's link to the servers.
+//! The ClientAgent actor: the client's link to the servers, the I/O shell
+//! of [`crate::node_protocol`].
 //!
-//! It registers this node (after the readiness check has spoken),
-//! heartbeats at half the TTL the servers hand back, follows the node's
-//! allocations with blocking queries and feeds them to the allocation
-//! manager, and ships the runners' status updates back in batches (the
-//! newest state per allocation, every quarter second at most). Once a
-//! second it publishes the node's figures under Nomad's names (allocation
-//! counts, allocated and free resources, task transitions: see
-//! [`crate::client::metrics`]) from what it already handles. Every
-//! request has a timeout; failures are retried with a capped backoff, and a
-//! server that no longer knows the node (restarted on fresh state) gets a
-//! new registration.
-//!
-//! HTTP calls are blocking (ureq) and run on tokio's blocking pool, never on
-//! the actor's thread. A user's restart or signal ([`ControlAlloc`], from
-//! the agent's HTTP API) is handed to the allocation manager.
+//! The protocol's decisions (register first, heartbeat at half the TTL the
+//! servers hand back, the blocking query on the node's allocations, the
+//! runners' status updates batched as the newest state per allocation
+//! every quarter second at most, capped backoff, the failover list of
+//! servers, registering again with a server that no longer knows the node)
+//! are the [`NodeSession`]'s; this actor sends what it asks for with
+//! blocking `ureq` calls on tokio's blocking pool (never on the actor's
+//! thread), feeds the answers back, and hands the allocations to the
+//! allocation manager. Before registering, and with each heartbeat until
+//! it first passes, it runs the readiness check. Once a second it
+//! publishes the node's figures under Nomad's names (allocation counts,
+//! allocated and free resources, task transitions: see
+//! [`crate::client::metrics`]) from what it already handles. A user's
+//! restart or signal ([`ControlAlloc`], from the agent's HTTP API) is
+//! handed to the allocation manager.
 
 use crate::client::alloc_manager::{
     AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, RestoreAll, ShutdownAll,
@@ -24,28 +25,29 @@ use crate::client::driver::DriverSet;
 use crate::client::metrics::ClientFigures;
 use crate::client::readiness::{check_readiness, READINESS_TIMEOUT};
 use crate::client::{AllocUpdate, ControlError};
+use crate::node_protocol::{
+    wire, Action, Failure, NodeAnswer, NodeSession, Request, SessionConfig,
+};
 use crate::nomad_metrics::{Board, Section};
 use actix::prelude::*;
 use herder::state::AllocClientUpdate;
 use herder::structs::{AllocId, Allocation, Job, Node, NodeStatus};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a blocking query for allocations waits at the server.
 const WATCH_WAIT: Duration = Duration::from_secs(60);
-/// Updates are batched for at most this long.
-const FLUSH_DELAY: Duration = Duration::from_millis(250);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How often the node's Nomad-named figures are published (Nomad's
 /// default `collection_interval`).
 const METRICS_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct ClientAgentConfig {
-    /// The server's HTTP address, e.g. `http://127.0.0.1:4646`.
-    pub server: String,
+    /// The servers' HTTP addresses in failover order, e.g.
+    /// `http://127.0.0.1:4646` (or `host:port`).
+    pub servers: Vec<String>,
     pub node: Node,
     pub data_dir: PathBuf,
     pub drivers: DriverSet,
@@ -64,7 +66,6 @@ pub struct StopClient {
 }
 
 pub struct ClientAgent {
-    base: String,
     http: ureq::Agent,
     node: Arc<Node>,
     data_dir: PathBuf,
@@ -72,14 +73,15 @@ pub struct ClientAgent {
     readiness_check: String,
     ready: bool,
     manager: Option<Addr<AllocManager>>,
-    pending: BTreeMap<AllocId, AllocUpdate>,
-    flush_scheduled: bool,
-    alloc_index: u64,
-    failures: u32,
-    stopping: bool,
+    session: NodeSession<AllocUpdate>,
+    /// Wakes `drive` when the session's next request is due.
+    timer: Option<SpawnHandle>,
     figures: ClientFigures,
     board: Board,
 }
+
+/// A request's outcome as the session takes it.
+type Reply<T> = Result<T, Failure>;
 
 impl ClientAgent {
     pub fn new(config: ClientAgentConfig) -> Self {
@@ -87,8 +89,11 @@ impl ClientAgent {
             .timeout_connect(Duration::from_secs(5))
             .timeout(WATCH_WAIT + Duration::from_secs(30))
             .build();
+        let session = NodeSession::new(
+            SessionConfig::client(config.servers, rand::random()),
+            Instant::now(),
+        );
         ClientAgent {
-            base: config.server.trim_end_matches('/').to_string(),
             http,
             node: Arc::new(config.node),
             data_dir: config.data_dir,
@@ -96,11 +101,8 @@ impl ClientAgent {
             readiness_check: config.readiness_check,
             ready: false,
             manager: None,
-            pending: BTreeMap::new(),
-            flush_scheduled: false,
-            alloc_index: 0,
-            failures: 0,
-            stopping: false,
+            session,
+            timer: None,
             figures: ClientFigures::new(),
             board: config.metrics,
         }
@@ -112,189 +114,168 @@ impl ClientAgent {
             .publish(Section::Client, self.figures.families(&self.node, status));
     }
 
-    fn backoff(&mut self) -> Duration {
-        self.failures = (self.failures + 1).min(10);
-        (Duration::from_millis(250) * 2u32.pow(self.failures)).min(MAX_BACKOFF)
+    /// Sends every request the session has due, then sleeps until the next.
+    fn drive(&mut self, ctx: &mut Context<Self>) {
+        loop {
+            match self.session.next_action(Instant::now()) {
+                Action::Register { server } => self.register(server, ctx),
+                Action::Heartbeat { server } => self.heartbeat(server, ctx),
+                Action::WatchAllocs { server, index } => self.watch(server, index, ctx),
+                Action::UpdateAllocs { server, batch } => self.send_updates(server, batch, ctx),
+                Action::Wait(until) => return self.wake_at(until, ctx),
+            }
+        }
     }
 
-    /// Runs the readiness check (until it first passes), then registers.
-    fn register(&mut self, ctx: &mut Context<Self>) {
-        let check = (!self.ready).then(|| {
+    fn wake_at(&mut self, until: Option<Instant>, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if let Some(at) = until {
+            let wait = at.saturating_duration_since(Instant::now());
+            self.timer = Some(ctx.run_later(wait, |act, ctx| {
+                act.timer = None;
+                act.drive(ctx);
+            }));
+        }
+    }
+
+    /// The readiness check to run before a registration or heartbeat: until
+    /// it first passes.
+    fn pending_check(&self) -> Option<(String, PathBuf, DriverSet)> {
+        (!self.ready).then(|| {
             (
                 self.readiness_check.clone(),
                 self.data_dir.clone(),
                 self.drivers.clone(),
             )
-        });
+        })
+    }
+
+    /// Runs the readiness check (until it first passes), then registers.
+    fn register(&mut self, server: String, ctx: &mut Context<Self>) {
+        let check = self.pending_check();
         let mut node = (*self.node).clone();
-        let (http, url) = (self.http.clone(), format!("{}/v1/node/register", self.base));
+        let (http, url) = (self.http.clone(), wire::register_url(&server));
         let fut = async move {
-            let ready = match check {
-                None => true,
-                Some((cmd, dir, drivers)) => {
-                    match check_readiness(&cmd, &dir, &drivers, READINESS_TIMEOUT).await {
-                        Ok(()) => true,
-                        Err(why) => {
-                            tracing::warn!(reason = %why, "node not ready yet");
-                            false
-                        }
-                    }
-                }
-            };
+            let ready = is_ready(check, true).await;
             node.status = if ready {
                 NodeStatus::Ready
             } else {
                 NodeStatus::Initializing
             };
-            let body = json!({ "Node": node });
-            let reply = blocking(move || {
-                http.put(&url)
-                    .send_json(body)
-                    .map_err(describe)?
-                    .into_json::<Value>()
-                    .map_err(|e| e.to_string())
-            })
-            .await;
+            let body = wire::register_body(&node);
+            let reply = blocking(move || read_json(http.put(&url).send_json(body))).await;
             (ready, reply)
         };
-        ctx.spawn(
-            fut.into_actor(self)
-                .map(|(ready, reply), act, ctx| match reply {
-                    Ok(v) => {
-                        act.failures = 0;
-                        act.ready = ready;
-                        tracing::info!(node_id = %act.node.id, ready, "node registered");
-                        act.schedule_heartbeat(ttl_of(&v), ctx);
-                        if act.alloc_index == 0 {
-                            act.watch(ctx);
-                        }
-                    }
-                    Err(e) => {
-                        let wait = act.backoff();
-                        tracing::warn!(error = %e, retry_in = ?wait, "registration failed");
-                        ctx.run_later(wait, |act, ctx| act.register(ctx));
-                    }
-                }),
-        );
+        ctx.spawn(fut.into_actor(self).map(move |(ready, reply), act, ctx| {
+            let now = Instant::now();
+            match reply {
+                Ok(v) => {
+                    act.ready = ready;
+                    tracing::info!(node_id = %act.node.id, ready, %server, "node registered");
+                    act.session.registered(&NodeAnswer::from_json(&v), now);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, %server, "registration failed");
+                    act.session
+                        .request_failed(Request::Register, &server, &e, now);
+                }
+            }
+            act.drive(ctx);
+        }));
     }
 
-    fn schedule_heartbeat(&mut self, ttl: Duration, ctx: &mut Context<Self>) {
-        ctx.run_later(ttl / 2, |act, ctx| act.heartbeat(ctx));
-    }
-
-    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping {
-            return;
-        }
-        let check = (!self.ready).then(|| {
-            (
-                self.readiness_check.clone(),
-                self.data_dir.clone(),
-                self.drivers.clone(),
-            )
-        });
+    fn heartbeat(&mut self, server: String, ctx: &mut Context<Self>) {
+        let check = self.pending_check();
         let (http, url, secret) = (
             self.http.clone(),
-            format!("{}/v1/node/{}/heartbeat", self.base, self.node.id),
+            wire::heartbeat_url(&server, &self.node.id),
             self.node.secret_id.clone(),
         );
         let fut = async move {
-            let ready = match check {
-                None => true,
-                Some((cmd, dir, drivers)) => {
-                    check_readiness(&cmd, &dir, &drivers, READINESS_TIMEOUT)
-                        .await
-                        .is_ok()
-                }
-            };
-            let status = if ready { "ready" } else { "initializing" };
+            let ready = is_ready(check, false).await;
+            let body = wire::heartbeat_body(ready);
             let reply = blocking(move || {
-                match http
-                    .put(&url)
-                    .set("X-Nomad-Token", &secret)
-                    .send_json(json!({ "Status": status }))
-                {
-                    Ok(r) => r.into_json::<Value>().map(Some).map_err(|e| e.to_string()),
-                    Err(ureq::Error::Status(404, _)) => Ok(None),
-                    Err(e) => Err(describe(e)),
-                }
+                read_json(
+                    http.put(&url)
+                        .set(wire::TOKEN_HEADER, &secret)
+                        .send_json(body),
+                )
             })
             .await;
             (ready, reply)
         };
         ctx.spawn(
             fut.into_actor(self)
-                .map(|(ready, reply), act, ctx| match reply {
-                    Ok(Some(v)) => {
-                        act.ready = ready;
-                        act.failures = 0;
-                        act.schedule_heartbeat(ttl_of(&v), ctx);
+                .map(move |(ready, reply), act, ctx| {
+                    let now = Instant::now();
+                    match reply {
+                        Ok(v) => {
+                            act.ready = ready;
+                            act.session.heartbeat_answered(&NodeAnswer::from_json(&v), now);
+                        }
+                        Err(e) => {
+                            if matches!(e, Failure::Status(404, _)) {
+                                tracing::warn!(%server, "the servers no longer know this node; registering again");
+                            } else {
+                                tracing::warn!(error = %e, %server, "heartbeat failed");
+                            }
+                            act.session
+                                .request_failed(Request::Heartbeat, &server, &e, now);
+                        }
                     }
-                    Ok(None) => {
-                        tracing::warn!("the servers no longer know this node; registering again");
-                        act.register(ctx);
-                    }
-                    Err(e) => {
-                        let wait = act.backoff();
-                        tracing::warn!(error = %e, retry_in = ?wait, "heartbeat failed");
-                        ctx.run_later(wait, |act, ctx| act.heartbeat(ctx));
-                    }
+                    act.drive(ctx);
                 }),
         );
     }
 
-    /// One blocking query for the node's allocations; loops until stopped.
-    fn watch(&mut self, ctx: &mut Context<Self>) {
-        if self.stopping {
-            return;
-        }
-        let url = format!(
-            "{}/v1/node/{}/allocations?index={}&wait={}s",
-            self.base,
-            self.node.id,
-            self.alloc_index,
-            WATCH_WAIT.as_secs()
-        );
+    /// One blocking query for the node's allocations.
+    fn watch(&mut self, server: String, index: u64, ctx: &mut Context<Self>) {
+        let url = wire::watch_url(&server, &self.node.id, index, WATCH_WAIT);
         let (http, secret) = (self.http.clone(), self.node.secret_id.clone());
         let fut = blocking(move || {
             let r = http
                 .get(&url)
-                .set("X-Nomad-Token", &secret)
+                .set(wire::TOKEN_HEADER, &secret)
                 .call()
-                .map_err(describe)?;
+                .map_err(failure)?;
             let index = r
                 .header("X-Nomad-Index")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            let body: Vec<Value> = r.into_json().map_err(|e| e.to_string())?;
-            Ok((index, parse_allocs(body)?))
+            let body: Vec<Value> = r
+                .into_json()
+                .map_err(|e| Failure::BadAnswer(e.to_string()))?;
+            Ok((index, parse_allocs(body).map_err(Failure::BadAnswer)?))
         });
-        ctx.spawn(fut.into_actor(self).map(|reply, act, ctx| match reply {
-            Ok((index, allocs)) => {
-                act.failures = 0;
-                if index != act.alloc_index {
-                    act.alloc_index = index;
-                    act.figures.sync(&allocs);
-                    if let Some(m) = &act.manager {
-                        m.do_send(SyncAllocs { allocs });
+        ctx.spawn(fut.into_actor(self).map(move |reply, act, ctx| {
+            let now = Instant::now();
+            match reply {
+                Ok((index, allocs)) => {
+                    if act.session.allocs_answered(index, now) {
+                        act.figures.sync(&allocs);
+                        if let Some(m) = &act.manager {
+                            m.do_send(SyncAllocs { allocs });
+                        }
                     }
                 }
-                act.watch(ctx);
+                Err(e) => {
+                    tracing::warn!(error = %e, %server, "watching allocations failed");
+                    act.session
+                        .request_failed(Request::WatchAllocs, &server, &e, now);
+                }
             }
-            Err(e) => {
-                let wait = act.backoff();
-                tracing::warn!(error = %e, retry_in = ?wait, "watching allocations failed");
-                ctx.run_later(wait, |act, ctx| act.watch(ctx));
-            }
+            act.drive(ctx);
         }));
     }
 
-    fn flush(&mut self, ctx: &mut Context<Self>) {
-        self.flush_scheduled = false;
-        if self.pending.is_empty() {
-            return;
-        }
-        let batch = std::mem::take(&mut self.pending);
+    fn send_updates(
+        &mut self,
+        server: String,
+        batch: BTreeMap<AllocId, AllocUpdate>,
+        ctx: &mut Context<Self>,
+    ) {
         let updates: Vec<AllocClientUpdate> = batch
             .values()
             .map(|u| AllocClientUpdate {
@@ -308,38 +289,61 @@ impl ClientAgent {
             .collect();
         let (http, url, secret) = (
             self.http.clone(),
-            format!("{}/v1/node/{}/allocations", self.base, self.node.id),
+            wire::update_allocs_url(&server, &self.node.id),
             self.node.secret_id.clone(),
         );
+        let body = wire::update_allocs_body(&updates);
         let fut = blocking(move || {
             http.put(&url)
-                .set("X-Nomad-Token", &secret)
-                .send_json(json!({ "Allocs": updates }))
+                .set(wire::TOKEN_HEADER, &secret)
+                .send_json(body)
                 .map(|_| ())
-                .map_err(describe)
+                .map_err(failure)
         });
         ctx.spawn(fut.into_actor(self).map(move |reply, act, ctx| {
-            if let Err(e) = reply {
-                tracing::warn!(error = %e, "reporting allocation status failed; retrying");
-                // Keep what failed unless a newer state arrived meanwhile.
-                for (id, u) in batch {
-                    act.pending.entry(id).or_insert(u);
+            let now = Instant::now();
+            match reply {
+                Ok(()) => act.session.updates_sent(now),
+                Err(e) => {
+                    tracing::warn!(error = %e, %server, "reporting allocation status failed; retrying");
+                    act.session.updates_failed(batch, &server, &e, now);
                 }
-                let wait = act.backoff();
-                act.flush_scheduled = true;
-                ctx.run_later(wait, |act, ctx| act.flush(ctx));
             }
+            act.drive(ctx);
         }));
     }
 }
 
-/// The answer's `HeartbeatTTL` (nanoseconds), or Nomad's 10 s minimum.
-fn ttl_of(v: &Value) -> Duration {
-    v["HeartbeatTTL"]
-        .as_u64()
-        .map(Duration::from_nanos)
-        .filter(|d| !d.is_zero())
-        .unwrap_or(Duration::from_secs(10))
+/// Runs the readiness check when one is pending; a failed check is logged
+/// when `log` (the registration's) and reads as not ready.
+async fn is_ready(check: Option<(String, PathBuf, DriverSet)>, log: bool) -> bool {
+    let Some((cmd, dir, drivers)) = check else {
+        return true;
+    };
+    match check_readiness(&cmd, &dir, &drivers, READINESS_TIMEOUT).await {
+        Ok(()) => true,
+        Err(why) => {
+            if log {
+                tracing::warn!(reason = %why, "node not ready yet");
+            }
+            false
+        }
+    }
+}
+
+/// A request's JSON answer, or why there is none.
+fn read_json(response: Result<ureq::Response, ureq::Error>) -> Reply<Value> {
+    response
+        .map_err(failure)?
+        .into_json::<Value>()
+        .map_err(|e| Failure::BadAnswer(e.to_string()))
+}
+
+fn failure(e: ureq::Error) -> Failure {
+    match e {
+        ureq::Error::Status(code, r) => Failure::Status(code, r.into_string().unwrap_or_default()),
+        other => Failure::Unreachable(other.to_string()),
+    }
 }
 
 /// The server attaches each allocation's job; allocations of one job
@@ -374,21 +378,10 @@ fn parse_allocs(body: Vec<Value>) -> Result<Vec<AssignedAlloc>, String> {
     Ok(out)
 }
 
-fn describe(e: ureq::Error) -> String {
-    match e {
-        ureq::Error::Status(code, r) => {
-            format!("HTTP {code}: {}", r.into_string().unwrap_or_default())
-        }
-        other => other.to_string(),
-    }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Reply<T> + Send + 'static) -> Reply<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .unwrap_or_else(|e| Err(format!("request task failed: {e}")))
+        .unwrap_or_else(|e| Err(Failure::Unreachable(format!("request task failed: {e}"))))
 }
 
 impl Actor for ClientAgent {
@@ -408,7 +401,7 @@ impl Actor for ClientAgent {
         // servers' view arrives, so a sync does not start it twice.
         manager.do_send(RestoreAll);
         self.manager = Some(manager);
-        self.register(ctx);
+        self.drive(ctx);
         ctx.run_interval(METRICS_INTERVAL, |act, _| act.publish_figures());
     }
 
@@ -422,10 +415,11 @@ impl Handler<AllocUpdate> for ClientAgent {
 
     fn handle(&mut self, update: AllocUpdate, ctx: &mut Context<Self>) {
         self.figures.update(&update);
-        self.pending.insert(update.alloc_id, update);
-        if !self.flush_scheduled {
-            self.flush_scheduled = true;
-            ctx.run_later(FLUSH_DELAY, |act, ctx| act.flush(ctx));
+        if self
+            .session
+            .queue_update(update.alloc_id, update, Instant::now())
+        {
+            self.drive(ctx);
         }
     }
 }
@@ -453,7 +447,8 @@ impl Handler<StopClient> for ClientAgent {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, msg: StopClient, _ctx: &mut Context<Self>) -> Self::Result {
-        self.stopping = true;
+        // No more heartbeats or queries; the last updates go out at once.
+        self.session.shut_down(Instant::now());
         let manager = self.manager.take();
         let stop = async move {
             if let Some(m) = manager {
@@ -470,7 +465,7 @@ impl Handler<StopClient> for ClientAgent {
         };
         Box::pin(stop.into_actor(self).map(|_, act, ctx| {
             // Report the final states before going away.
-            act.flush(ctx);
+            act.drive(ctx);
         }))
     }
 }

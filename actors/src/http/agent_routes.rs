@@ -13,8 +13,7 @@ use super::query::QueryOptions;
 use super::raft_routes::peer_address;
 use super::ApiError;
 use crate::agent::AgentInfo;
-use crate::worker_supervisor::{GetConfig, GetWorkers, SetConfig, WorkerSupervisor};
-use actix::Addr;
+use crate::server_api::{ServerApi, SetWorkerConfig};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::json;
@@ -48,34 +47,22 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-fn supervisor(info: &AgentInfo) -> Result<Addr<WorkerSupervisor>, ApiError> {
-    info.server
-        .as_ref()
-        .map(|s| s.workers.clone())
-        .ok_or_else(|| {
-            ApiError::BadRequest("this agent runs no server, so no scheduling workers".into())
-        })
-}
-
-fn unavailable(e: actix::MailboxError) -> ApiError {
-    ApiError::Unavailable(format!("worker supervisor: {e}"))
+/// The server's operations; a client-only agent has no workers.
+fn server_api(info: &AgentInfo) -> Result<ServerApi, ApiError> {
+    info.server.as_ref().map(ServerApi::of).ok_or_else(|| {
+        ApiError::BadRequest("this agent runs no server, so no scheduling workers".into())
+    })
 }
 
 /// `GET /v1/agent/schedulers`: every worker with its status (snake_case,
 /// as Nomad's agent API).
 async fn workers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
-    let reply = supervisor(&info)?
-        .send(GetWorkers)
-        .await
-        .map_err(unavailable)?;
+    let reply = server_api(&info)?.workers().await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
 async fn worker_config(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
-    let reply = supervisor(&info)?
-        .send(GetConfig)
-        .await
-        .map_err(unavailable)?;
+    let reply = server_api(&info)?.worker_config().await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 
@@ -94,20 +81,12 @@ async fn set_worker_config(
 ) -> Result<HttpResponse, ApiError> {
     let request: WorkerConfigRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("invalid worker configuration: {e}")))?;
-    let workers = supervisor(&info)?;
-    let current = workers.send(GetConfig).await.map_err(unavailable)?;
-    let reply = workers
-        .send(SetConfig {
-            num_schedulers: request
-                .num_schedulers
-                .unwrap_or(current.num_schedulers as i64),
-            enabled_schedulers: request
-                .enabled_schedulers
-                .unwrap_or(current.enabled_schedulers),
+    let reply = server_api(&info)?
+        .set_worker_config(SetWorkerConfig {
+            num_schedulers: request.num_schedulers,
+            enabled_schedulers: request.enabled_schedulers,
         })
-        .await
-        .map_err(unavailable)?
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        .await?;
     Ok(HttpResponse::Ok().json(reply))
 }
 

@@ -15,9 +15,7 @@ use super::body::Body;
 use super::query::decode_json;
 use super::ApiError;
 use crate::agent::AgentInfo;
-use crate::node_tracker::NodeReply;
-use crate::server::ServerHandle;
-use crate::server_api::ServerApi;
+use crate::server_api::{NodeReply, ServerApi};
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::state::AllocClientUpdate;
 use herder::structs::{Node, NodeId};
@@ -57,9 +55,11 @@ struct AllocsRequest {
     allocs: Vec<AllocClientUpdate>,
 }
 
-fn server(info: &AgentInfo) -> Result<&ServerHandle, ApiError> {
+/// The server's operations; a client-only agent has no server to talk to.
+fn api(info: &AgentInfo) -> Result<ServerApi, ApiError> {
     info.server
         .as_ref()
+        .map(ServerApi::of)
         .ok_or_else(|| ApiError::BadRequest("this agent runs no server".into()))
 }
 
@@ -74,10 +74,6 @@ fn token(req: &HttpRequest) -> String {
 fn node_id(raw: &str) -> Result<NodeId, ApiError> {
     raw.parse()
         .map_err(|_| ApiError::BadRequest(format!("node ID {raw:?} is not a UUID")))
-}
-
-fn api(server: &ServerHandle) -> ServerApi {
-    ServerApi::new(server.clone())
 }
 
 fn node_reply(r: NodeReply) -> HttpResponse {
@@ -95,12 +91,12 @@ fn node_reply(r: NodeReply) -> HttpResponse {
 }
 
 async fn register(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
-    let server = server(&info)?;
+    let api = api(&info)?;
     let request: RegisterRequest = decode_json(&body)?;
     let node = request
         .node
         .ok_or_else(|| ApiError::BadRequest("missing node for client registration".into()))?;
-    Ok(node_reply(api(server).register_node(node).await?))
+    Ok(node_reply(api.register_node(node).await?))
 }
 
 async fn heartbeat(
@@ -109,11 +105,9 @@ async fn heartbeat(
     path: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let server = server(&info)?;
+    let api = api(&info)?;
     let ready = heartbeat_ready(&body)?;
-    let reply = api(server)
-        .heartbeat(node_id(&path)?, &token(&req), ready)
-        .await?;
+    let reply = api.heartbeat(node_id(&path)?, &token(&req), ready).await?;
     Ok(HttpResponse::Ok()
         .insert_header(("X-Nomad-Index", reply.index.to_string()))
         .json(json!({
@@ -147,9 +141,9 @@ async fn update_allocs(
     path: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let server = server(&info)?;
+    let api = api(&info)?;
     let updates = decode_json::<AllocsRequest>(&body)?.allocs;
-    let index = api(server)
+    let index = api
         .update_allocations(node_id(&path)?, &token(&req), updates)
         .await?;
     Ok(HttpResponse::Ok()

@@ -7,16 +7,12 @@
 
 use super::errors::ApiError;
 use super::forward::{forward, Hop};
-use super::query::{
-    blocking_read, list_response, now_nanos, paginate, read_json, server, submit, QueryOptions,
-};
+use super::query::{api, blocking_read, list_response, paginate, read_json, server, QueryOptions};
 use super::stubs::{alloc_stub, alloc_with_job};
 use crate::agent::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::state::{Command, Table, TableSet};
-use herder::structs::{DesiredTransition, Evaluation, TriggeredBy};
+use herder::state::{Table, TableSet};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How long a client-only agent waits for its server's answer to a stop.
@@ -117,8 +113,9 @@ async fn read_alloc(
     .await
 }
 
-/// Stops one allocation by asking for its migration, with an `alloc-stop`
-/// evaluation of its job (the scheduler then replaces it elsewhere).
+/// Stops one allocation (`ServerApi::stop_allocation`: its migration, with
+/// an `alloc-stop` evaluation of its job); a client-only agent forwards the
+/// request to its server.
 async fn stop_alloc(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
@@ -140,34 +137,9 @@ async fn stop_alloc(
             .await;
         }
     }
-    let store = &server(&info)?.store;
-    let snap = store.snapshot();
-    let alloc = snap
-        .alloc(&id)
-        .ok_or_else(|| ApiError::NotFound("alloc not found".into()))?;
-    let job = snap
-        .job_by_version(&alloc.namespace, &alloc.job_id, alloc.job_version)
-        .or_else(|| snap.job(&alloc.namespace, &alloc.job_id))
-        .ok_or_else(|| ApiError::NotFound("job not found".into()))?;
-    let eval = Evaluation::for_job(job, TriggeredBy::AllocStop, now_nanos());
-    let eval_id = eval.id;
-    let transitions = BTreeMap::from([(
-        id,
-        DesiredTransition {
-            migrate: Some(true),
-            ..Default::default()
-        },
-    )]);
-    let outcome = submit(
-        store,
-        Command::AllocDesiredTransition {
-            transitions,
-            evals: vec![eval],
-        },
-    )
-    .await?;
+    let r = api(&info)?.stop_allocation(id).await?;
     Ok(super::job_routes::write_answer(
-        outcome.index,
-        json!({"EvalID": eval_id}),
+        r.index,
+        json!({"EvalID": r.eval_id}),
     ))
 }

@@ -15,17 +15,17 @@ use super::body::Body;
 use super::errors::ApiError;
 use super::plan;
 use super::query::{
-    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, read_json,
-    server, submit, QueryOptions,
+    api, blocking_read, decode_json, json_with_index, list_response, paginate, read_json, server,
+    QueryOptions,
 };
 use super::stubs::{alloc_stub, job_stub};
 use crate::agent::AgentInfo;
-use crate::server_api::{check_job, DispatchJob, JobWriteResult, RegisterJob, ScaleJob, ServerApi};
+use crate::server_api::{check_job, DispatchJob, JobWriteResult, RegisterJob, ScaleJob};
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::jobspec::{self, JobspecError, LimitKind};
-use herder::state::{Command, StateSnapshot, Table, TableSet};
+use herder::state::{StateSnapshot, Table, TableSet};
 use herder::structs::unhonoured::{join_warnings, unhonoured_fields};
-use herder::structs::{Evaluation, Job, TriggeredBy};
+use herder::structs::Job;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -332,7 +332,7 @@ async fn register(
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
-    let api = ServerApi::new(server(&info)?.clone());
+    let api = api(&info)?;
     let max_job_bytes = info.config.limits.max_job_bytes;
     let (job, value) = off_worker(&info, move || parse_job_body(max_job_bytes, &body)).await?;
     if path_id.as_ref().is_some_and(|id| *id != job.id) {
@@ -367,7 +367,7 @@ async fn deregister(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
-    let api = ServerApi::new(server(&info)?.clone());
+    let api = api(&info)?;
     let purge = q.flag("purge")?;
     // Validated as Nomad does; herder has one region.
     let _global = q.flag("global")?;
@@ -390,26 +390,13 @@ async fn evaluate(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
-    let snap = store.snapshot();
-    let job = find_job(&snap, &q, &id)?;
-    if job.periodic.as_ref().is_some_and(|p| p.enabled) {
-        return Err(ApiError::BadRequest("can't evaluate periodic job".into()));
-    }
-    if job.parameterized_job.is_some() {
-        return Err(ApiError::BadRequest(
-            "can't evaluate parameterized job".into(),
-        ));
-    }
-    let eval = Evaluation::for_job(job, TriggeredBy::JobRegister, now_nanos());
-    let eval_id = eval.id;
-    let outcome = submit(store, Command::EvalUpdate { evals: vec![eval] }).await?;
+    let r = api(&info)?.evaluate_job(&q.namespace, &id).await?;
     Ok(write_answer(
-        outcome.index,
+        r.index,
         json!({
-            "EvalID": eval_id,
-            "EvalCreateIndex": outcome.index,
-            "JobModifyIndex": job.job_modify_index,
+            "EvalID": r.eval_id,
+            "EvalCreateIndex": r.eval_create_index,
+            "JobModifyIndex": r.job_modify_index,
         }),
     ))
 }
@@ -420,31 +407,8 @@ async fn periodic_force(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    use crate::periodic::{ForceLaunch, PeriodicError};
     let q = QueryOptions::from_request(&req)?;
-    let server = server(&info)?;
-    let snap = server.store.snapshot();
-    let parent = find_job(&snap, &q, &id)?;
-    // One place derives children: the launcher, which also launches on
-    // schedule.
-    let launched = server
-        .periodic
-        .send(ForceLaunch {
-            namespace: parent.namespace.clone(),
-            job_id: parent.id.clone(),
-        })
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("periodic launcher: {e}")))?
-        .map_err(|e| match e {
-            PeriodicError::NotFound(_) => ApiError::NotFound("job not found".into()),
-            PeriodicError::NotPeriodic(_) => {
-                ApiError::BadRequest("can't force launch non-periodic job".into())
-            }
-            PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
-                ApiError::BadRequest(e.to_string())
-            }
-            PeriodicError::Store(e) => ApiError::Internal(e.to_string()),
-        })?;
+    let launched = api(&info)?.force_periodic_launch(&q.namespace, &id).await?;
     Ok(write_answer(
         launched.index,
         json!({"EvalID": launched.eval_id, "EvalCreateIndex": launched.index}),
@@ -486,7 +450,7 @@ async fn scale(
         ));
     }
     let group = target(scaling_target::GROUP).cloned().unwrap_or_default();
-    let api = ServerApi::new(server(&info)?.clone());
+    let api = api(&info)?;
     let result = api
         .scale_job(ScaleJob {
             namespace: q.namespace.clone(),
@@ -538,7 +502,7 @@ async fn dispatch(
         Some(t) => t.to_string(),
         None => request.idempotency_token,
     };
-    let api = ServerApi::new(server(&info)?.clone());
+    let api = api(&info)?;
     let r = api
         .dispatch_job(DispatchJob {
             namespace: q.namespace.clone(),
@@ -580,7 +544,7 @@ async fn revert(
     let q = QueryOptions::from_request(&req)?;
     let request: RevertRequest = decode_json(&body)?;
     check_body_job_id(&request.job_id, &id)?;
-    let api = ServerApi::new(server(&info)?.clone());
+    let api = api(&info)?;
     let result = api
         .revert_job(
             &q.namespace,
@@ -612,7 +576,7 @@ async fn stable(
     let q = QueryOptions::from_request(&req)?;
     let request: StableRequest = decode_json(&body)?;
     check_body_job_id(&request.job_id, &id)?;
-    let api = ServerApi::new(server(&info)?.clone());
+    let api = api(&info)?;
     let index = api
         .set_job_stability(&q.namespace, &id, request.job_version, request.stable)
         .await?;

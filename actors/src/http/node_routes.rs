@@ -1,28 +1,26 @@
 //! The operator side of nodes: `/v1/nodes`, `/v1/node/:id`,
 //! `/v1/node/:id/allocations`, and eligibility, drain, evaluate, purge.
 //!
-//! Node changes that may move work come with evaluations, as Nomad makes
-//! them: one per job with allocations on the node plus one per system or
-//! sysbatch job (those may now place on, or must leave, the node).
+//! The writes are `ServerApi`'s (`server_api::nodes`, where the evaluations
+//! they create are made); handlers decode the request and render the
+//! answer.
 
 use super::body::Body;
 use super::errors::ApiError;
 use super::eval_alloc_routes::parse_id;
 use super::job_routes::write_answer;
 use super::query::{
-    blocking_read, decode_json, json_with_index, list_response, now_nanos, paginate, read_json,
-    server, submit, QueryOptions,
+    api, blocking_read, decode_json, json_with_index, list_response, paginate, read_json, server,
+    QueryOptions,
 };
 use super::stubs::{alloc_with_job, node_read, node_stub};
 use crate::agent::AgentInfo;
+use crate::server_api::{DrainNode, DrainSpec, NodeWriteResult};
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::state::{node_allocs_index, Command, StateSnapshot, Table, TableSet};
-use herder::structs::{
-    DrainStrategy, Evaluation, Node, NodeEvent, NodeId, SchedulingEligibility, TriggeredBy,
-};
+use herder::state::{node_allocs_index, StateSnapshot, Table, TableSet};
+use herder::structs::{Node, NodeId, SchedulingEligibility};
 use serde::Deserialize;
 use serde_json::json;
-use std::collections::BTreeSet;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/nodes", web::get().to(list_nodes))
@@ -116,45 +114,15 @@ async fn node_allocs(
     Ok(json_with_index(index, &list))
 }
 
-/// Evaluations for every job that may be affected by a change to `node`.
-fn node_evals(snap: &StateSnapshot, node: &Node, trigger: TriggeredBy) -> Vec<Evaluation> {
-    let now = now_nanos();
-    let mut seen = BTreeSet::new();
-    let mut evals = Vec::new();
-    let on_node = snap
-        .allocs_by_node(&node.id)
-        .filter_map(|a| snap.job(&a.namespace, &a.job_id));
-    let system = snap.jobs().filter(|j| j.job_type.is_system_like());
-    for job in on_node.chain(system) {
-        if job.is_template() || !seen.insert(job.key()) {
-            continue;
-        }
-        let mut eval = Evaluation::for_job(job, trigger, now);
-        eval.node_id = Some(node.id);
-        eval.node_modify_index = node.modify_index;
-        evals.push(eval);
-    }
-    evals
-}
-
-fn node_event(message: &str) -> NodeEvent {
-    NodeEvent {
-        message: message.to_string(),
-        subsystem: "Cluster".to_string(),
-        timestamp: Some(now_nanos()),
-        ..Default::default()
-    }
-}
-
 /// The answer of node writes: `{EvalIDs, EvalCreateIndex, NodeModifyIndex}`.
-fn node_write_answer(index: u64, evals: &[Evaluation]) -> HttpResponse {
-    let ids: Vec<String> = evals.iter().map(|e| e.id.to_string()).collect();
+fn node_write_answer(r: &NodeWriteResult) -> HttpResponse {
+    let ids: Vec<String> = r.eval_ids.iter().map(ToString::to_string).collect();
     write_answer(
-        index,
+        r.index,
         json!({
             "EvalIDs": if ids.is_empty() { serde_json::Value::Null } else { json!(ids) },
-            "EvalCreateIndex": if evals.is_empty() { 0 } else { index },
-            "NodeModifyIndex": index,
+            "EvalCreateIndex": r.eval_create_index,
+            "NodeModifyIndex": r.node_modify_index,
         }),
     )
 }
@@ -172,7 +140,7 @@ async fn eligibility(
     id: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let store = &server(&info)?.store;
+    let api = api(&info)?;
     let id = parse_id(&id, "node")?;
     let request: EligibilityRequest = decode_json(&body)?;
     check_body_node(&request.node_id, &id)?;
@@ -185,35 +153,8 @@ async fn eligibility(
             )))
         }
     };
-    let snap = store.snapshot();
-    let node = find_node(&snap, &id)?;
-    if node.drain_strategy.is_some() && eligibility == SchedulingEligibility::Eligible {
-        return Err(ApiError::BadRequest(
-            "can not set node's scheduling eligibility to eligible while it is draining".into(),
-        ));
-    }
-    // Only a node that becomes eligible can take new work.
-    let evals = if eligibility == SchedulingEligibility::Eligible
-        && node.scheduling_eligibility != eligibility
-    {
-        node_evals(&snap, node, TriggeredBy::NodeUpdate)
-    } else {
-        vec![]
-    };
-    let outcome = submit(
-        store,
-        Command::NodeUpdateEligibility {
-            node_id: id,
-            eligibility,
-            event: Some(node_event(match eligibility {
-                SchedulingEligibility::Eligible => "Node marked as eligible for scheduling",
-                SchedulingEligibility::Ineligible => "Node marked as ineligible for scheduling",
-            })),
-            evals: evals.clone(),
-        },
-    )
-    .await?;
-    Ok(node_write_answer(outcome.index, &evals))
+    let r = api.set_node_eligibility(id, eligibility).await?;
+    Ok(node_write_answer(&r))
 }
 
 /// A body naming another node than the path is a mistake to point out.
@@ -228,7 +169,7 @@ fn check_body_node(body_id: &str, path_id: &NodeId) -> Result<(), ApiError> {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
-struct DrainSpec {
+struct DrainSpecBody {
     /// Nanoseconds; negative forces the drain now.
     deadline: i64,
     ignore_system_jobs: bool,
@@ -239,7 +180,7 @@ struct DrainSpec {
 struct DrainRequest {
     #[serde(rename = "NodeID")]
     node_id: String,
-    drain_spec: Option<DrainSpec>,
+    drain_spec: Option<DrainSpecBody>,
     mark_eligible: bool,
 }
 
@@ -248,71 +189,30 @@ async fn drain(
     id: web::Path<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let store = &server(&info)?.store;
+    let api = api(&info)?;
     let id = parse_id(&id, "node")?;
     let request: DrainRequest = decode_json(&body)?;
     check_body_node(&request.node_id, &id)?;
-    let snap = store.snapshot();
-    let node = find_node(&snap, &id)?;
-    let now = now_nanos();
-    let drain = request.drain_spec.map(|spec| DrainStrategy {
-        deadline: spec.deadline,
-        ignore_system_jobs: spec.ignore_system_jobs,
-        force_deadline: (spec.deadline != 0).then(|| now.saturating_add(spec.deadline.max(0))),
-        started_at: Some(now),
-    });
-    // Nomad's drain events; cancelling a drain that is not set says nothing.
-    let (trigger, message) = match (&drain, &node.drain_strategy) {
-        (Some(_), None) => (TriggeredBy::NodeDrain, Some("Node drain strategy set")),
-        (Some(_), Some(_)) => (TriggeredBy::NodeDrain, Some("Node drain strategy updated")),
-        (None, Some(_)) => (TriggeredBy::NodeUpdate, Some("Node drain disabled")),
-        (None, None) => (TriggeredBy::NodeUpdate, None),
-    };
-    let event = message.map(|m| NodeEvent {
-        subsystem: crate::node_drainer::DRAIN_SUBSYSTEM.to_string(),
-        ..node_event(m)
-    });
-    // Starting a drain re-evaluates what runs there; ending one only
-    // matters when the node becomes eligible again.
-    let evals = if drain.is_some() || request.mark_eligible {
-        node_evals(&snap, node, trigger)
-    } else {
-        vec![]
-    };
-    let outcome = submit(
-        store,
-        Command::NodeUpdateDrain {
+    let r = api
+        .drain_node(DrainNode {
             node_id: id,
-            drain,
+            spec: request.drain_spec.map(|spec| DrainSpec {
+                deadline: spec.deadline,
+                ignore_system_jobs: spec.ignore_system_jobs,
+            }),
             mark_eligible: request.mark_eligible,
-            event,
-            evals: evals.clone(),
-        },
-    )
-    .await?;
-    Ok(node_write_answer(outcome.index, &evals))
+        })
+        .await?;
+    Ok(node_write_answer(&r))
 }
 
 async fn evaluate(
     info: web::Data<AgentInfo>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let store = &server(&info)?.store;
+    let api = api(&info)?;
     let id = parse_id(&id, "node")?;
-    let snap = store.snapshot();
-    let node = find_node(&snap, &id)?;
-    let evals = node_evals(&snap, node, TriggeredBy::NodeUpdate);
-    if evals.is_empty() {
-        return Ok(node_write_answer(snap.latest_index().max(1), &evals));
-    }
-    let outcome = submit(
-        store,
-        Command::EvalUpdate {
-            evals: evals.clone(),
-        },
-    )
-    .await?;
-    Ok(node_write_answer(outcome.index, &evals))
+    Ok(node_write_answer(&api.evaluate_node(id).await?))
 }
 
 /// Removes the node; its jobs are evaluated so that its work moves.
@@ -320,20 +220,7 @@ async fn purge(
     info: web::Data<AgentInfo>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let store = &server(&info)?.store;
+    let api = api(&info)?;
     let id = parse_id(&id, "node")?;
-    let snap = store.snapshot();
-    let node = find_node(&snap, &id)?;
-    let evals = node_evals(&snap, node, TriggeredBy::NodeUpdate);
-    let mut outcome = submit(store, Command::NodeDeregister { node_ids: vec![id] }).await?;
-    if !evals.is_empty() {
-        outcome = submit(
-            store,
-            Command::EvalUpdate {
-                evals: evals.clone(),
-            },
-        )
-        .await?;
-    }
-    Ok(node_write_answer(outcome.index, &evals))
+    Ok(node_write_answer(&api.purge_node(id).await?))
 }

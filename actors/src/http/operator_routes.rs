@@ -6,10 +6,11 @@
 use super::body::Body;
 use super::errors::ApiError;
 use super::job_routes::write_answer;
-use super::query::{blocking_read, decode_json, json_with_index, server, QueryOptions};
+use super::query::{api, blocking_read, decode_json, json_with_index, server, QueryOptions};
 use crate::agent::AgentInfo;
+use crate::server_api::SetSchedulerConfig;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::state::{ApplyError, Command, StoreError, Table, TableSet};
+use herder::state::{Table, TableSet};
 use herder::structs::SchedulerConfiguration;
 use serde_json::json;
 
@@ -67,7 +68,7 @@ async fn write_config(
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
+    let api = api(&info)?;
     let config: SchedulerConfiguration = decode_json(&body)?;
     let cas_index = match q.param("cas") {
         None => None,
@@ -75,17 +76,8 @@ async fn write_config(
             ApiError::BadRequest(format!("Error parsing cas value: {v:?} is not a number"))
         })?),
     };
-    let command = Command::SchedulerConfigUpdate { config, cas_index };
-    let outcome = store
-        .submit(command)
-        .await
-        .map_err(|_| ApiError::Unavailable("the server is shutting down".into()))?;
-    match outcome {
-        Ok(applied) => Ok(write_answer(applied.index, json!({"Updated": true}))),
-        Err(StoreError::Rejected(ApplyError::CasMismatch { .. })) => {
-            let index = store.snapshot().table_index(Table::SchedulerConfig).max(1);
-            Ok(write_answer(index, json!({"Updated": false})))
-        }
-        Err(e) => Err(super::query::store_error(e)),
-    }
+    let r = api
+        .set_scheduler_config(SetSchedulerConfig { config, cas_index })
+        .await?;
+    Ok(write_answer(r.index, json!({"Updated": r.updated})))
 }

@@ -1,68 +1,20 @@
 //! `/v1/job/:id/plan`: what registering a job would do, without doing it.
 //!
-//! The submitted job is applied to a copy of the current snapshot (an
-//! O(1) clone; the store is never touched) and the job type's scheduler
-//! runs over that copy with a planner that records the plan and commits
-//! nothing. The answer carries the scheduler's per-group counts
+//! The dry run is `ServerApi::plan_job` (`server_api::plan`); this file
+//! renders it in Nomad's shape: the scheduler's per-group counts
 //! (`DesiredTGUpdates`), the placements it could not make, and a diff of
-//! the job against the stored one in Nomad's shape.
+//! the job against the stored one.
 
 use super::body::off_worker;
 use super::body::Body;
 use super::errors::ApiError;
 use super::job_routes::decode_job_body;
-use super::query::{now_nanos, server, QueryOptions};
+use super::query::{api, QueryOptions};
 use crate::agent::AgentInfo;
+use crate::server_api::JobPlan;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::scheduler::{new_scheduler, Planner, PlannerError, State};
-use herder::state::{Command, StateSnapshot};
-use herder::structs::{
-    DesiredUpdates, Evaluation, Job, Plan, PlanAnnotations, PlanResult, TriggeredBy,
-};
+use herder::structs::{DesiredUpdates, Job, PlanAnnotations};
 use serde_json::{json, Map, Value};
-use std::sync::Arc;
-
-/// Records what a scheduler would do; commits nothing.
-#[derive(Default)]
-struct DryRunPlanner {
-    annotations: Option<PlanAnnotations>,
-    final_eval: Option<Evaluation>,
-    created: Vec<Evaluation>,
-    index: u64,
-}
-
-impl Planner for DryRunPlanner {
-    fn submit_plan(
-        &mut self,
-        plan: Plan,
-    ) -> Result<(PlanResult, Option<Arc<dyn State>>), PlannerError> {
-        if let Some(a) = &plan.annotations {
-            self.annotations = Some(a.clone());
-        }
-        // Granted in full, as Nomad's plan endpoint does: the answer is
-        // what the scheduler wants, not what a plan applier would verify.
-        let result = PlanResult {
-            node_update: plan.node_update,
-            node_allocation: plan.node_allocation,
-            node_preemptions: plan.node_preemptions,
-            alloc_index: self.index,
-            ..Default::default()
-        };
-        Ok((result, None))
-    }
-    fn update_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError> {
-        self.final_eval = Some(eval);
-        Ok(())
-    }
-    fn create_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError> {
-        self.created.push(eval);
-        Ok(())
-    }
-    fn reblock_eval(&mut self, eval: Evaluation) -> Result<(), PlannerError> {
-        self.created.push(eval);
-        Ok(())
-    }
-}
 
 pub async fn plan_job(
     info: web::Data<AgentInfo>,
@@ -71,7 +23,7 @@ pub async fn plan_job(
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let _ = QueryOptions::from_request(&req)?;
-    let store = &server(&info)?.store;
+    let api = api(&info)?;
     let (job, value) = decode_job_body(&info, body).await?;
     if job.id != *id {
         return Err(ApiError::BadRequest("Job ID does not match".into()));
@@ -79,11 +31,11 @@ pub async fn plan_job(
     let want_diff = plan_flag(&value, "Diff")?;
     // Accepted and without effect: herder has no Sentinel policies.
     plan_flag(&value, "PolicyOverride")?;
-    let snap = store.snapshot();
-    let index = snap.latest_index().max(1);
-    let answer = off_worker(&info, move || dry_run(snap, job, want_diff)).await?;
-    let mut answer = answer;
-    answer["Index"] = json!(index);
+    let (answer, index) = off_worker(&info, move || {
+        let plan = api.plan_job(job.clone())?;
+        Ok((render_plan(&plan, &job, want_diff), plan.index))
+    })
+    .await?;
     Ok(super::query::json_with_index(index, &answer))
 }
 
@@ -100,56 +52,26 @@ fn plan_flag(body: &Value, name: &str) -> Result<bool, ApiError> {
     }
 }
 
-/// Registers `job` into a copy of `snap` and schedules it there.
-fn dry_run(snap: StateSnapshot, job: Job, want_diff: bool) -> Result<Value, ApiError> {
-    let warnings = herder::structs::unhonoured::unhonoured_fields(&job);
-    let old = snap.job(&job.namespace, &job.id).cloned();
-    let now = now_nanos();
-    let mut eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now);
-    eval.annotate_plan = true;
-    let mut copy = snap.clone();
-    let index = copy.latest_index() + 1;
-    let register = Command::JobRegister {
-        job: Arc::new(job.clone()),
-        eval: Some(eval.clone()),
-        enforce_index: None,
-    };
-    copy.apply(index, &register)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let eval = copy.eval(&eval.id).map(|e| (**e).clone()).unwrap_or(eval);
-    let mut planner = DryRunPlanner {
-        index: index + 1,
-        ..Default::default()
-    };
-    // Periodic and parameterized jobs are templates: registering one
-    // places nothing, so there is nothing to schedule.
-    if !job.is_template() {
-        let state: Arc<dyn State> = Arc::new(copy);
-        new_scheduler(&job.job_type, state, &mut planner, now)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?
-            .process(&eval)
-            .map_err(|e| ApiError::Internal(format!("scheduling the dry run failed: {e}")))?;
-    }
-    let annotations = planner.annotations.unwrap_or_default();
-    let failed = planner
-        .final_eval
-        .map(|e| e.failed_tg_allocs)
-        .filter(|f| !f.is_empty());
+/// Nomad's `JobPlanResponse`: the plan, with the diff of `job` against the
+/// stored one when asked.
+fn render_plan(plan: &JobPlan, job: &Job, want_diff: bool) -> Value {
     let diff = want_diff.then(|| {
-        let mut diff = job_diff(old.as_deref(), &job, true);
-        attach_updates(&mut diff, &annotations);
+        let mut diff = job_diff(plan.previous.as_deref(), job, true);
+        attach_updates(&mut diff, &plan.annotations);
         diff
     });
-    let created = (!planner.created.is_empty()).then_some(planner.created);
-    Ok(json!({
-        "JobModifyIndex": old.map_or(0, |j| j.job_modify_index),
+    let created = (!plan.created_evals.is_empty()).then_some(&plan.created_evals);
+    let failed = (!plan.failed_tg_allocs.is_empty()).then_some(&plan.failed_tg_allocs);
+    json!({
+        "JobModifyIndex": plan.job_modify_index,
         "CreatedEvals": created,
         "Diff": diff,
-        "Annotations": annotations,
+        "Annotations": plan.annotations,
         "FailedTGAllocs": failed,
         "NextPeriodicLaunch": null,
-        "Warnings": herder::structs::unhonoured::join_warnings(&warnings),
-    }))
+        "Warnings": herder::structs::unhonoured::join_warnings(&plan.warnings),
+        "Index": plan.index,
+    })
 }
 
 /// Nomad's names of the per-group counts in a plan diff's `Updates`.

@@ -11,6 +11,7 @@ use super::errors::ApiError;
 use super::filter::{Filter, FilterLimits};
 use crate::agent::AgentInfo;
 use crate::server::ServerHandle;
+use crate::server_api::ServerApi;
 use actix_web::{http::header, HttpRequest, HttpResponse, HttpResponseBuilder};
 use herder::state::{StateSnapshot, StateStore, TableSet};
 use rand::Rng;
@@ -172,6 +173,12 @@ pub fn server(info: &AgentInfo) -> Result<&ServerHandle, ApiError> {
         .ok_or_else(|| ApiError::BadRequest("this agent does not run a server".into()))
 }
 
+/// The server's operations, or 400 on a client-only agent: every write a
+/// handler makes goes through this.
+pub fn api(info: &AgentInfo) -> Result<ServerApi, ApiError> {
+    server(info).map(ServerApi::of)
+}
+
 /// Runs a (possibly blocking) read: waits until one of `tables` passes
 /// `q.index` or the wait ends, then builds the answer from the state at
 /// that moment. Answers with the tables' index (at least 1, as Nomad's).
@@ -291,33 +298,4 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Api
     }
     herder::structs::serde_util::from_slice_nulls_unset(body)
         .map_err(|e| ApiError::BadRequest(format!("Failed to decode request body: {e}")))
-}
-
-/// A write's outcome from the store: rejections are the client's fault
-/// (400/404), a closed or failed store is the server's.
-pub fn store_error(e: herder::state::StoreError) -> ApiError {
-    use herder::state::{ApplyError, StoreError};
-    match e {
-        StoreError::Rejected(ApplyError::JobNotFound { .. }) => {
-            ApiError::NotFound("job not found".into())
-        }
-        StoreError::Rejected(ApplyError::NodeNotFound(_)) => {
-            ApiError::NotFound("node not found".into())
-        }
-        StoreError::Rejected(r) => ApiError::BadRequest(r.to_string()),
-        StoreError::Closed => ApiError::Unavailable("the server is shutting down".into()),
-        other => ApiError::Internal(other.to_string()),
-    }
-}
-
-/// Submits a command and waits until it is durable.
-pub async fn submit(
-    store: &StateStore,
-    command: herder::state::Command,
-) -> Result<herder::state::ApplyOutcome, ApiError> {
-    store
-        .submit(command)
-        .await
-        .map_err(|_| ApiError::Unavailable("the server is shutting down".into()))?
-        .map_err(store_error)
 }

@@ -13,9 +13,8 @@
 //! as Nomad answers once its Raft entry is applied.
 
 use super::errors::ApiError;
-use super::query::{server, submit};
+use super::query::api;
 use crate::agent::AgentInfo;
-use crate::gc::{ForceGc, GcError};
 use actix_web::{web, HttpResponse};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -32,32 +31,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 async fn reconcile_summaries(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
-    let store = &server(&info)?.store;
-    let applied = submit(store, herder::state::Command::ReconcileJobSummaries).await?;
-    tracing::info!(index = applied.index, "job summaries reconciled");
+    api(&info)?.reconcile_job_summaries().await?;
     Ok(HttpResponse::Ok().finish())
 }
 
 async fn force_gc(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
-    let gc = &server(&info)?.gc;
-    let report = gc
-        .send(ForceGc)
-        .await
-        .map_err(|_| ApiError::Unavailable("the server is shutting down".into()))?;
-    match report {
-        Ok(report) => {
-            tracing::info!(
-                evals = report.evals,
-                allocs = report.allocs,
-                jobs = report.jobs,
-                nodes = report.nodes,
-                "forced garbage collection"
-            );
-            Ok(HttpResponse::Ok().finish())
-        }
-        Err(GcError::Busy) => Err(ApiError::Unavailable(
-            "a garbage collection is already running; retry once it is done".into(),
-        )),
-        Err(e) => Err(ApiError::Internal(format!("garbage collection: {e}"))),
-    }
+    api(&info)?.force_gc().await?;
+    Ok(HttpResponse::Ok().finish())
 }

@@ -5,6 +5,7 @@
 //! thousands more connections nor floods the server.
 
 use super::mock_alloc::AllocView;
+use crate::node_protocol::Failure;
 use awc::http::StatusCode;
 use serde::Serialize;
 use serde_json::Value;
@@ -13,16 +14,6 @@ use tokio::sync::Semaphore;
 
 /// Largest answer read (a node's allocation list with every job).
 const MAX_BODY: usize = 512 * 1024 * 1024;
-
-#[derive(Debug, thiserror::Error)]
-pub enum HttpError {
-    #[error("HTTP {0}: {1}")]
-    Status(u16, String),
-    #[error("{0}")]
-    Transport(String),
-    #[error("unreadable answer: {0}")]
-    Decode(String),
-}
 
 pub struct SimHttp {
     client: awc::Client,
@@ -60,12 +51,12 @@ impl SimHttp {
         url: &str,
         token: Option<&str>,
         body: &T,
-    ) -> Result<(u64, Value), HttpError> {
+    ) -> Result<(u64, Value), Failure> {
         let _permit = self
             .writes
             .acquire()
             .await
-            .map_err(|e| HttpError::Transport(e.to_string()))?;
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
         let mut request = self.client.put(url).timeout(self.timeout);
         if let Some(token) = token {
             request = request.insert_header(("X-Nomad-Token", token));
@@ -73,14 +64,15 @@ impl SimHttp {
         let mut response = request
             .send_json(body)
             .await
-            .map_err(|e| HttpError::Transport(e.to_string()))?;
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
         let bytes = response
             .body()
             .limit(MAX_BODY)
             .await
-            .map_err(|e| HttpError::Transport(e.to_string()))?;
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
         check(response.status(), &bytes)?;
-        let value = serde_json::from_slice(&bytes).map_err(|e| HttpError::Decode(e.to_string()))?;
+        let value =
+            serde_json::from_slice(&bytes).map_err(|e| Failure::BadAnswer(e.to_string()))?;
         Ok((index_of(&response), value))
     }
 
@@ -90,7 +82,7 @@ impl SimHttp {
         &self,
         url: &str,
         token: &str,
-    ) -> Result<(u64, Vec<AllocView>), HttpError> {
+    ) -> Result<(u64, Vec<AllocView>), Failure> {
         let mut response = self
             .client
             .get(url)
@@ -98,24 +90,24 @@ impl SimHttp {
             .insert_header(("X-Nomad-Token", token))
             .send()
             .await
-            .map_err(|e| HttpError::Transport(e.to_string()))?;
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
         let bytes = response
             .body()
             .limit(MAX_BODY)
             .await
-            .map_err(|e| HttpError::Transport(e.to_string()))?;
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
         check(response.status(), &bytes)?;
         let allocs =
-            serde_json::from_slice(&bytes).map_err(|e| HttpError::Decode(e.to_string()))?;
+            serde_json::from_slice(&bytes).map_err(|e| Failure::BadAnswer(e.to_string()))?;
         Ok((index_of(&response), allocs))
     }
 }
 
-fn check(status: StatusCode, body: &[u8]) -> Result<(), HttpError> {
+fn check(status: StatusCode, body: &[u8]) -> Result<(), Failure> {
     if status.is_success() {
         return Ok(());
     }
-    Err(HttpError::Status(
+    Err(Failure::Status(
         status.as_u16(),
         String::from_utf8_lossy(body).chars().take(200).collect(),
     ))

@@ -2,10 +2,11 @@
 //! for scale tests and load generation (`herder sim nodes`).
 //!
 //! Each simulated node registers with a real fingerprint's shape (kernel,
-//! arch, OS, `unique.hostname`, a healthy `mock_driver`, `meta.rack`),
-//! heartbeats at the TTL the server returns, re-registers when a restarted
-//! server no longer knows it, follows its allocations with the per-node
-//! blocking query, and runs them with the mock driver's semantics in
+//! arch, OS, `unique.hostname`, a healthy `mock_driver`, `meta.rack`) and
+//! speaks the node protocol of [`crate::node_protocol`], as the real client
+//! does: heartbeats at the TTL the server returns, re-registers when a
+//! restarted server no longer knows it, fails over to the next server,
+//! follows its allocations with the per-node blocking query, and runs them with the mock driver's semantics in
 //! memory: `run_for` then complete (or failed on a non-zero `exit_code`),
 //! `start_error` fails at once, no `run_for` runs until stopped. Status
 //! reports are batched per node.
@@ -32,6 +33,7 @@ pub mod node;
 use crate::client::driver::{mock::MockDriver, DriverSet};
 use crate::client::fingerprint::{node_from_facts, MachineFacts};
 use crate::config::{AgentConfig, ConfigSources, FlagOverrides};
+use crate::node_protocol::normalize_server;
 use herder::structs::{new_id, Node, NodeId, NodeStatus};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -45,7 +47,7 @@ use std::time::Duration;
 pub struct SimConfig {
     pub count: usize,
     /// Server HTTP addresses (`http://host:port` or `host:port`); nodes are
-    /// spread over them round-robin.
+    /// spread over them round-robin and fail over to the others.
     pub servers: Vec<String>,
     /// Datacenters, assigned round-robin (`dc1` when empty).
     pub datacenters: Vec<String>,
@@ -206,11 +208,15 @@ impl SimNodes {
         let threads = config.threads.clamp(1, nodes.len().max(1));
         raise_file_limit(nodes.len(), (config.max_in_flight * threads) as u64)?;
         let node_ids = nodes.iter().map(|n| n.id).collect();
-        let servers: Vec<String> = config.servers.iter().map(|s| normalize(s)).collect();
+        let servers: Vec<String> = config.servers.iter().map(|s| normalize_server(s)).collect();
         let counters = Arc::new(Counters::default());
-        let mut by_shard: Vec<Vec<(Node, String)>> = vec![Vec::new(); threads];
+        let mut by_shard: Vec<Vec<(Node, Vec<String>)>> = vec![Vec::new(); threads];
         for (i, node) in nodes.into_iter().enumerate() {
-            by_shard[i % threads].push((node, servers[i % servers.len()].clone()));
+            // Each node starts on the next server and fails over to the
+            // others in turn.
+            let mut list = servers.clone();
+            list.rotate_left(i % servers.len());
+            by_shard[i % threads].push((node, list));
         }
         let mut shards = Vec::with_capacity(threads);
         for (i, nodes) in by_shard.into_iter().enumerate() {
@@ -270,7 +276,7 @@ type Shard = (actix_rt::System, Option<JoinHandle<()>>);
 
 fn start_shard(
     index: usize,
-    nodes: Vec<(Node, String)>,
+    nodes: Vec<(Node, Vec<String>)>,
     config: &SimConfig,
     counters: Arc<Counters>,
 ) -> std::io::Result<Shard> {
@@ -293,11 +299,11 @@ fn start_shard(
                     flush_window,
                     watch_allocs,
                 });
-                for (node, server) in nodes {
+                for (node, servers) in nodes {
                     let sim = node::SimNode::new(
                         node,
                         http.clone(),
-                        server,
+                        servers,
                         settings.clone(),
                         counters.clone(),
                     );
@@ -310,15 +316,6 @@ fn start_shard(
         .recv()
         .map_err(|_| std::io::Error::other("the simulation thread ended at start"))?;
     Ok((system, Some(thread)))
-}
-
-fn normalize(server: &str) -> String {
-    let trimmed = server.trim().trim_end_matches('/');
-    if trimmed.contains("://") {
-        trimmed.to_string()
-    } else {
-        format!("http://{trimmed}")
-    }
 }
 
 /// The nodes to simulate: one fingerprint (as a real client builds it, with
@@ -462,11 +459,5 @@ mod tests {
             nodes[0].computed_class, nodes[1].computed_class,
             "class and datacenter feed the computed class"
         );
-    }
-
-    #[test]
-    fn addresses_get_a_scheme() {
-        assert_eq!(normalize("127.0.0.1:4646/"), "http://127.0.0.1:4646");
-        assert_eq!(normalize("http://a:1"), "http://a:1");
     }
 }

@@ -1,23 +1,29 @@
-//! One simulated node: registration, heartbeats, the blocking query on its
-//! allocations, mock runs, and batched status reports.
+//! One simulated node: the I/O shell of [`crate::node_protocol`] on the
+//! shard's async HTTP client, plus mock runs of its allocations.
 //!
-//! Everything runs on its shard's single-threaded runtime, so a node's
-//! state is a plain `RefCell` and a node costs a few small futures and
-//! timers, not threads.
+//! The [`NodeSession`] decides what to send and when (registration,
+//! heartbeats at a jittered fraction of the TTL, the blocking query on the
+//! node's allocations, batched status reports, backoff, server failover);
+//! the node's driver task sends each request as its own task and sleeps
+//! until the next is due or an answer or a report wakes it. Everything runs
+//! on its shard's single-threaded runtime, so a node's state is a plain
+//! `RefCell` and a node costs a few small futures and timers, not threads.
 
-use super::http::{HttpError, SimHttp};
+use super::http::SimHttp;
 use super::mock_alloc::{report, AllocView, Outcome};
 use super::Counters;
+use crate::node_protocol::{
+    wire, Action, Backoff, Failure, NodeAnswer, NodeSession, Request, SessionConfig,
+};
 use herder::state::AllocClientUpdate;
 use herder::structs::{AllocId, ClientStatus, DesiredStatus, Node};
-use rand::Rng;
-use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Settings every node of a shard shares.
 pub struct NodeSettings {
@@ -31,7 +37,27 @@ pub struct NodeSettings {
     pub watch_allocs: bool,
 }
 
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+impl NodeSettings {
+    /// The protocol's pacing for a simulated node: heartbeats spread over
+    /// [0.5, 0.9) of the TTL (before it expires, the server adds its grace
+    /// on top; close enough to it that the rate stays near what the server
+    /// sized the TTL for; nodes registered together drift apart) and
+    /// retries jittered by up to a quarter second, so thousands of nodes
+    /// do not come back in step after a server restart.
+    fn session_config(&self, servers: Vec<String>) -> SessionConfig {
+        let client = SessionConfig::client(servers, rand::random());
+        SessionConfig {
+            heartbeat_fraction: (0.5, 0.9),
+            flush_window: self.flush_window,
+            backoff: Backoff {
+                jitter: Duration::from_millis(250),
+                ..client.backoff
+            },
+            watch_allocs: self.watch_allocs,
+            ..client
+        }
+    }
+}
 
 /// What the node knows of one allocation.
 struct LocalAlloc {
@@ -49,11 +75,6 @@ impl LocalAlloc {
 #[derive(Default)]
 struct NodeState {
     allocs: HashMap<AllocId, LocalAlloc>,
-    pending: BTreeMap<AllocId, AllocClientUpdate>,
-    flush_scheduled: bool,
-    /// The node's allocation index seen last (0: ask without blocking).
-    alloc_index: u64,
-    watching: bool,
     registered_once: bool,
     /// Whether the last registration or heartbeat was accepted.
     live: bool,
@@ -62,74 +83,64 @@ struct NodeState {
 pub struct SimNode {
     node: Node,
     http: Rc<SimHttp>,
-    server: String,
     settings: Rc<NodeSettings>,
     counters: Arc<Counters>,
     state: RefCell<NodeState>,
-}
-
-fn backoff(failures: u32) -> Duration {
-    let jitter = rand::thread_rng().gen_range(0..250);
-    (Duration::from_millis(250) * 2u32.pow(failures.min(6)) + Duration::from_millis(jitter))
-        .min(MAX_BACKOFF)
+    session: RefCell<NodeSession<AllocClientUpdate>>,
+    /// Wakes the driver task: an answer came or a report was queued.
+    wake: Notify,
 }
 
 impl SimNode {
+    /// A node that talks to `servers`, in failover order.
     pub fn new(
         node: Node,
         http: Rc<SimHttp>,
-        server: String,
+        servers: Vec<String>,
         settings: Rc<NodeSettings>,
         counters: Arc<Counters>,
     ) -> Rc<SimNode> {
+        let session = NodeSession::new(settings.session_config(servers), Instant::now());
         Rc::new(SimNode {
             node,
             http,
-            server,
             settings,
             counters,
             state: RefCell::new(NodeState::default()),
+            session: RefCell::new(session),
+            wake: Notify::new(),
         })
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{}", self.server, path)
+    /// Drives the session until the runtime stops: sends what is due,
+    /// sleeps until the next request is due or something wakes it.
+    pub async fn run(self: Rc<Self>) {
+        loop {
+            match self.send_due() {
+                Some(at) => {
+                    let at = tokio::time::Instant::from_std(at);
+                    let _ = tokio::time::timeout_at(at, self.wake.notified()).await;
+                }
+                None => self.wake.notified().await,
+            }
+        }
     }
 
-    /// Registers, then heartbeats at the TTL the server hands back, until
-    /// the runtime stops.
-    pub async fn run(self: Rc<Self>) {
-        let mut ttl = self.register_until_accepted().await;
-        let mut failures = 0;
+    /// Starts every request the session has due; when the next one is.
+    fn send_due(self: &Rc<Self>) -> Option<Instant> {
         loop {
-            // Spread over [0.5, 0.9) of the TTL: before it expires (the
-            // server adds its grace on top), close enough to it that the
-            // rate stays near what the server sized the TTL for, and nodes
-            // registered together drift apart.
-            let factor = rand::thread_rng().gen_range(0.5..0.9);
-            tokio::time::sleep(ttl.mul_f64(factor)).await;
-            match self.heartbeat().await {
-                Ok(new_ttl) => {
-                    failures = 0;
-                    ttl = new_ttl;
-                    self.set_live(true);
-                    self.counters.heartbeats.fetch_add(1, Relaxed);
+            let action = self.session.borrow_mut().next_action(Instant::now());
+            match action {
+                Action::Register { server } => actix_rt::spawn(self.clone().register(server)),
+                Action::Heartbeat { server } => actix_rt::spawn(self.clone().heartbeat(server)),
+                Action::WatchAllocs { server, index } => {
+                    actix_rt::spawn(self.clone().watch(server, index))
                 }
-                Err(HttpError::Status(404, _)) => {
-                    // The server lost the node (fresh state): start over.
-                    self.set_live(false);
-                    self.counters.reregistrations.fetch_add(1, Relaxed);
-                    self.state.borrow_mut().alloc_index = 0;
-                    ttl = self.register_until_accepted().await;
+                Action::UpdateAllocs { server, batch } => {
+                    actix_rt::spawn(self.clone().send_updates(server, batch))
                 }
-                Err(e) => {
-                    self.counters.errors.fetch_add(1, Relaxed);
-                    tracing::debug!(node = %self.node.name, error = %e, "heartbeat failed");
-                    failures += 1;
-                    // Retry soon, not a whole period later.
-                    ttl = backoff(failures).mul_f64(2.0);
-                }
-            }
+                Action::Wait(until) => return until,
+            };
         }
     }
 
@@ -145,82 +156,81 @@ impl SimNode {
         }
     }
 
-    async fn register_until_accepted(self: &Rc<Self>) -> Duration {
-        let mut failures = 0;
-        loop {
-            let body = json!({ "Node": &self.node });
-            match self
-                .http
-                .put(&self.url("/v1/node/register"), None, &body)
-                .await
-            {
-                Ok((_, reply)) => {
-                    self.set_live(true);
-                    let first = {
-                        let mut state = self.state.borrow_mut();
-                        let first = !state.registered_once;
-                        state.registered_once = true;
-                        first
-                    };
-                    if first {
-                        self.counters.registered.fetch_add(1, Relaxed);
-                    }
-                    let start_watch =
-                        !std::mem::replace(&mut self.state.borrow_mut().watching, true);
-                    if start_watch && self.settings.watch_allocs {
-                        actix_rt::spawn(self.clone().watch());
-                    }
-                    return ttl_of(&reply);
-                }
-                Err(e) => {
-                    self.counters.errors.fetch_add(1, Relaxed);
-                    tracing::debug!(node = %self.node.name, error = %e, "registration failed");
-                    failures += 1;
-                    tokio::time::sleep(backoff(failures)).await;
-                }
-            }
-        }
-    }
-
-    async fn heartbeat(&self) -> Result<Duration, HttpError> {
-        let url = self.url(&format!("/v1/node/{}/heartbeat", self.node.id));
-        let (_, reply) = self
+    async fn register(self: Rc<Self>, server: String) {
+        let body = wire::register_body(&self.node);
+        let reply = self
             .http
-            .put(
-                &url,
-                Some(&self.node.secret_id),
-                &json!({ "Status": "ready" }),
-            )
-            .await?;
-        Ok(ttl_of(&reply))
-    }
-
-    /// The blocking query on the node's allocations, forever.
-    async fn watch(self: Rc<Self>) {
-        let mut failures = 0;
-        loop {
-            let index = self.state.borrow().alloc_index;
-            let url = self.url(&format!(
-                "/v1/node/{}/allocations?index={index}&wait={}s",
-                self.node.id,
-                self.settings.watch_wait.as_secs()
-            ));
-            match self.http.get_allocs(&url, &self.node.secret_id).await {
-                Ok((new_index, allocs)) => {
-                    failures = 0;
-                    if new_index != index {
-                        self.state.borrow_mut().alloc_index = new_index;
-                        self.sync(allocs);
-                    }
+            .put(&wire::register_url(&server), None, &body)
+            .await;
+        let now = Instant::now();
+        match reply {
+            Ok((_, answer)) => {
+                self.set_live(true);
+                if !std::mem::replace(&mut self.state.borrow_mut().registered_once, true) {
+                    self.counters.registered.fetch_add(1, Relaxed);
                 }
-                Err(e) => {
-                    self.counters.errors.fetch_add(1, Relaxed);
-                    tracing::debug!(node = %self.node.name, error = %e, "watching allocations failed");
-                    failures += 1;
-                    tokio::time::sleep(backoff(failures)).await;
-                }
+                let answer = NodeAnswer::from_json(&answer);
+                self.session.borrow_mut().registered(&answer, now);
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                tracing::debug!(node = %self.node.name, error = %e, "registration failed");
+                let mut session = self.session.borrow_mut();
+                session.request_failed(Request::Register, &server, &e, now);
             }
         }
+        self.wake.notify_one();
+    }
+
+    async fn heartbeat(self: Rc<Self>, server: String) {
+        let url = wire::heartbeat_url(&server, &self.node.id);
+        let body = wire::heartbeat_body(true);
+        let reply = self.http.put(&url, Some(&self.node.secret_id), &body).await;
+        let now = Instant::now();
+        match reply {
+            Ok((_, answer)) => {
+                self.set_live(true);
+                self.counters.heartbeats.fetch_add(1, Relaxed);
+                let answer = NodeAnswer::from_json(&answer);
+                self.session.borrow_mut().heartbeat_answered(&answer, now);
+            }
+            Err(e) => {
+                if matches!(e, Failure::Status(404, _)) {
+                    // The server lost the node (fresh state): the session
+                    // registers it again.
+                    self.set_live(false);
+                    self.counters.reregistrations.fetch_add(1, Relaxed);
+                } else {
+                    self.counters.errors.fetch_add(1, Relaxed);
+                    tracing::debug!(node = %self.node.name, error = %e, "heartbeat failed");
+                }
+                let mut session = self.session.borrow_mut();
+                session.request_failed(Request::Heartbeat, &server, &e, now);
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// One blocking query on the node's allocations.
+    async fn watch(self: Rc<Self>, server: String, index: u64) {
+        let url = wire::watch_url(&server, &self.node.id, index, self.settings.watch_wait);
+        let reply = self.http.get_allocs(&url, &self.node.secret_id).await;
+        let now = Instant::now();
+        match reply {
+            Ok((new_index, allocs)) => {
+                let changed = self.session.borrow_mut().allocs_answered(new_index, now);
+                if changed {
+                    self.sync(allocs);
+                }
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                tracing::debug!(node = %self.node.name, error = %e, "watching allocations failed");
+                let mut session = self.session.borrow_mut();
+                session.request_failed(Request::WatchAllocs, &server, &e, now);
+            }
+        }
+        self.wake.notify_one();
     }
 
     /// Brings the local allocations in line with the servers' list.
@@ -352,70 +362,40 @@ impl SimNode {
         self.queue(update);
     }
 
-    /// Keeps the newest report per allocation and ships them together at
-    /// the end of the window.
+    /// Keeps the newest report per allocation; the session ships them
+    /// together at the end of the window.
     fn queue(self: &Rc<Self>, update: AllocClientUpdate) {
-        let mut state = self.state.borrow_mut();
-        state.pending.insert(update.id, update);
-        if !state.flush_scheduled {
-            state.flush_scheduled = true;
-            let node = self.clone();
-            actix_rt::spawn(async move {
-                tokio::time::sleep(node.settings.flush_window).await;
-                node.flush().await;
-            });
+        let woke = self
+            .session
+            .borrow_mut()
+            .queue_update(update.id, update, Instant::now());
+        if woke {
+            self.wake.notify_one();
         }
     }
 
-    async fn flush(self: Rc<Self>) {
-        let mut failures = 0;
-        loop {
-            let batch = {
-                let mut state = self.state.borrow_mut();
-                if state.pending.is_empty() {
-                    state.flush_scheduled = false;
-                    return;
-                }
-                std::mem::take(&mut state.pending)
-            };
-            let updates: Vec<&AllocClientUpdate> = batch.values().collect();
-            let url = self.url(&format!("/v1/node/{}/allocations", self.node.id));
-            let result = self
-                .http
-                .put(
-                    &url,
-                    Some(&self.node.secret_id),
-                    &json!({ "Allocs": updates }),
-                )
-                .await;
-            match result {
-                Ok(_) => self.counters.updates_sent.fetch_add(1, Relaxed),
-                Err(e) => {
-                    self.counters.errors.fetch_add(1, Relaxed);
-                    tracing::debug!(node = %self.node.name, error = %e, "reporting allocations failed");
-                    // Keep what failed unless a newer report came meanwhile.
-                    {
-                        let mut state = self.state.borrow_mut();
-                        for (id, u) in batch {
-                            state.pending.entry(id).or_insert(u);
-                        }
-                    }
-                    failures += 1;
-                    tokio::time::sleep(backoff(failures)).await;
-                    continue;
-                }
-            };
-            // Reports that arrived during the request wait for their window.
-            tokio::time::sleep(self.settings.flush_window).await;
+    async fn send_updates(
+        self: Rc<Self>,
+        server: String,
+        batch: BTreeMap<AllocId, AllocClientUpdate>,
+    ) {
+        let updates: Vec<&AllocClientUpdate> = batch.values().collect();
+        let url = wire::update_allocs_url(&server, &self.node.id);
+        let body = wire::update_allocs_body(&updates);
+        let reply = self.http.put(&url, Some(&self.node.secret_id), &body).await;
+        let now = Instant::now();
+        match reply {
+            Ok(_) => {
+                self.counters.updates_sent.fetch_add(1, Relaxed);
+                self.session.borrow_mut().updates_sent(now);
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Relaxed);
+                tracing::debug!(node = %self.node.name, error = %e, "reporting allocations failed");
+                let mut session = self.session.borrow_mut();
+                session.updates_failed(batch, &server, &e, now);
+            }
         }
+        self.wake.notify_one();
     }
-}
-
-/// The answer's `HeartbeatTTL` (nanoseconds), or Nomad's 10 s minimum.
-fn ttl_of(v: &Value) -> Duration {
-    v["HeartbeatTTL"]
-        .as_u64()
-        .map(Duration::from_nanos)
-        .filter(|d| !d.is_zero())
-        .unwrap_or(Duration::from_secs(10))
 }

@@ -1,51 +1,17 @@
-//! The server's operations as typed async Rust calls: what the HTTP API
-//! offers, for programs that embed herder (`Agent::api()`), and the one
-//! implementation of the writes the HTTP handlers share.
-//!
-//! Nomad splits its server into RPC endpoints (`Job.Register`, ...) that
-//! the HTTP agent calls; this module is that layer. An HTTP handler decodes
-//! the request, calls a method here and renders the answer, so a job
-//! registered through `ServerApi::register_job` goes through exactly the
-//! checks of `PUT /v1/jobs` (validation, `RejectJobRegistration`,
-//! `EnforceIndex`, `PreserveCounts`) and is durable when the call returns.
-//!
-//! Reads return owned values or `Arc`s from one snapshot; for anything not
-//! covered, `snapshot()` gives the whole read-only state.
+//! Jobs: Nomad's `Job.Register`, `Job.Deregister`, `Job.Revert`,
+//! `Job.Stable`, `Job.Dispatch`, `Job.Scale`, `Job.Evaluate` and
+//! `Periodic.Force`, with the checks every transport shares.
 
-use crate::node_tracker::{Heartbeat, NodeError, NodeReply, RegisterNode, UpdateAllocs};
-use crate::server::ServerHandle;
-use herder::state::{
-    AllocClientUpdate, ApplyError, ApplyOutcome, Command, StateSnapshot, StoreError, Table,
-    TableSet,
-};
+use super::{unix_nanos, ServerApi, ServerApiError};
+use crate::periodic::PeriodicError;
+use herder::state::{Command, StateSnapshot};
 use herder::structs::job::{MAX_PRIORITY, MIN_PRIORITY};
 use herder::structs::validate::JobLimits;
-use herder::structs::{
-    AllocId, Allocation, EvalId, EvalStatus, Evaluation, Job, Node, NodeId, ScalingEvent,
-    TriggeredBy,
-};
+use herder::structs::{Allocation, EvalId, Evaluation, Job, ScalingEvent, TaskGroup, TriggeredBy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-/// Why a call was refused. The class decides the HTTP status when the
-/// call came over HTTP: `Invalid` 400, `NotFound` 404, `Forbidden` 403,
-/// `Unavailable` 503, `Internal` 500.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerApiError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    Unavailable(String),
-    #[error("{0}")]
-    Internal(String),
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
-}
+pub use crate::periodic::Launched as PeriodicLaunch;
 
 /// A job registration with Nomad's options.
 #[derive(Debug, Clone)]
@@ -88,22 +54,7 @@ pub struct JobWriteResult {
     pub warnings: Vec<String>,
 }
 
-/// A cheap, clonable handle to a running server's operations.
-#[derive(Clone)]
-pub struct ServerApi {
-    server: ServerHandle,
-}
-
 impl ServerApi {
-    pub fn new(server: ServerHandle) -> ServerApi {
-        ServerApi { server }
-    }
-
-    /// The whole read-only state at this moment.
-    pub fn snapshot(&self) -> StateSnapshot {
-        self.server.store.snapshot()
-    }
-
     /// Registers (or updates) a job and the evaluation it triggers;
     /// returns once both are durable.
     pub async fn register_job(
@@ -117,7 +68,7 @@ impl ServerApi {
             eval_priority,
         } = request;
         job.canonicalize();
-        check_job(&job, &self.server.job_limits)?;
+        check_job(&job, &self.job_limits)?;
         if eval_priority.is_some_and(|p| !(MIN_PRIORITY..=MAX_PRIORITY).contains(&p)) {
             return Err(ServerApiError::Invalid(format!(
                 "eval priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}"
@@ -142,8 +93,8 @@ impl ServerApi {
     }
 
     /// Registers `job` as given, with an evaluation of the caller's making
-    /// (or none): the shared tail of registration, scaling and reverting.
-    pub async fn write_job(
+    /// (or none): the shared tail of registration and dispatch.
+    async fn write_job(
         &self,
         job: Arc<Job>,
         eval: Option<Evaluation>,
@@ -153,6 +104,7 @@ impl ServerApi {
         let eval_id = eval.as_ref().map(|e| e.id);
         let warnings = herder::structs::unhonoured::unhonoured_fields(&job);
         let outcome = self
+            .writes
             .submit(Command::JobRegister {
                 job,
                 eval,
@@ -180,6 +132,7 @@ impl ServerApi {
             .then(|| Evaluation::for_job(job, TriggeredBy::JobDeregister, unix_nanos()));
         let eval_id = eval.as_ref().map(|e| e.id);
         let outcome = self
+            .writes
             .submit(Command::JobDeregister {
                 namespace: namespace.to_string(),
                 job_id: job_id.to_string(),
@@ -244,6 +197,7 @@ impl ServerApi {
             return Err(version_not_found(namespace, job_id, version));
         }
         let outcome = self
+            .writes
             .submit(Command::JobStabilityUpdate {
                 namespace: namespace.to_string(),
                 job_id: job_id.to_string(),
@@ -303,12 +257,13 @@ impl ServerApi {
         child.dispatch_idempotency_token = request.idempotency_token.clone();
         child.meta.extend(request.meta.clone());
         child.payload = request.payload_base64();
-        check_job(&child, &self.server.job_limits)?;
+        check_job(&child, &self.job_limits)?;
         let eval = (!child.is_template())
             .then(|| Evaluation::for_job(&child, TriggeredBy::JobRegister, now));
         let eval_id = eval.as_ref().map(|e| e.id);
         let child_id = child.id.clone();
         let submitted = self
+            .writes
             .submit(Command::JobDispatch {
                 job: Arc::new(child),
                 eval,
@@ -395,25 +350,12 @@ impl ServerApi {
         let (job, eval, enforce_index) = match new_count {
             None => (None, None, None),
             Some(c) => {
-                if let Some(policy) = &tg.scaling {
-                    let (min, max) = (policy.min.unwrap_or(0), policy.max.unwrap_or(i64::MAX));
-                    let asked = i64::from(c);
-                    if asked < min {
-                        return Err(ServerApiError::Invalid(format!(
-                            "group count was less than scaling policy minimum: {asked} < {min}"
-                        )));
-                    }
-                    if max < asked {
-                        return Err(ServerApiError::Invalid(format!(
-                            "group count was greater than scaling policy maximum: {asked} > {max}"
-                        )));
-                    }
-                }
+                check_scaling_policy(tg, c)?;
                 let mut job = (**old).clone();
                 if let Some(tg) = job.task_groups.iter_mut().find(|g| g.name == group) {
                     tg.count = c;
                 }
-                check_job(&job, &self.server.job_limits)?;
+                check_job(&job, &self.job_limits)?;
                 job.submit_time = now;
                 let eval = (!job.is_template())
                     .then(|| Evaluation::for_job(&job, TriggeredBy::JobScaling, now));
@@ -424,6 +366,7 @@ impl ServerApi {
         let eval_id = eval.as_ref().map(|e| e.id);
         let changes_job = job.is_some();
         let outcome = self
+            .writes
             .submit(Command::JobScale {
                 namespace: namespace.clone(),
                 job_id: job_id.clone(),
@@ -478,134 +421,67 @@ impl ServerApi {
             .collect()
     }
 
-    pub fn allocation(&self, id: &AllocId) -> Option<Arc<Allocation>> {
-        self.snapshot().alloc(id).cloned()
-    }
-
-    pub fn evaluation(&self, id: &EvalId) -> Option<Arc<Evaluation>> {
-        self.snapshot().eval(id).cloned()
-    }
-
-    /// Waits until the evaluation is terminal (complete, failed or
-    /// canceled) or blocked.
-    pub async fn wait_for_evaluation(
+    /// Creates an evaluation of the job now (Nomad's `Job.Evaluate`), as
+    /// its registration would; periodic and parameterized parents are
+    /// not evaluated themselves.
+    pub async fn evaluate_job(
         &self,
-        id: &EvalId,
-        timeout: Duration,
-    ) -> Result<Arc<Evaluation>, ServerApiError> {
-        self.wait_until(TableSet::of(&[Table::Evals]), timeout, |snap| {
-            match snap.eval(id) {
-                None => Some(Err(ServerApiError::NotFound(format!(
-                    "evaluation {id} not found"
-                )))),
-                Some(e) if e.status.is_terminal() || e.status == EvalStatus::Blocked => {
-                    Some(Ok(e.clone()))
-                }
-                Some(_) => None,
-            }
+        namespace: &str,
+        job_id: &str,
+    ) -> Result<JobWriteResult, ServerApiError> {
+        let snap = self.snapshot();
+        let job = snap
+            .job(namespace, job_id)
+            .ok_or_else(|| ServerApiError::NotFound("job not found".into()))?;
+        if job.periodic.as_ref().is_some_and(|p| p.enabled) {
+            return Err(ServerApiError::Invalid(
+                "can't evaluate periodic job".into(),
+            ));
+        }
+        if job.parameterized_job.is_some() {
+            return Err(ServerApiError::Invalid(
+                "can't evaluate parameterized job".into(),
+            ));
+        }
+        let eval = Evaluation::for_job(job, TriggeredBy::JobRegister, unix_nanos());
+        let eval_id = eval.id;
+        let outcome = self
+            .writes
+            .submit(Command::EvalUpdate { evals: vec![eval] })
+            .await?;
+        Ok(JobWriteResult {
+            eval_id: Some(eval_id),
+            eval_create_index: outcome.index,
+            job_modify_index: job.job_modify_index,
+            index: outcome.index,
+            warnings: Vec::new(),
         })
-        .await?
     }
 
-    /// Waits until `check` answers `Some` for the state, re-checking each
-    /// time one of `tables` changes (woken by the store, never polling).
-    pub async fn wait_until<T>(
+    /// Launches a periodic job's child now, as its schedule would (Nomad's
+    /// `Periodic.Force`).
+    pub async fn force_periodic_launch(
         &self,
-        tables: TableSet,
-        timeout: Duration,
-        mut check: impl FnMut(&StateSnapshot) -> Option<T>,
-    ) -> Result<T, ServerApiError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let snap = self.snapshot();
-            if let Some(answer) = check(&snap) {
-                return Ok(answer);
-            }
-            let seen = tables
-                .iter()
-                .map(|t| snap.table_index(t))
-                .max()
-                .unwrap_or(0);
-            let changed = self.server.store.watch(tables, seen);
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, changed).await {
-                Err(_) => return Err(ServerApiError::Timeout(timeout)),
-                // The store dropped the watch: it is closing.
-                Ok(Err(_)) => return Err(shutting_down()),
-                Ok(Ok(_)) => {}
-            }
+        namespace: &str,
+        job_id: &str,
+    ) -> Result<PeriodicLaunch, ServerApiError> {
+        if self.snapshot().job(namespace, job_id).is_none() {
+            return Err(ServerApiError::NotFound("job not found".into()));
         }
-    }
-
-    pub fn nodes(&self) -> Vec<Arc<Node>> {
-        self.snapshot().nodes().cloned().collect()
-    }
-
-    pub fn node_allocations(&self, node_id: &NodeId) -> Vec<Arc<Allocation>> {
-        self.snapshot().allocs_by_node(node_id).cloned().collect()
-    }
-
-    /// Registers a node (as a client agent does); the node keeps its
-    /// `SecretID` for the calls below.
-    pub async fn register_node(&self, node: Node) -> Result<NodeReply, ServerApiError> {
-        self.server
-            .nodes
-            .send(RegisterNode(node))
-            .await
-            .map_err(mailbox)?
-            .map_err(node_error)
-    }
-
-    /// A node's heartbeat; `ready: false` reports it initializing.
-    pub async fn heartbeat(
-        &self,
-        node_id: NodeId,
-        secret_id: &str,
-        ready: bool,
-    ) -> Result<NodeReply, ServerApiError> {
-        self.server
-            .nodes
-            .send(Heartbeat {
-                node_id,
-                secret_id: secret_id.to_string(),
-                ready,
-            })
-            .await
-            .map_err(mailbox)?
-            .map_err(node_error)
-    }
-
-    /// A node's report of its allocations' client status; returns the
-    /// index at which it is durable.
-    pub async fn update_allocations(
-        &self,
-        node_id: NodeId,
-        secret_id: &str,
-        updates: Vec<AllocClientUpdate>,
-    ) -> Result<u64, ServerApiError> {
-        if updates.is_empty() {
-            return Err(ServerApiError::Invalid("no allocations to update".into()));
-        }
-        self.server
-            .nodes
-            .send(UpdateAllocs {
-                node_id,
-                secret_id: secret_id.to_string(),
-                updates,
-            })
-            .await
-            .map_err(mailbox)?
-            .map_err(node_error)
-    }
-
-    /// Submits a command and waits until it is durable.
-    pub async fn submit(&self, command: Command) -> Result<ApplyOutcome, ServerApiError> {
-        self.server
-            .store
-            .submit(command)
-            .await
-            .map_err(|_| shutting_down())?
-            .map_err(store_error)
+        let launched = self
+            .writes
+            .force_periodic(namespace.to_string(), job_id.to_string())
+            .await?;
+        launched.map_err(|e| match e {
+            PeriodicError::NotFound(_) => ServerApiError::NotFound("job not found".into()),
+            PeriodicError::NotPeriodic(_) => {
+                ServerApiError::Invalid("can't force launch non-periodic job".into())
+            }
+            PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
+                ServerApiError::Invalid(e.to_string())
+            }
+            PeriodicError::Store(e) => ServerApiError::Internal(e.to_string()),
+        })
     }
 }
 
@@ -743,6 +619,26 @@ fn check_dispatch(request: &DispatchJob, parent: &Job) -> Result<(), ServerApiEr
     Ok(())
 }
 
+/// A new count must stay within the group's scaling policy, if it has one.
+fn check_scaling_policy(tg: &TaskGroup, count: i32) -> Result<(), ServerApiError> {
+    let Some(policy) = &tg.scaling else {
+        return Ok(());
+    };
+    let (min, max) = (policy.min.unwrap_or(0), policy.max.unwrap_or(i64::MAX));
+    let asked = i64::from(count);
+    if asked < min {
+        return Err(ServerApiError::Invalid(format!(
+            "group count was less than scaling policy minimum: {asked} < {min}"
+        )));
+    }
+    if max < asked {
+        return Err(ServerApiError::Invalid(format!(
+            "group count was greater than scaling policy maximum: {asked} > {max}"
+        )));
+    }
+    Ok(())
+}
+
 fn check_registration_allowed(snap: &StateSnapshot) -> Result<(), ServerApiError> {
     if snap.scheduler_config().reject_job_registration {
         return Err(ServerApiError::Forbidden(
@@ -778,65 +674,4 @@ fn keep_stored_counts(snap: &StateSnapshot, job: &mut Job) {
             }
         }
     }
-}
-
-/// A write's outcome from the store: rejections are the caller's fault,
-/// a closed or failed store is the server's.
-pub fn store_error(e: StoreError) -> ServerApiError {
-    match e {
-        StoreError::Rejected(ApplyError::JobNotFound { .. }) => {
-            ServerApiError::NotFound("job not found".into())
-        }
-        StoreError::Rejected(ApplyError::NodeNotFound(_)) => {
-            ServerApiError::NotFound("node not found".into())
-        }
-        StoreError::Rejected(r) => {
-            let message = r.to_string();
-            // Nomad's check-and-set refusal reads "Enforcing job modify
-            // index ..."; the store's sentences are lower-case.
-            if message.starts_with("enforcing") {
-                ServerApiError::Invalid(capitalize(&message))
-            } else {
-                ServerApiError::Invalid(message)
-            }
-        }
-        StoreError::Closed => shutting_down(),
-        other => ServerApiError::Internal(other.to_string()),
-    }
-}
-
-fn node_error(e: NodeError) -> ServerApiError {
-    match e {
-        NodeError::Invalid(m) => ServerApiError::Invalid(m),
-        NodeError::NotFound => ServerApiError::NotFound("node not found".into()),
-        NodeError::SecretMismatch => {
-            ServerApiError::Forbidden("Permission denied: node secret ID does not match".into())
-        }
-        NodeError::Store(s) => ServerApiError::Internal(s.to_string()),
-    }
-}
-
-fn mailbox(e: actix::MailboxError) -> ServerApiError {
-    ServerApiError::Unavailable(format!("the server is shutting down ({e})"))
-}
-
-fn shutting_down() -> ServerApiError {
-    ServerApiError::Unavailable("the server is shutting down".into())
-}
-
-/// Nomad's messages start with a capital ("Enforcing job modify index
-/// ..."); the store's errors are lower-case sentences.
-fn capitalize(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(c) => c.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    }
-}
-
-fn unix_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }

@@ -1,0 +1,414 @@
+//! The HTTP transport: the three Raft RPCs as `POST /v1/raft/append`,
+//! `/v1/raft/vote` and `/v1/raft/snapshot` on a server's RPC port, guarded
+//! by the cluster key (issue 18, item 8).
+//!
+//! Bodies are JSON (openraft's own request and answer types, with its
+//! serde feature). Every request carries, in [`AUTH_HEADER`], an
+//! HMAC-SHA256 under the cluster key of the direction, the path and the
+//! body; a server refuses a request without a valid one (401) before
+//! decoding it, and a client refuses an answer that is not signed likewise,
+//! so a process without the key can neither drive a server's Raft nor pose
+//! as one. (It does not hide the traffic or stop a replay of a captured
+//! message: TLS on the RPC port comes later.)
+//!
+//! The client sends from a blocking thread with ureq: openraft needs `Send`
+//! futures, which actix's client does not give.
+
+use crate::transport::{RpcError, SnapshotRpcError, Transport};
+use crate::{NodeId, TypeConfig};
+use actix_web::{web, HttpRequest, HttpResponse};
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use openraft::error::{NetworkError, RPCError, RemoteError, Unreachable};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::Sha256;
+use std::future::Future;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const APPEND_PATH: &str = "/v1/raft/append";
+pub const VOTE_PATH: &str = "/v1/raft/vote";
+pub const SNAPSHOT_PATH: &str = "/v1/raft/snapshot";
+/// The header that carries a message's signature under the cluster key.
+pub const AUTH_HEADER: &str = "X-Herder-Cluster-Auth";
+/// The largest body either side reads: a batch of entries (openraft sends
+/// at most `max_payload_entries`) or one snapshot chunk, with room.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Which way a message goes: a request's signature is no answer's.
+#[derive(Clone, Copy)]
+enum Direction {
+    Request,
+    Answer,
+}
+
+/// Why a cluster key was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("the cluster key is not base64: {0}")]
+    NotBase64(String),
+    #[error("the cluster key is {0} bytes; it must be 16, 24 or 32 (`herder operator gossip keygen` makes one)")]
+    BadLength(usize),
+}
+
+/// The shared cluster key (`server { encrypt = "..." }`), ready to sign.
+#[derive(Clone)]
+pub struct ClusterKey {
+    keyed: HmacSha256,
+}
+
+impl std::fmt::Debug for ClusterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterKey(..)")
+    }
+}
+
+impl ClusterKey {
+    /// Reads a key as Nomad's `encrypt` setting holds it: base64 of 16, 24
+    /// or 32 random bytes.
+    pub fn from_base64(text: &str) -> Result<ClusterKey, KeyError> {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text.trim())
+            .map_err(|e| KeyError::NotBase64(e.to_string()))?;
+        if ![16, 24, 32].contains(&bytes.len()) {
+            return Err(KeyError::BadLength(bytes.len()));
+        }
+        let keyed =
+            HmacSha256::new_from_slice(&bytes).map_err(|_| KeyError::BadLength(bytes.len()))?;
+        Ok(ClusterKey { keyed })
+    }
+
+    fn mac(&self, direction: Direction, path: &str, body: &[u8]) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        let tag: &[u8] = match direction {
+            Direction::Request => b"herder-raft request\n",
+            Direction::Answer => b"herder-raft answer\n",
+        };
+        mac.update(tag);
+        mac.update(path.as_bytes());
+        mac.update(b"\n");
+        mac.update(body);
+        mac
+    }
+
+    fn sign(&self, direction: Direction, path: &str, body: &[u8]) -> String {
+        let tag = self.mac(direction, path, body).finalize().into_bytes();
+        base64::engine::general_purpose::STANDARD.encode(tag)
+    }
+
+    /// Whether `signature` is this key's for the message (in constant time).
+    fn verify(&self, direction: Direction, path: &str, body: &[u8], signature: &str) -> bool {
+        let Ok(tag) = base64::engine::general_purpose::STANDARD.decode(signature) else {
+            return false;
+        };
+        self.mac(direction, path, body).verify_slice(&tag).is_ok()
+    }
+}
+
+/// What the RPC handlers share.
+struct RaftService {
+    raft: Raft<TypeConfig>,
+    key: ClusterKey,
+}
+
+/// Registers the Raft RPC routes on an actix-web app (the RPC port's).
+pub fn configure(raft: Raft<TypeConfig>, key: ClusterKey) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |config| {
+        config
+            .app_data(web::Data::new(RaftService { raft, key }))
+            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+            .route(APPEND_PATH, web::post().to(append))
+            .route(VOTE_PATH, web::post().to(vote))
+            .route(SNAPSHOT_PATH, web::post().to(install_snapshot));
+    }
+}
+
+async fn append(
+    service: web::Data<RaftService>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    let raft = service.raft.clone();
+    serve(
+        &service.key,
+        APPEND_PATH,
+        &request,
+        &body,
+        |rpc: AppendEntriesRequest<TypeConfig>| async move { raft.append_entries(rpc).await },
+    )
+    .await
+}
+
+async fn vote(
+    service: web::Data<RaftService>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    let raft = service.raft.clone();
+    serve(
+        &service.key,
+        VOTE_PATH,
+        &request,
+        &body,
+        |rpc: VoteRequest<NodeId>| async move { raft.vote(rpc).await },
+    )
+    .await
+}
+
+async fn install_snapshot(
+    service: web::Data<RaftService>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    let raft = service.raft.clone();
+    serve(
+        &service.key,
+        SNAPSHOT_PATH,
+        &request,
+        &body,
+        |rpc: InstallSnapshotRequest<TypeConfig>| async move { raft.install_snapshot(rpc).await },
+    )
+    .await
+}
+
+/// Checks the signature, decodes the request, runs it, and answers with
+/// the signed JSON of its `Result`.
+async fn serve<Req, Resp, E, F, Fut>(
+    key: &ClusterKey,
+    path: &str,
+    request: &HttpRequest,
+    body: &[u8],
+    call: F,
+) -> HttpResponse
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    E: Serialize,
+    F: FnOnce(Req) -> Fut,
+    Fut: Future<Output = Result<Resp, E>>,
+{
+    let signature = request
+        .headers()
+        .get(AUTH_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    if !key.verify(Direction::Request, path, body, signature) {
+        return HttpResponse::Unauthorized()
+            .body("the request is not signed with this cluster's key (server { encrypt })");
+    }
+    let rpc: Req = match serde_json::from_slice(body) {
+        Ok(rpc) => rpc,
+        Err(e) => return HttpResponse::BadRequest().body(format!("undecodable Raft request: {e}")),
+    };
+    let answer = call(rpc).await;
+    match serde_json::to_vec(&answer) {
+        Ok(bytes) => HttpResponse::Ok()
+            .insert_header((AUTH_HEADER, key.sign(Direction::Answer, path, &bytes)))
+            .content_type("application/json")
+            .body(bytes),
+        Err(e) => HttpResponse::InternalServerError().body(format!("encoding the answer: {e}")),
+    }
+}
+
+/// Why an HTTP exchange failed, before openraft's classification.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("{url} answered {status}: {body}")]
+    Status {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{url}: the answer is not signed with the cluster key")]
+    Unsigned { url: String },
+    #[error("{url}: {reason}")]
+    Body { url: String, reason: String },
+}
+
+/// The client side: sends Raft RPCs to `http://<node addr><path>`.
+#[derive(Clone)]
+pub struct HttpTransport {
+    agent: ureq::Agent,
+    key: Arc<ClusterKey>,
+}
+
+impl HttpTransport {
+    /// A client that gives up on an exchange after `timeout` (connect,
+    /// send and answer each).
+    pub fn new(key: ClusterKey, timeout: Duration) -> HttpTransport {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(timeout)
+            .timeout_read(timeout)
+            .timeout_write(timeout)
+            .build();
+        HttpTransport {
+            agent,
+            key: Arc::new(key),
+        }
+    }
+
+    async fn call<Req, Resp, E>(
+        &self,
+        target: NodeId,
+        node: &BasicNode,
+        path: &'static str,
+        rpc: &Req,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let url = format!("http://{}{}", node.addr, path);
+        let body = serde_json::to_vec(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let signature = self.key.sign(Direction::Request, path, &body);
+        let agent = self.agent.clone();
+        let key = self.key.clone();
+        let exchange = move || post_signed(&agent, &key, &url, path, &signature, &body);
+        let answer = tokio::task::spawn_blocking(exchange)
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let bytes = answer.map_err(|e| match e {
+            HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+            _ => RPCError::Network(NetworkError::new(&e)),
+        })?;
+        let result: Result<Resp, E> =
+            serde_json::from_slice(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
+    }
+}
+
+/// One blocking exchange: the answer's body once its signature checks out.
+fn post_signed(
+    agent: &ureq::Agent,
+    key: &ClusterKey,
+    url: &str,
+    path: &str,
+    signature: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, HttpError> {
+    let response = agent
+        .post(url)
+        .set(AUTH_HEADER, signature)
+        .set("Content-Type", "application/json")
+        .send_bytes(body);
+    let response = match response {
+        Ok(response) => response,
+        Err(ureq::Error::Status(status, response)) => {
+            let body = read_body(response, 4096).unwrap_or_default();
+            let body = String::from_utf8_lossy(&body).into_owned();
+            return Err(HttpError::Status {
+                url: url.to_string(),
+                status,
+                body,
+            });
+        }
+        Err(ureq::Error::Transport(e)) => {
+            return Err(HttpError::Unreachable {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })
+        }
+    };
+    let answer_signature = response.header(AUTH_HEADER).unwrap_or_default().to_string();
+    let bytes = read_body(response, MAX_BODY_BYTES).map_err(|e| HttpError::Body {
+        url: url.to_string(),
+        reason: e.to_string(),
+    })?;
+    if !key.verify(Direction::Answer, path, &bytes, &answer_signature) {
+        return Err(HttpError::Unsigned {
+            url: url.to_string(),
+        });
+    }
+    Ok(bytes)
+}
+
+fn read_body(response: ureq::Response, limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    response
+        .into_reader()
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > limit {
+        return Err(std::io::Error::other(format!(
+            "answer larger than {limit} bytes"
+        )));
+    }
+    Ok(bytes)
+}
+
+impl Transport for HttpTransport {
+    async fn append_entries(
+        &self,
+        _from: NodeId,
+        target: NodeId,
+        node: &BasicNode,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
+        self.call(target, node, APPEND_PATH, &rpc).await
+    }
+
+    async fn vote(
+        &self,
+        _from: NodeId,
+        target: NodeId,
+        node: &BasicNode,
+        rpc: VoteRequest<NodeId>,
+    ) -> Result<VoteResponse<NodeId>, RpcError> {
+        self.call(target, node, VOTE_PATH, &rpc).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        _from: NodeId,
+        target: NodeId,
+        node: &BasicNode,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<InstallSnapshotResponse<NodeId>, SnapshotRpcError> {
+        self.call(target, node, SNAPSHOT_PATH, &rpc).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "cg8StVXbQJ0gPvMd9o7yrg==";
+
+    #[test]
+    fn a_signature_checks_out_only_for_its_key_direction_path_and_body() {
+        let key = ClusterKey::from_base64(KEY).unwrap();
+        let other = ClusterKey::from_base64("HbSsQiUzzsRWKRXz7b2b3w==").unwrap();
+        let signature = key.sign(Direction::Request, VOTE_PATH, b"{}");
+        assert!(key.verify(Direction::Request, VOTE_PATH, b"{}", &signature));
+        assert!(!other.verify(Direction::Request, VOTE_PATH, b"{}", &signature));
+        assert!(!key.verify(Direction::Answer, VOTE_PATH, b"{}", &signature));
+        assert!(!key.verify(Direction::Request, APPEND_PATH, b"{}", &signature));
+        assert!(!key.verify(Direction::Request, VOTE_PATH, b"{ }", &signature));
+        assert!(!key.verify(Direction::Request, VOTE_PATH, b"{}", "not base64!"));
+    }
+
+    #[test]
+    fn keys_must_be_base64_of_16_24_or_32_bytes() {
+        assert!(ClusterKey::from_base64(KEY).is_ok());
+        assert_eq!(
+            ClusterKey::from_base64("c2hvcnQ=").unwrap_err(),
+            KeyError::BadLength(5)
+        );
+        assert!(matches!(
+            ClusterKey::from_base64("%%%"),
+            Err(KeyError::NotBase64(_))
+        ));
+    }
+}

@@ -1,0 +1,65 @@
+//! The sled log store and the state machine adapter against openraft's own
+//! storage conformance suite, and the log store's durability across a
+//! reopen.
+
+use herder_raft::{MemoryTarget, SledLogStore, StateMachineAdapter, TypeConfig};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::testing::{blank_ent, StoreBuilder, Suite};
+use openraft::{CommittedLeaderId, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
+use std::sync::Arc;
+use tempfile::TempDir;
+
+struct Builder;
+
+impl StoreBuilder<TypeConfig, SledLogStore, StateMachineAdapter<MemoryTarget>, TempDir>
+    for Builder
+{
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, SledLogStore, StateMachineAdapter<MemoryTarget>), StorageError<u64>> {
+        let dir = tempfile::tempdir().map_err(|e| StorageIOError::write(&e))?;
+        let log = SledLogStore::open(dir.path()).map_err(|e| StorageIOError::write(&e))?;
+        let state_machine = StateMachineAdapter::new(Arc::new(MemoryTarget::new()));
+        Ok((dir, log, state_machine))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_passes() {
+    Suite::test_all(Builder).unwrap();
+}
+
+fn log_id(term: u64, index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+#[tokio::test]
+async fn a_reopened_log_store_has_its_entries_vote_and_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = SledLogStore::open(dir.path()).unwrap();
+        let entries: Vec<_> = (1..=8).map(|i| blank_ent::<TypeConfig>(2, 1, i)).collect();
+        store.blocking_append(entries).await.unwrap();
+        store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+        store.save_committed(Some(log_id(2, 6))).await.unwrap();
+        store.purge(log_id(2, 3)).await.unwrap();
+        store.truncate(log_id(2, 8)).await.unwrap();
+    }
+    let mut store = SledLogStore::open(dir.path()).unwrap();
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(2, 3)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 7)));
+    assert_eq!(
+        store.read_vote().await.unwrap(),
+        Some(Vote::new_committed(2, 1))
+    );
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 6)));
+    let indexes: Vec<u64> = store
+        .try_get_log_entries(0..100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.log_id.index)
+        .collect();
+    assert_eq!(indexes, vec![4, 5, 6, 7]);
+}
