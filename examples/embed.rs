@@ -1,19 +1,20 @@
-//! Runs herder inside another program.
+//! Runs herder inside another program, through the crate's public items
+//! only (`herder_actors::{Agent, AgentConfig, ...}`).
 //!
 //! The program starts a server and a client in its own process (HTTP API
 //! on loopback only, a throwaway data dir), registers a batch job parsed
-//! from HCL text, waits for it to be placed and to finish, prints what
-//! happened, and shuts herder down gracefully. Nomad tools can reach the
-//! same agent over HTTP while it runs.
+//! from HCL text, follows it on the event stream until it is placed,
+//! waits for it to finish, prints what happened, and shuts herder down.
+//! Nomad tools can reach the same agent over HTTP while it runs.
 //!
-//! Run it with `cargo run -p herder-actors --example embed`.
+//! Run it with `cargo run -p herder-actors --example embed`; an outside
+//! crate builds it with the dependency line of docs/EMBEDDING.md.
 
-use herder::jobspec;
-use herder::state::{Table, TableSet};
-use herder::structs::ClientStatus;
-use herder_actors::agent::Agent;
-use herder_actors::config::AgentConfig;
-use herder_actors::server_api::RegisterJob;
+use futures::StreamExt;
+use herder_actors::herder::jobspec;
+use herder_actors::herder::state::{Table, TableSet};
+use herder_actors::herder::structs::ClientStatus;
+use herder_actors::{Agent, AgentConfig, EventFilter, RegisterJob, Topic};
 use std::time::Duration;
 
 const JOB: &str = r#"
@@ -31,23 +32,19 @@ job "hello" {
 }
 "#;
 
-fn main() -> anyhow::Result<()> {
-    actix_rt::System::new().block_on(run())
-}
-
-async fn run() -> anyhow::Result<()> {
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
     let mut config = AgentConfig::dev()?;
     // A sidecar: the API binds loopback whatever `bind_addr` says.
     config.sidecar = true;
-    config.log_level = "warn".into();
     let agent = Agent::start(config, true).await?;
     println!("herder API on http://{}", agent.http_addr());
-    let result = wait_for_job(&agent).await;
+    let result = run_job(&agent).await;
     agent.shutdown().await;
     result
 }
 
-async fn wait_for_job(agent: &Agent) -> anyhow::Result<()> {
+async fn run_job(agent: &Agent) -> anyhow::Result<()> {
     let api = agent
         .api()
         .ok_or_else(|| anyhow::anyhow!("the dev agent runs a server"))?;
@@ -58,15 +55,19 @@ async fn wait_for_job(agent: &Agent) -> anyhow::Result<()> {
         |snap| snap.nodes().any(|n| n.is_schedulable()).then_some(()),
     )
     .await?;
+    let mut allocations = agent.events(EventFilter::new().topic(Topic::Allocation, "hello"))?;
     let job = jobspec::parse_hcl(JOB, "hello.nomad.hcl")?;
     let registered = api.register_job(RegisterJob::new(job)).await?;
-    let eval_id = registered
-        .eval_id
-        .ok_or_else(|| anyhow::anyhow!("a batch job is evaluated"))?;
-    let eval = api
-        .wait_for_evaluation(&eval_id, Duration::from_secs(10))
-        .await?;
-    println!("evaluation {eval_id}: {:?}", eval.status);
+    println!("registered at index {}", registered.index);
+    let placed = tokio::time::timeout(Duration::from_secs(10), allocations.next())
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the event stream ended"))?;
+    for event in &placed.events {
+        println!(
+            "event {} {} at index {}",
+            event.event_type, event.key, event.index
+        );
+    }
     let finished = api
         .wait_until(
             TableSet::of(&[Table::Allocs]),

@@ -1,44 +1,70 @@
-//! The agent: one process running a server, a client, or both.
+//! The agent: one process running a server, a client, or both — and the
+//! handle a program holds when it embeds herder.
 //!
-//! `Agent::start` brings the parts up in dependency order (data dir, state
-//! store, HTTP API) and `Agent::shutdown` takes them down in reverse, so
-//! nothing acknowledged is lost: the HTTP server stops accepting and drains
-//! its requests before the store flushes and closes. The same type is the
-//! embedding API: another Rust program can start herder inside itself.
+//! An [`Agent`] runs on a thread of its own (`herder-agent`) with its own
+//! actix system; the HTTP API adds two worker threads of actix-web. The
+//! caller's runtime is never used for herder's actors, so `Agent::start`
+//! works the same from a multi-threaded `#[tokio::main]`, a current-thread
+//! runtime, an actix system or a plain `futures` executor. The parts come
+//! up in dependency order (data dir, state store, HTTP API, client) and go
+//! down in reverse, so nothing acknowledged is lost: the HTTP server stops
+//! accepting and drains its requests before the store flushes and closes.
+//!
+//! The handle is `Send + Sync + Clone`. Dropping the last clone shuts the
+//! agent down and waits for it (the port and the data dir's lock are free
+//! when the drop returns), so an error path cannot leak a live scheduler.
 
 use crate::client::driver::DriverSet;
 use crate::client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
 use crate::config::AgentConfig;
+use crate::events::{EventFilter, EventStream};
 use crate::http::{self, HttpServer};
 use crate::node_protocol::normalize_server;
 use crate::nomad_metrics::Board;
 use crate::server::{Server, ServerError, ServerHandle};
 use crate::server_api::ServerApi;
 use actix::{Actor, Addr};
+use futures::channel::oneshot;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+/// Why an agent did not start. `Display` states the failure; the cause
+/// (an I/O or store error) is its `source()`, never repeated in it.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// The data dir could not be created or used.
     #[error("data dir {path}")]
     DataDir {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The server did not start (its state store, its worker pool).
     #[error(transparent)]
     Server(#[from] ServerError),
+    /// The client did not start.
     #[error("client: {0}")]
     Client(String),
+    /// The HTTP API could not bind its address.
     #[error("HTTP API on {addr}")]
     Bind {
         addr: String,
         source: std::io::Error,
     },
+    /// The agent's own thread could not be started.
+    #[error("starting the agent's thread")]
+    Thread(#[source] std::io::Error),
+    /// The agent's thread ended before it reported (it panicked).
+    #[error("the agent's thread ended while starting")]
+    ThreadEnded,
+    /// The call needs a server and this agent runs only a client.
+    #[error("this agent runs no server")]
+    NoServer,
 }
 
 /// What every part of a running agent may read.
+#[doc(hidden)]
 pub struct AgentInfo {
     pub config: AgentConfig,
     /// The data dir in use (for `-dev`, a temporary one).
@@ -51,8 +77,8 @@ pub struct AgentInfo {
     /// The ID of this agent's client node, once the client has started.
     pub client_node_id: std::sync::OnceLock<herder::structs::NodeId>,
     /// Turns true when the agent starts shutting down: parked blocking
-    /// queries answer at once instead of holding the HTTP server's
-    /// graceful stop for their whole wait.
+    /// queries, event streams and log follows end at once instead of
+    /// holding the HTTP server's graceful stop for their whole wait.
     pub shutting_down: tokio::sync::watch::Sender<bool>,
     /// What the server's and the client's periodic actors publish under
     /// Nomad's metric names (`/v1/metrics`).
@@ -64,6 +90,7 @@ pub struct AgentInfo {
 /// What the HTTP API needs of this agent's client: where to hand a user's
 /// restart or signal, which node it is, and the server it talks to (where
 /// a request the client cannot answer goes).
+#[doc(hidden)]
 #[derive(Clone)]
 pub struct ClientHandle {
     pub agent: Addr<ClientAgent>,
@@ -72,8 +99,246 @@ pub struct ClientHandle {
     pub server: String,
 }
 
-/// A running agent.
+/// A running herder agent: a server, a client, or both, with the HTTP API.
+///
+/// Cheap to clone; every clone is a handle on the same agent. The agent
+/// runs until [`Agent::shutdown`] is called on any handle or the last
+/// handle is dropped; either way the HTTP port and the data dir's lock are
+/// released before the call (or the drop) returns.
+///
+/// ```
+/// use herder_actors::{Agent, AgentConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Any executor will do: herder brings its own threads.
+/// futures::executor::block_on(async {
+///     let mut config = AgentConfig::dev()?; // server + client, API on a free loopback port
+///     config.client.enabled = false;
+///     let agent = Agent::start(config, true).await?;
+///     assert!(agent.http_addr().ip().is_loopback());
+///     let other_handle = agent.clone();
+///     drop(agent); // still running: another handle exists
+///     assert!(other_handle.api().is_some());
+///     other_handle.shutdown().await;
+///     Ok::<(), Box<dyn std::error::Error>>(())
+/// })
+/// # }
+/// ```
+#[derive(Clone)]
 pub struct Agent {
+    running: Arc<Running>,
+}
+
+/// The one owner of the agent's thread; dropped with the last handle.
+struct Running {
+    info: Arc<AgentInfo>,
+    http_addr: SocketAddr,
+    /// Tells the agent's thread to shut down (taken once).
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+    /// Turns true (or closes) when the agent's thread has shut down.
+    stopped: tokio::sync::watch::Receiver<bool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let info = &self.running.info;
+        f.debug_struct("Agent")
+            .field("http_addr", &self.running.http_addr)
+            .field("data_dir", &info.data_dir)
+            .field("server", &info.config.server.enabled)
+            .field("client", &info.config.client.enabled)
+            .field("stopped", &*self.running.stopped.borrow())
+            .finish()
+    }
+}
+
+/// What the agent's thread reports once it is up.
+struct Started {
+    info: Arc<AgentInfo>,
+    http_addr: SocketAddr,
+}
+
+impl Agent {
+    /// Starts the agent described by `config` on a thread of its own and
+    /// returns once its HTTP API is bound and its server's state is open.
+    /// With `dev_temp_dir`, state lives in a new temporary directory
+    /// (removed at shutdown) instead of `config.data_dir`.
+    ///
+    /// The returned future needs no particular executor: herder runs its
+    /// actors on its own thread and only reports back through a channel.
+    pub async fn start(config: AgentConfig, dev_temp_dir: bool) -> Result<Agent, AgentError> {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (stopped_tx, stopped_rx) = tokio::sync::watch::channel(false);
+        let thread = std::thread::Builder::new()
+            .name("herder-agent".into())
+            .spawn(move || run_agent_thread(config, dev_temp_dir, ready_tx, stop_rx, stopped_tx))
+            .map_err(AgentError::Thread)?;
+        let started = match ready_rx.await {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(AgentError::ThreadEnded);
+            }
+        };
+        Ok(Agent {
+            running: Arc::new(Running {
+                info: started.info,
+                http_addr: started.http_addr,
+                stop: Mutex::new(Some(stop_tx)),
+                stopped: stopped_rx,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// The address the HTTP API listens on (useful with port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.running.http_addr
+    }
+
+    /// The data dir in use (with `dev_temp_dir`, the temporary one).
+    pub fn data_dir(&self) -> &Path {
+        &self.running.info.data_dir
+    }
+
+    /// The configuration the agent was started with.
+    pub fn config(&self) -> &AgentConfig {
+        &self.running.info.config
+    }
+
+    /// The server's internal parts (store, actors), for herder's own tests
+    /// and tools; not part of the embedding contract.
+    #[doc(hidden)]
+    pub fn server(&self) -> Option<&ServerHandle> {
+        self.running.info.server.as_ref()
+    }
+
+    /// Typed calls into the server (register jobs and nodes, read
+    /// allocations, ...), the embedding equivalent of the HTTP API; `None`
+    /// on a client-only agent. The [`ServerApi`] does not keep the agent
+    /// alive: once the agent is shut down its calls fail with
+    /// `ServerApiError::Unavailable`.
+    pub fn api(&self) -> Option<ServerApi> {
+        self.running.info.server.clone().map(ServerApi::new)
+    }
+
+    /// The ID of this agent's client node, once its client has started.
+    pub fn client_node_id(&self) -> Option<herder::structs::NodeId> {
+        self.running.info.client_node_id.get().copied()
+    }
+
+    /// The server's event stream, as `GET /v1/event/stream` serves it:
+    /// every change from now on (or, with `filter.from_index`, from that
+    /// index while the server's replay buffer still holds it) whose topic,
+    /// key and namespace `filter` selects. The stream ends when the agent
+    /// shuts down, or when its reader falls too far behind (resume with
+    /// `from_index` set to the last index seen plus one).
+    pub fn events(&self, filter: EventFilter) -> Result<EventStream, AgentError> {
+        let server = self
+            .running
+            .info
+            .server
+            .as_ref()
+            .ok_or(AgentError::NoServer)?;
+        Ok(EventStream::subscribe(
+            &server.store,
+            filter,
+            Some(self.running.info.shutting_down.subscribe()),
+        ))
+    }
+
+    /// Shuts the agent down, whatever other handles exist: open event
+    /// streams, blocking queries and log follows end; the HTTP server
+    /// stops accepting and finishes the requests in flight; the server's
+    /// state is flushed and closed. Returns once all of that is done, the
+    /// port is free and the data dir can be opened again.
+    pub async fn shutdown(self) {
+        self.running.request_stop();
+        let mut stopped = self.running.stopped.clone();
+        // An error means the agent's thread is gone: stopped as well.
+        let _ = stopped.wait_for(|down| *down).await;
+        self.running.join();
+    }
+}
+
+impl Running {
+    fn request_stop(&self) {
+        let sender = match self.stop.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(sender) = sender {
+            let _ = sender.send(());
+        }
+    }
+
+    /// Waits for the agent's thread to end (at once after `stopped`).
+    fn join(&self) {
+        let thread = match self.thread.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(thread) = thread {
+            // Never join from the agent's own thread (it cannot hold a
+            // handle, but a panic there must not turn into a deadlock).
+            if thread.thread().id() != std::thread::current().id() && thread.join().is_err() {
+                tracing::error!("the agent's thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    /// The last handle is gone: shut down and wait, so that the port and
+    /// the data dir are free when the drop returns. This blocks the
+    /// dropping thread for the shutdown (well under a second).
+    fn drop(&mut self) {
+        self.request_stop();
+        self.join();
+    }
+}
+
+/// The body of the agent's thread: start, report, wait for the stop, shut
+/// down in order, then let the actix system's arbiters go.
+fn run_agent_thread(
+    config: AgentConfig,
+    dev_temp_dir: bool,
+    ready: oneshot::Sender<Result<Started, AgentError>>,
+    stop: oneshot::Receiver<()>,
+    stopped: tokio::sync::watch::Sender<bool>,
+) {
+    let system = actix_rt::System::new();
+    system.block_on(async move {
+        let parts = match Parts::start(config, dev_temp_dir).await {
+            Ok(parts) => parts,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let started = Started {
+            info: parts.info.clone(),
+            http_addr: parts.http.addr(),
+        };
+        // A caller that went away before the answer means stop at once;
+        // otherwise a dropped stop sender (last handle gone) stops too.
+        if ready.send(Ok(started)).is_ok() {
+            let _ = stop.await;
+        }
+        parts.shutdown().await;
+    });
+    drop(system);
+    stopped.send_replace(true);
+}
+
+/// The parts of a running agent, owned by its thread.
+struct Parts {
     info: Arc<AgentInfo>,
     http: HttpServer,
     server: Option<Server>,
@@ -85,10 +350,10 @@ pub struct Agent {
     _temp_dir: Option<tempfile::TempDir>,
 }
 
-impl Agent {
-    /// Starts the agent described by `config`. With `dev_temp_dir`, state
-    /// lives in a new temporary directory instead of `config.data_dir`.
-    pub async fn start(config: AgentConfig, dev_temp_dir: bool) -> Result<Agent, AgentError> {
+impl Parts {
+    /// Brings the parts up in dependency order; on a failure, stops what
+    /// had started.
+    async fn start(config: AgentConfig, dev_temp_dir: bool) -> Result<Parts, AgentError> {
         let (data_dir, temp) = prepare_data_dir(&config.data_dir, dev_temp_dir)?;
         let server = if config.server.enabled {
             Some(Server::start(&config, &data_dir).await?)
@@ -127,6 +392,7 @@ impl Agent {
                 c.map(|handle| handle.agent)
             }
             Err(e) => {
+                info.shutting_down.send_replace(true);
                 http.stop().await;
                 if let Some(server) = server {
                     server.stop().await;
@@ -134,7 +400,7 @@ impl Agent {
                 return Err(e);
             }
         };
-        Ok(Agent {
+        Ok(Parts {
             info,
             http,
             server,
@@ -144,34 +410,9 @@ impl Agent {
         })
     }
 
-    /// The address the HTTP API listens on (useful with port 0).
-    pub fn http_addr(&self) -> SocketAddr {
-        self.http.addr()
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        &self.info.data_dir
-    }
-
-    pub fn config(&self) -> &AgentConfig {
-        &self.info.config
-    }
-
-    /// The server's parts, when this agent runs a server (embedding).
-    pub fn server(&self) -> Option<&ServerHandle> {
-        self.info.server.as_ref()
-    }
-
-    /// Typed calls into the server (register jobs and nodes, read
-    /// allocations, ...), the embedding equivalent of the HTTP API; `None`
-    /// on a client-only agent.
-    pub fn api(&self) -> Option<ServerApi> {
-        self.info.server.clone().map(ServerApi::new)
-    }
-
     /// Stops accepting requests, lets the ones in flight finish, then
     /// closes the parts below the API.
-    pub async fn shutdown(self) {
+    async fn shutdown(self) {
         if let Some(client) = &self.client {
             let _ = client
                 .send(StopClient {
@@ -179,6 +420,8 @@ impl Agent {
                 })
                 .await;
         }
+        // Streams and parked queries end before the HTTP server stops:
+        // they would otherwise hold its graceful stop for its timeout.
         self.info.shutting_down.send_replace(true);
         self.http.stop().await;
         if let Some(server) = self.server {
@@ -187,7 +430,6 @@ impl Agent {
         tracing::info!("agent stopped");
     }
 }
-
 /// Fingerprints this machine and starts the client's link to the servers:
 /// the configured ones, or this agent's own API.
 fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHandle>, AgentError> {

@@ -20,30 +20,53 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 pub const DEV_TOML: &str = include_str!("../../config/dev.toml");
 
 /// Environment variables the CLI reads that are not configuration keys.
-const CLI_ENV: [&str; 2] = ["ADDR", "TOKEN"];
+const CLI_ENV: [&str; 3] = ["ADDR", "TOKEN", "NAMESPACE"];
 
+/// An agent's configuration. Every key, with its default and meaning, is
+/// documented in `config/default.toml`; start from [`AgentConfig::dev`]
+/// and change fields, or [`AgentConfig::load`] the binary's layers.
+///
+/// ```
+/// let mut config = herder_actors::AgentConfig::dev().expect("the defaults are valid");
+/// config.client.enabled = false;
+/// config.server.num_schedulers = Some(1);
+/// assert_eq!(config.ports.http, 0, "dev() picks a free port");
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
+    /// Where state is kept (the server's under `server/`, the client's
+    /// allocations under `alloc/`).
     pub data_dir: PathBuf,
+    /// This agent's name; the machine's hostname when empty.
     pub name: String,
     pub region: String,
     pub datacenter: String,
+    /// The address the HTTP API binds (an IP address).
     pub bind_addr: String,
+    /// The `herder` binary's log level (trace, debug, info, warn, error).
+    /// An embedded agent installs no log subscriber and ignores it: the
+    /// application's `tracing` subscriber decides.
     pub log_level: String,
+    /// Bind the HTTP API to 127.0.0.1 whatever `bind_addr` says.
     pub sidecar: bool,
     pub ports: Ports,
+    /// Bounds on requests and jobs (`[limits]`).
     pub limits: Limits,
     pub server: ServerConfig,
     pub client: ClientConfig,
 }
 
+/// The ports the agent listens on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ports {
+    /// The HTTP API's port; 0 picks a free one (`Agent::http_addr` tells).
     pub http: u16,
 }
 
+/// Bounds on what a request or a job may cost (`[limits]` in
+/// `config/default.toml`, which documents each).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
@@ -126,9 +149,12 @@ impl Limits {
     }
 }
 
+/// The server role (`[server]` in `config/default.toml`, which documents
+/// each key).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
+    /// Run a server.
     pub enabled: bool,
     /// Scheduling workers: unset means one per CPU, 0 means none (as Nomad).
     #[serde(default)]
@@ -162,9 +188,12 @@ pub struct ServerConfig {
     pub gc_interval: Duration,
 }
 
+/// The client role (`[client]` in `config/default.toml`, which documents
+/// each key).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
+    /// Run a client: fingerprint this machine and run tasks on it.
     pub enabled: bool,
     pub servers: Vec<String>,
     pub node_class: String,
@@ -223,6 +252,8 @@ pub struct ConfigSources {
     pub flags: FlagOverrides,
 }
 
+/// Why a configuration was refused; the message names the key and where
+/// its value came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("configuration file {0}: not found")]
@@ -246,8 +277,28 @@ impl AgentConfig {
         })
     }
 
-    /// Merges every layer and checks the result.
+    /// Merges every layer and checks the result. `HERDER_*` environment
+    /// variables that name no configuration key are ignored, with a
+    /// `tracing` warning naming them.
     pub fn load(sources: &ConfigSources) -> Result<AgentConfig, ConfigError> {
+        let (config, ignored) = AgentConfig::load_reporting_ignored(sources)?;
+        if !ignored.is_empty() {
+            tracing::warn!("{}", describe_ignored_env(&ignored));
+        }
+        Ok(config)
+    }
+
+    /// [`AgentConfig::load`], answering the names of the ignored `HERDER_*`
+    /// variables instead of logging them (the binary loads its
+    /// configuration before it can log).
+    pub fn load_reporting_ignored(
+        sources: &ConfigSources,
+    ) -> Result<(AgentConfig, Vec<String>), ConfigError> {
+        let ignored = ignored_env_names(sources.env.as_deref());
+        Ok((AgentConfig::merge_layers(sources)?, ignored))
+    }
+
+    fn merge_layers(sources: &ConfigSources) -> Result<AgentConfig, ConfigError> {
         let mut fig = Figment::from(Toml::string(DEFAULT_TOML));
         if sources.dev {
             fig = fig.merge(Toml::string(DEV_TOML));
@@ -340,8 +391,72 @@ impl AgentConfig {
     }
 }
 
+/// The message naming ignored environment variables.
+pub fn describe_ignored_env(names: &[String]) -> String {
+    format!(
+        "ignoring environment variables that name no configuration key: {} \
+         (keys are documented in config/default.toml; `__` separates nested keys)",
+        names.join(", ")
+    )
+}
+
+/// Every configuration key, as the defaults serialize (an unset optional
+/// key is `null`, a free-form map such as `client.meta` an empty object).
+fn known_keys() -> &'static serde_json::Value {
+    static KNOWN: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(|| {
+        Figment::from(Toml::string(DEFAULT_TOML))
+            .extract::<AgentConfig>()
+            .ok()
+            .and_then(|c| serde_json::to_value(c).ok())
+            .unwrap_or_default()
+    })
+}
+
+/// Whether `HERDER_<rest>` names a configuration key: each `__`-separated
+/// part is a key of the table above it (any key inside a free-form map).
+fn is_config_env(rest: &str) -> bool {
+    let mut at = known_keys();
+    for part in rest.split("__") {
+        match at {
+            serde_json::Value::Object(map) if map.is_empty() => return true,
+            serde_json::Value::Object(map) => match map.get(&part.to_lowercase()) {
+                Some(next) => at = next,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Whether the loader reads the variable `HERDER_<rest>`.
+fn is_read_env(rest: &str) -> bool {
+    !CLI_ENV.contains(&rest) && is_config_env(rest)
+}
+
+/// The `HERDER_*` variables (of `vars`, or the process) that are neither
+/// configuration keys nor the CLI's own, sorted.
+fn ignored_env_names(vars: Option<&[(String, String)]>) -> Vec<String> {
+    let names: Vec<String> = match vars {
+        Some(vars) => vars.iter().map(|(k, _)| k.clone()).collect(),
+        None => std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .collect(),
+    };
+    let mut ignored: Vec<String> = names
+        .into_iter()
+        .filter(|k| {
+            k.strip_prefix("HERDER_")
+                .is_some_and(|rest| !CLI_ENV.contains(&rest) && !is_config_env(rest))
+        })
+        .collect();
+    ignored.sort();
+    ignored
+}
+
 fn merge_env(fig: Figment, vars: Option<&[(String, String)]>) -> Figment {
-    let keep = |key: &figment::value::UncasedStr| !CLI_ENV.iter().any(|c| key == *c);
+    let keep = |key: &figment::value::UncasedStr| is_read_env(&key.as_str().to_uppercase());
     match vars {
         None => fig.merge(Env::prefixed("HERDER_").filter(keep).split("__")),
         Some(vars) => {
@@ -352,7 +467,7 @@ fn merge_env(fig: Figment, vars: Option<&[(String, String)]>) -> Figment {
                 let Some(rest) = k.strip_prefix("HERDER_") else {
                     continue;
                 };
-                if CLI_ENV.contains(&rest) {
+                if !is_read_env(rest) {
                     continue;
                 }
                 let path: Vec<String> = rest.split("__").map(|s| s.to_lowercase()).collect();
@@ -510,6 +625,31 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("num_schedulrs"), "{err}");
         assert!(err.contains("bad.toml"), "{err}");
+    }
+
+    #[test]
+    fn unknown_environment_variables_are_ignored_and_named() {
+        let sources = ConfigSources {
+            dev: true,
+            env: Some(vec![
+                ("HERDER_BIN".into(), "/usr/bin/x".into()),
+                ("HERDER_SERVER__NUM_SCHEDULRS".into(), "2".into()),
+                ("HERDER_SERVER__NUM_SCHEDULERS".into(), "1".into()),
+                ("HERDER_CLIENT__META__RACK".into(), "r1".into()),
+                ("HERDER_ADDR".into(), "http://h:1".into()),
+                ("HERDER_NAMESPACE".into(), "prod".into()),
+            ]),
+            ..Default::default()
+        };
+        let (c, ignored) = AgentConfig::load_reporting_ignored(&sources).unwrap();
+        assert_eq!(ignored, ["HERDER_BIN", "HERDER_SERVER__NUM_SCHEDULRS"]);
+        assert_eq!(c.server.num_schedulers, Some(1), "known keys still apply");
+        assert_eq!(c.client.meta.get("rack").map(String::as_str), Some("r1"));
+        let message = describe_ignored_env(&ignored);
+        assert!(
+            message.contains("HERDER_BIN, HERDER_SERVER__NUM_SCHEDULRS"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -30,8 +30,11 @@ use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("state store at {path}")]
-    Store { path: PathBuf, source: StoreError },
+    // The store's message already carries its cause (`StoreError` both
+    // prints and chains it), so it is printed here and not chained again:
+    // a walked error chain states the cause once.
+    #[error("state store at {path}: {error}")]
+    Store { path: PathBuf, error: StoreError },
     #[error("state store at {path}: opening was interrupted")]
     OpenInterrupted { path: PathBuf },
     #[error("server.num_schedulers / enabled_schedulers")]
@@ -228,5 +231,5 @@ async fn open_store(path: PathBuf) -> Result<StateStore, ServerError> {
     tokio::task::spawn_blocking(move || StateStore::open(&p, StoreOptions::default()))
         .await
         .map_err(|_| ServerError::OpenInterrupted { path: path.clone() })?
-        .map_err(|source| ServerError::Store { path, source })
+        .map_err(|error| ServerError::Store { path, error })
 }

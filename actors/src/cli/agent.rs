@@ -84,13 +84,28 @@ impl AgentArgs {
     }
 }
 
+/// Loads the configuration, installs the log subscriber at its level,
+/// then warns of the `HERDER_*` variables that were ignored (they could
+/// not be logged before the subscriber existed).
+fn load_and_init_logging(args: &AgentArgs) -> anyhow::Result<AgentConfig> {
+    let (config, ignored) = AgentConfig::load_reporting_ignored(&args.sources())?;
+    crate::logging::init(&config.log_level);
+    if !ignored.is_empty() {
+        tracing::warn!("{}", crate::config::describe_ignored_env(&ignored));
+    }
+    Ok(config)
+}
+
 /// Runs the agent until SIGINT or SIGTERM, then shuts it down in order.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let config = args.load_config()?;
-    crate::logging::init(&config.log_level);
+    let config = load_and_init_logging(&args)?;
     let temp = args.dev && args.data_dir.is_none();
-    let system = actix_rt::System::new();
-    system.block_on(async move {
+    // The agent runs on threads of its own; this runtime only waits for
+    // the signal.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
         let agent = crate::agent::Agent::start(config, temp).await?;
         let addr = agent.http_addr();
         println!("==> herder agent started");

@@ -67,6 +67,19 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Load generators (`bench cluster`).
     Bench(bench::BenchArgs),
+    /// Print the version and the commit it was built from.
+    Version,
+}
+
+/// `herder version`'s line, as `nomad version` prints its own:
+/// `Herder v0.1.0 (<commit>)`; the commit is recorded at build time
+/// (`actors/build.rs`), "unknown" when built outside git.
+pub fn version_line() -> String {
+    format!(
+        "Herder v{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("HERDER_GIT_SHA")
+    )
 }
 
 /// Runs a parsed command and returns the process exit status.
@@ -82,6 +95,10 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::System(args) => system::run(args, out),
         Command::Sim(args) => sim::run(args),
         Command::Bench(args) => bench::run(args, out),
+        Command::Version => {
+            writeln!(out, "{}", version_line())?;
+            Ok(0)
+        }
     }
 }
 

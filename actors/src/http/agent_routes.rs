@@ -104,13 +104,19 @@ async fn health(info: web::Data<AgentInfo>) -> HttpResponse {
 }
 
 async fn agent_self(info: web::Data<AgentInfo>) -> HttpResponse {
+    // The address actually bound: a sidecar binds loopback whatever
+    // `bind_addr` says, and a user checking exposure must be told so.
+    let bind_addr = info
+        .http_addr
+        .get()
+        .map_or_else(|| info.config.http_bind().0, |a| a.ip().to_string());
     HttpResponse::Ok().json(json!({
         "config": {
             "Region": info.config.region,
             "Datacenter": info.config.datacenter,
             "NodeName": info.config.name,
             "DataDir": info.data_dir,
-            "BindAddr": info.config.bind_addr,
+            "BindAddr": bind_addr,
             "Ports": {"HTTP": info.http_addr.get().map(|a| a.port())},
             "AdvertiseAddrs": {"HTTP": peer_address(&info)},
             "Server": {"Enabled": info.config.server.enabled,
@@ -118,7 +124,8 @@ async fn agent_self(info: web::Data<AgentInfo>) -> HttpResponse {
                        "EnabledSchedulers": info.config.server.enabled_schedulers},
             "Client": {"Enabled": info.config.client.enabled,
                        "Servers": info.config.client.servers},
-            "Version": {"Version": env!("CARGO_PKG_VERSION")},
+            "Version": {"Version": env!("CARGO_PKG_VERSION"),
+                        "Revision": env!("HERDER_GIT_SHA")},
         },
         "member": member(&info),
         "stats": stats(&info),

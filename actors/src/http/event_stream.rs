@@ -1,24 +1,21 @@
-//! `GET /v1/event/stream`: the state store's applied changes as Nomad's
-//! event stream, one JSON object per line.
+//! `GET /v1/event/stream`: the server's events (`crate::events`, the same
+//! source an embedding program reads as a Rust stream) as Nomad's event
+//! stream, one JSON object per line.
 //!
-//! Each applied command becomes one frame `{"Index", "Events": [...]}`
-//! with an event per changed job, evaluation, allocation or node, named
-//! after the command as Nomad names them (JobRegistered,
-//! AllocationUpdated, NodeDrain, ...). A client resumes with `?index=` from
-//! the store's bounded replay buffer; `{}` is sent when the stream opens
-//! and every 30 s of silence so that clients and proxies see it alive.
+//! Each frame is `{"Index", "Events": [...]}`. A client resumes with
+//! `?index=` from the store's bounded replay buffer; `{}` is sent when the
+//! stream opens and every 30 s of silence so that clients and proxies see
+//! it alive. The stream ends when the agent starts shutting down, so an
+//! open stream never holds the HTTP server's graceful stop.
 
 use super::errors::ApiError;
 use super::query::{server, QueryOptions};
 use super::stubs::node_read;
 use crate::agent::AgentInfo;
+use crate::events::{Event, EventFilter, EventPayload, EventStream, Events};
 use actix_web::{web, HttpRequest, HttpResponse};
-use futures::channel::mpsc;
 use futures::StreamExt;
-use herder::state::{AppliedChanges, Row, RowKey};
 use serde_json::{json, Value};
-use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Silence after which a heartbeat `{}` is sent.
@@ -28,236 +25,89 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/event/stream", web::get().to(stream));
 }
 
-/// Which events a client asked for: `topic=Topic:Key`, repeatable; `*`
-/// for any topic or key. No topic means everything.
-#[derive(Clone, Debug)]
-struct TopicFilter {
-    topics: Vec<(String, String)>,
-    namespace: String,
-}
-
-impl TopicFilter {
-    fn parse(query: &str, namespace: &str) -> Result<TopicFilter, ApiError> {
-        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
-            .map_err(|e| ApiError::BadRequest(format!("Invalid query string: {e}")))?;
-        let mut topics = Vec::new();
-        for (name, value) in pairs.into_iter().filter(|(k, _)| k == "topic") {
-            let (topic, key) = match value.split_once(':') {
-                Some((t, k)) => (t.to_string(), k.to_string()),
-                None => (value.clone(), "*".to_string()),
-            };
-            const KNOWN: [&str; 6] = ["*", "Job", "Evaluation", "Allocation", "Node", "Deployment"];
-            if topic.is_empty() || key.is_empty() || !KNOWN.contains(&topic.as_str()) {
-                return Err(ApiError::BadRequest(format!(
-                    "Invalid {name} {value:?}: expected Topic:Key with Topic one of {}",
-                    KNOWN.join(", ")
-                )));
-            }
-            topics.push((topic, key));
+/// An event as Nomad's JSON (a node without its secret).
+fn event_json(event: &Event) -> Value {
+    let payload = match &event.payload {
+        EventPayload::Job(job) => json!({"Job": job}),
+        EventPayload::JobRemoved { namespace, id } => {
+            json!({"Job": {"ID": id, "Namespace": namespace}})
         }
-        Ok(TopicFilter {
-            topics,
-            namespace: namespace.to_string(),
-        })
-    }
-
-    fn wants(&self, event: &Value) -> bool {
-        let field = |k: &str| event.get(k).and_then(Value::as_str).unwrap_or("");
-        let ns = field("Namespace");
-        if !ns.is_empty() && self.namespace != "*" && ns != self.namespace {
-            return false;
-        }
-        if self.topics.is_empty() {
-            return true;
-        }
-        let topic = field("Topic");
-        let key = field("Key");
-        let filter_keys: Vec<&str> = event
-            .get("FilterKeys")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        self.topics.iter().any(|(t, k)| {
-            (t == "*" || t == topic) && (k == "*" || k == key || filter_keys.contains(&k.as_str()))
-        })
-    }
-}
-
-/// The event type of a change to `topic` made by `command`, as Nomad.
-fn event_type(command: &str, topic: &str, created: bool) -> &'static str {
-    match (command, topic) {
-        ("JobRegister", "Job" | "Evaluation") => "JobRegistered",
-        ("JobDeregister", "Job" | "Evaluation") => "JobDeregistered",
-        ("NodeRegister", _) => "NodeRegistration",
-        ("NodeDeregister", _) => "NodeDeregistration",
-        ("NodeUpdateStatus", "Node") => "NodeStreamEvent",
-        ("NodeUpdateEligibility", "Node" | "Evaluation") => "NodeEligibility",
-        ("NodeUpdateDrain", "Node" | "Evaluation") => "NodeDrain",
-        ("AllocDesiredTransition", _) => "AllocationUpdateDesiredStatus",
-        ("ApplyPlanResults", "Job") => "PlanResult",
-        (_, "Allocation") if created => "AllocationCreated",
-        (_, "Allocation") => "AllocationUpdated",
-        (_, "Evaluation") => "EvaluationUpdated",
-        (_, "Node") => "NodeStreamEvent",
-        _ => "JobRegistered",
-    }
-}
-
-/// The events of one applied command.
-fn events_of(changes: &AppliedChanges) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut push = |topic: &str, key: String, ns: &str, filter: Value, payload: Value, created| {
-        events.push(json!({
-            "Topic": topic,
-            "Type": event_type(changes.command, topic, created),
-            "Key": key,
-            "Namespace": ns,
-            "FilterKeys": filter,
-            "Index": changes.index,
-            "Payload": payload,
-        }));
+        EventPayload::Evaluation(eval) => json!({"Evaluation": eval}),
+        EventPayload::Allocation(alloc) => json!({"Allocation": alloc}),
+        EventPayload::Node(node) => json!({"Node": node_read(node)}),
+        EventPayload::NodeRemoved(id) => json!({"Node": {"ID": id}}),
     };
-    for change in &changes.changes {
-        match (&change.key, &change.row) {
-            (_, Some(Row::Job(job))) => push(
-                "Job",
-                job.id.clone(),
-                &job.namespace,
-                Value::Null,
-                json!({"Job": job}),
-                false,
-            ),
-            (RowKey::Job(key), None) => push(
-                "Job",
-                key.id.to_string(),
-                &key.namespace,
-                Value::Null,
-                json!({"Job": {"ID": &*key.id, "Namespace": &*key.namespace}}),
-                false,
-            ),
-            (_, Some(Row::Eval(eval))) => push(
-                "Evaluation",
-                eval.id.to_string(),
-                &eval.namespace,
-                json!([eval.job_id, eval.deployment_id]),
-                json!({"Evaluation": eval}),
-                false,
-            ),
-            (_, Some(Row::Alloc(alloc))) => push(
-                "Allocation",
-                alloc.id.to_string(),
-                &alloc.namespace,
-                json!([&*alloc.job_id, ""]),
-                json!({"Allocation": alloc}),
-                alloc.create_index == changes.index,
-            ),
-            (_, Some(Row::Node(node))) => push(
-                "Node",
-                node.id.to_string(),
-                "",
-                Value::Null,
-                json!({"Node": node_read(node)}),
-                node.create_index == changes.index,
-            ),
-            (RowKey::Node(id), None) => push(
-                "Node",
-                id.to_string(),
-                "",
-                Value::Null,
-                json!({"Node": {"ID": id}}),
-                false,
-            ),
-            _ => {}
-        }
-    }
-    events
+    let filter_keys = if event.filter_keys.is_empty() {
+        Value::Null
+    } else {
+        json!(event.filter_keys)
+    };
+    json!({
+        "Topic": event.topic.as_str(),
+        "Type": event.event_type,
+        "Key": event.key,
+        "Namespace": event.namespace,
+        "FilterKeys": filter_keys,
+        "Index": event.index,
+        "Payload": payload,
+    })
 }
 
-/// One ndjson line for a command, or `None` when nothing in it is wanted.
-fn frame(changes: &AppliedChanges, filter: &TopicFilter) -> Option<web::Bytes> {
-    let events: Vec<Value> = events_of(changes)
-        .into_iter()
-        .filter(|e| filter.wants(e))
-        .collect();
-    if events.is_empty() {
-        return None;
-    }
-    let mut line = serde_json::to_vec(&json!({"Index": changes.index, "Events": events})).ok()?;
+/// One ndjson line for a frame.
+fn frame_line(frame: &Events) -> Option<web::Bytes> {
+    let events: Vec<Value> = frame.events.iter().map(event_json).collect();
+    let mut line = serde_json::to_vec(&json!({"Index": frame.index, "Events": events})).ok()?;
     line.push(b'\n');
     Some(web::Bytes::from(line))
 }
 
 struct StreamState {
-    backlog: VecDeque<Arc<AppliedChanges>>,
-    receiver: mpsc::Receiver<Arc<AppliedChanges>>,
-    filter: TopicFilter,
+    events: EventStream,
     opened: bool,
     heartbeat: Duration,
-    /// The agent's shutdown: the stream ends when it starts, so that an
-    /// open stream never holds the HTTP server's graceful stop (it did,
-    /// for its whole 10 s timeout).
-    shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl StreamState {
-    /// The next line to send; `None` ends the stream (store closed, or the
-    /// client fell too far behind and must resume from its last index).
+    /// The next line to send; `None` ends the stream (shutdown, store
+    /// closed, or the client fell too far behind and must resume from its
+    /// last index).
     async fn next_line(&mut self) -> Option<web::Bytes> {
         if !self.opened {
             self.opened = true;
             return Some(web::Bytes::from_static(b"{}\n"));
         }
         loop {
-            let changes = match self.backlog.pop_front() {
-                Some(c) => c,
-                None => {
-                    let shutdown = wait_for_shutdown(self.shutdown.as_mut());
-                    tokio::select! {
-                        next = self.receiver.next() => next?,
-                        _ = tokio::time::sleep(self.heartbeat) => {
-                            return Some(web::Bytes::from_static(b"{}\n"));
-                        }
-                        _ = shutdown => return None,
+            // `next()` is cancel-safe: a heartbeat loses no frame.
+            tokio::select! {
+                frame = self.events.next() => {
+                    if let Some(line) = frame_line(&frame?) {
+                        return Some(line);
                     }
                 }
-            };
-            if let Some(line) = frame(&changes, &self.filter) {
-                return Some(line);
+                _ = tokio::time::sleep(self.heartbeat) => {
+                    return Some(web::Bytes::from_static(b"{}\n"));
+                }
             }
         }
     }
 }
 
-/// Resolves once the agent starts shutting down; never without a watch.
-async fn wait_for_shutdown(watch: Option<&mut tokio::sync::watch::Receiver<bool>>) {
-    match watch {
-        Some(w) => {
-            // A closed watch means the agent is gone: end as well.
-            let _ = w.wait_for(|down| *down).await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
 async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
-    let filter = TopicFilter::parse(req.query_string(), &q.namespace)?;
-    let store = &server(&info)?.store;
+    let mut filter = EventFilter::new()
+        .namespace(q.namespace.clone())
+        .with_query_topics(req.query_string())
+        .map_err(ApiError::BadRequest)?;
     // Without an index the stream starts now; with one it replays what the
     // store's buffer still holds from there.
-    let from = if q.index > 0 {
-        q.index
-    } else {
-        store.latest_index() + 1
-    };
-    let subscription = store.subscribe(from);
+    if q.index > 0 {
+        filter = filter.from_index(q.index);
+    }
+    let store = &server(&info)?.store;
     let state = StreamState {
-        backlog: subscription.backlog.into(),
-        receiver: subscription.receiver,
-        filter,
+        events: EventStream::subscribe(store, filter, Some(info.shutting_down.subscribe())),
         opened: false,
         heartbeat: HEARTBEAT,
-        shutdown: Some(info.shutting_down.subscribe()),
     };
     let body = futures::stream::unfold(state, |mut state| async move {
         let line = state.next_line().await?;
@@ -271,18 +121,20 @@ async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResp
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::channel::mpsc;
     use futures::SinkExt;
+    use herder::state::{AppliedChanges, Row, RowKey};
+    use std::sync::Arc;
 
     fn state(heartbeat: Duration) -> (StreamState, mpsc::Sender<Arc<AppliedChanges>>) {
         let (sender, receiver) = mpsc::channel(8);
-        let filter = TopicFilter::parse("topic=Node:*", "default").expect("filter");
+        let filter = EventFilter::new()
+            .with_query_topics("topic=Node:*")
+            .expect("filter");
         let state = StreamState {
-            backlog: VecDeque::new(),
-            receiver,
-            filter,
+            events: EventStream::from_feed(Default::default(), receiver, filter, None),
             opened: false,
             heartbeat,
-            shutdown: None,
         };
         (state, sender)
     }

@@ -30,6 +30,7 @@ use crate::client::task_dir::AllocDir;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
 use base64::Engine;
+use futures::StreamExt;
 use herder::structs::{AllocId, Allocation, Job};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -134,10 +135,16 @@ async fn logs(
         last_sent: Instant::now(),
         dead_since: None,
     };
+    // A follow ends when the agent starts shutting down: it would hold the
+    // HTTP server's graceful stop for its whole timeout otherwise.
+    let mut shutting_down = info.shutting_down.subscribe();
     let body = futures::stream::unfold(stream, |mut s| async move {
         s.next_chunk()
             .await
             .map(|chunk| (Ok::<_, ApiError>(chunk), s))
+    })
+    .take_until(async move {
+        let _ = shutting_down.wait_for(|down| *down).await;
     });
     Ok(HttpResponse::Ok()
         .content_type(content_type)

@@ -14,6 +14,7 @@ mod event_stream;
 pub mod filter;
 mod forward;
 mod fs_routes;
+mod in_flight;
 mod job_routes;
 mod metrics_routes;
 mod node_routes;
@@ -33,11 +34,15 @@ use std::sync::Arc;
 
 pub use errors::ApiError;
 
+/// Longest a graceful stop waits for the requests in flight.
+const GRACEFUL_STOP: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A bound, running HTTP server.
 pub struct HttpServer {
     addr: SocketAddr,
     handle: actix_web::dev::ServerHandle,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    in_flight: in_flight::InFlight,
 }
 
 impl HttpServer {
@@ -45,9 +50,19 @@ impl HttpServer {
         self.addr
     }
 
-    /// Graceful stop: no new connections, requests in flight complete.
+    /// Graceful stop: no new connections, requests in flight complete
+    /// (for at most 10 s), then the idle connections close at once.
+    /// Streams and parked queries end on the agent's shutdown signal,
+    /// which is sent before this.
     pub async fn stop(self) {
-        self.handle.stop(true).await;
+        self.handle.pause().await;
+        if tokio::time::timeout(GRACEFUL_STOP, self.in_flight.idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!("HTTP requests still in flight after {GRACEFUL_STOP:?}; closing");
+        }
+        self.handle.stop(false).await;
         if let Err(e) = self.task.await {
             tracing::warn!(error = %e, "HTTP server task ended abnormally");
         }
@@ -61,7 +76,10 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
     let body_limit = info.config.limits.http_max_body_bytes;
     let runs_client = info.config.client.enabled;
     let data = web::Data::from(info.clone());
+    let in_flight = in_flight::InFlight::default();
+    let tracker = in_flight.clone();
     let server = actix_web::HttpServer::new(move || {
+        let tracker = tracker.clone();
         App::new()
             .wrap_fn(metrics_routes::observe_request)
             .wrap(actix_web::middleware::ErrorHandlers::new().handler(
@@ -91,6 +109,8 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
                 }
             })
             .default_service(web::to(errors::not_found))
+            // Outermost: counts every request until its answer is sent.
+            .wrap_fn(move |req, service| tracker.track(req, service))
     })
     .workers(2)
     .shutdown_timeout(10)
@@ -111,5 +131,10 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, AgentError> {
     let server = server.run();
     let handle = server.handle();
     let task = tokio::spawn(server);
-    Ok(HttpServer { addr, handle, task })
+    Ok(HttpServer {
+        addr,
+        handle,
+        task,
+        in_flight,
+    })
 }

@@ -101,6 +101,12 @@ pub fn node_read(node: &Node) -> Value {
     let mut value = json!(node);
     if let Value::Object(map) = &mut value {
         map.remove("SecretID");
+        // Nomad's NodeResources always carries these (null when empty).
+        if let Some(Value::Object(resources)) = map.get_mut("NodeResources") {
+            for key in ["Devices", "NodeNetworks"] {
+                resources.entry(key).or_insert(Value::Null);
+            }
+        }
         let (total, reserved) = (&node.node_resources, &node.reserved_resources);
         map.insert(
             "Resources".into(),
