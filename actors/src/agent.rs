@@ -14,17 +14,19 @@
 //! agent down and waits for it (the port and the data dir's lock are free
 //! when the drop returns), so an error path cannot leak a live scheduler.
 
-use crate::client::driver::DriverSet;
-use crate::client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
-use crate::config::AgentConfig;
-use crate::events::{EventFilter, EventStream};
-use crate::http::{self, HttpServer};
-use crate::node_protocol::normalize_server;
-use crate::nomad_metrics::Board;
-use crate::server::{Server, ServerError, ServerHandle};
-use crate::server_api::ServerApi;
 use actix::{Actor, Addr};
 use futures::channel::oneshot;
+use herder_client::driver::DriverSet;
+use herder_client::node_protocol::normalize_server;
+use herder_client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
+use herder_common::config::AgentConfig;
+use herder_common::nomad_metrics::Board;
+use herder_http::{self as http, HttpServer};
+#[doc(hidden)]
+pub use herder_http::{AgentInfo, ClientHandle};
+use herder_server::events::{EventFilter, EventStream};
+use herder_server::server::{Server, ServerError, ServerHandle};
+use herder_server::server_api::ServerApi;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -61,42 +63,6 @@ pub enum AgentError {
     /// The call needs a server and this agent runs only a client.
     #[error("this agent runs no server")]
     NoServer,
-}
-
-/// What every part of a running agent may read.
-#[doc(hidden)]
-pub struct AgentInfo {
-    pub config: AgentConfig,
-    /// The data dir in use (for `-dev`, a temporary one).
-    pub data_dir: PathBuf,
-    pub started_at: SystemTime,
-    /// Set once the HTTP listener is bound.
-    pub http_addr: std::sync::OnceLock<SocketAddr>,
-    /// The server's parts, when this agent runs a server.
-    pub server: Option<ServerHandle>,
-    /// The ID of this agent's client node, once the client has started.
-    pub client_node_id: std::sync::OnceLock<herder::structs::NodeId>,
-    /// Turns true when the agent starts shutting down: parked blocking
-    /// queries, event streams and log follows end at once instead of
-    /// holding the HTTP server's graceful stop for their whole wait.
-    pub shutting_down: tokio::sync::watch::Sender<bool>,
-    /// What the server's and the client's periodic actors publish under
-    /// Nomad's metric names (`/v1/metrics`).
-    pub nomad_metrics: Board,
-    /// Set once the client starts, when this agent runs one.
-    pub client: std::sync::OnceLock<ClientHandle>,
-}
-
-/// What the HTTP API needs of this agent's client: where to hand a user's
-/// restart or signal, which node it is, and the server it talks to (where
-/// a request the client cannot answer goes).
-#[doc(hidden)]
-#[derive(Clone)]
-pub struct ClientHandle {
-    pub agent: Addr<ClientAgent>,
-    pub node_id: herder::structs::NodeId,
-    /// The first of the client's servers, `http://host:port`.
-    pub server: String,
 }
 
 /// A running herder agent: a server, a client, or both, with the HTTP API.
@@ -380,7 +346,10 @@ impl Parts {
                 if let Some(server) = server {
                     server.stop().await;
                 }
-                return Err(e);
+                return Err(AgentError::Bind {
+                    addr: e.addr,
+                    source: e.source,
+                });
             }
         };
         let _ = info.http_addr.set(http.addr());
@@ -449,7 +418,7 @@ fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHand
     // The node advertises the port actually bound (with `-http-port 0` the
     // configured one is 0), so `alloc logs` can reach this agent.
     config.ports.http = local.port();
-    let node = crate::client::fingerprint::fingerprint(&config, &drivers)
+    let node = herder_client::fingerprint::fingerprint(&config, &drivers)
         .map_err(|e| AgentError::Client(format!("fingerprinting this machine: {e}")))?;
     // The configured servers in failover order, or this agent's own API.
     let own = normalize_server(&local.to_string());

@@ -82,58 +82,32 @@
 //! ```
 
 pub mod agent;
-#[doc(hidden)]
-pub mod api_client;
-#[doc(hidden)]
-pub mod bench;
-#[doc(hidden)]
-pub mod blocked_evals;
-#[doc(hidden)]
-pub mod broker;
-#[doc(hidden)]
-pub mod cli;
-#[doc(hidden)]
-pub mod client;
-pub mod config;
-#[doc(hidden)]
-pub mod eval_router;
-#[doc(hidden)]
-pub mod eval_writer;
-pub mod events;
-#[doc(hidden)]
-pub mod feed;
-#[doc(hidden)]
-pub mod gc;
-#[doc(hidden)]
-pub mod http;
-#[doc(hidden)]
-pub mod logging;
 pub mod node_builder;
+
+// The crates below the facade, under the module paths herder's binary and
+// tests have always used (`herder_actors::config`, `herder_actors::server`,
+// ...). The dependency arrows run one way: cli -> actors -> http ->
+// server, client -> common.
 #[doc(hidden)]
-pub mod node_drainer;
+pub use herder_api_client as api_client;
 #[doc(hidden)]
-pub mod node_lifecycle;
+pub use herder_client as client;
 #[doc(hidden)]
-pub mod node_protocol;
+pub use herder_client::node_protocol;
+pub use herder_common::config;
 #[doc(hidden)]
-pub mod node_tracker;
+pub use herder_common::nomad_metrics;
 #[doc(hidden)]
-pub mod nomad_metrics;
+pub use herder_http as http;
+pub use herder_server::events;
+pub use herder_server::server_api;
 #[doc(hidden)]
-pub mod periodic;
+pub use herder_server::{
+    blocked_evals, broker, eval_router, eval_writer, feed, gc, node_drainer, node_lifecycle,
+    node_tracker, periodic, plan_applier, server, server_metrics, worker, worker_supervisor,
+};
 #[doc(hidden)]
-pub mod plan_applier;
-#[doc(hidden)]
-pub mod server;
-pub mod server_api;
-#[doc(hidden)]
-pub mod server_metrics;
-#[doc(hidden)]
-pub mod sim;
-#[doc(hidden)]
-pub mod worker;
-#[doc(hidden)]
-pub mod worker_supervisor;
+pub use herder_sim as sim;
 
 /// herder's core: the Nomad-shaped model (`structs`), the job file parser
 /// (`jobspec`) and the state a [`ServerApi::snapshot`] reads (`state`).

@@ -1,0 +1,588 @@
+//! The cluster load generator behind `herder bench cluster`: the whole
+//! pipeline (HTTP -> durable state -> broker -> workers -> plan applier ->
+//! durable state) driven at cluster scale, measured from outside as a user
+//! would see it.
+//!
+//! It starts a `herder agent -server` child process on its own data dir
+//! (or targets a running one), registers simulated nodes (`herder_sim`),
+//! submits jobs over HTTP from several connections, follows the server's
+//! allocation count until everything is placed, then reads evaluation
+//! latencies and the server's plan and worker metrics, checks that no node
+//! holds more than it has, and restarts the server on the data dir to time
+//! the restart and check that every placement survived it.
+//!
+//! Simulated nodes of this benchmark register and heartbeat but do not
+//! run their allocations (`watch_allocs: false`): the figure is placement
+//! throughput, and a million client status reports would be a different
+//! benchmark.
+
+pub mod observe;
+pub mod server_process;
+pub mod workload;
+
+use herder_api_client::{ApiClient, ClientConfig};
+use herder_sim::{SimConfig, SimNodes};
+use observe::{MetricsView, Percentiles};
+use serde::Serialize;
+use server_process::ServerProcess;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use workload::ClusterShape;
+
+/// What to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// J jobs x C allocations of the mixed workload.
+    Placement,
+    /// One system job onto every node.
+    System,
+}
+
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub scenario: Scenario,
+    pub nodes: usize,
+    pub jobs: usize,
+    pub count: usize,
+    pub shape: ClusterShape,
+    pub node_cpu_mhz: i64,
+    pub node_memory_mb: i64,
+    /// Concurrent HTTP connections submitting jobs.
+    pub submitters: usize,
+    /// Jobs per second in all (0: unpaced).
+    pub rate: u32,
+    /// A running server to target instead of starting one (no restart and
+    /// no RSS figures then).
+    pub address: Option<String>,
+    /// Where the started server keeps its state (a new temporary
+    /// directory when `None`).
+    pub data_dir: Option<PathBuf>,
+    /// The `herder` binary to start the server from.
+    pub binary: PathBuf,
+    /// Threads of the simulated nodes.
+    pub sim_threads: usize,
+    /// Longest wait for placements.
+    pub timeout: Duration,
+    /// Read every allocation back and check per-node capacity (costly at
+    /// a million allocations).
+    pub verify: bool,
+    /// Restart the started server on its data dir and check what survived.
+    pub restart: bool,
+    /// Percent of the nodes that fail (stop heartbeating) once half the
+    /// allocations are placed and come back once the server has marked
+    /// them down (0: none).
+    pub churn_percent: u32,
+}
+
+impl BenchConfig {
+    /// A named size: `full` (10,000 nodes, 1,000 x 1,000), `medium`
+    /// (1,000 nodes, 100 x 1,000), `ci` (500 nodes, 100 x 200).
+    pub fn preset(name: &str) -> Option<(usize, usize, usize)> {
+        match name {
+            "full" => Some((10_000, 1_000, 1_000)),
+            "medium" => Some((1_000, 100, 1_000)),
+            "ci" => Some((500, 100, 200)),
+            _ => None,
+        }
+    }
+
+    fn expected_allocs(&self) -> usize {
+        match self.scenario {
+            Scenario::Placement => self.jobs * self.count,
+            Scenario::System => self.nodes,
+        }
+    }
+}
+
+/// Everything measured, as printed (and as `-json`).
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub scenario: Option<Scenario>,
+    pub nodes: usize,
+    pub jobs: usize,
+    pub expected_allocs: usize,
+    pub node_registration_secs: f64,
+    pub jobs_registered: usize,
+    pub job_register_secs: f64,
+    pub jobs_per_sec: f64,
+    pub placed_allocs: u64,
+    pub all_placed: bool,
+    /// From the first job sent to the last allocation durable.
+    pub placement_secs: f64,
+    pub placements_per_sec: f64,
+    pub eval_latency_ms: Percentiles,
+    pub evals_complete: usize,
+    pub evals_blocked: usize,
+    pub evals_failed: usize,
+    pub plans_applied: f64,
+    pub plans_partial: f64,
+    pub partial_commit_rate: f64,
+    /// Placements refused with their nodes by partial commits (scheduled
+    /// again).
+    pub refused_placements: f64,
+    pub plan_queue_depth_max: f64,
+    /// Scheduling alone, summed over evaluations (plan submission and
+    /// its wait excluded).
+    pub scheduler_busy_secs: f64,
+    /// Time workers spent submitting plans and waiting for them.
+    pub plan_submit_secs: f64,
+    /// Scheduler time over (placement time x CPUs).
+    pub worker_utilisation: f64,
+    /// The longest evaluation, plan submission included.
+    pub scheduler_max_ms: f64,
+    pub server_cpu_secs: Option<f64>,
+    pub server_peak_rss_mib: Option<f64>,
+    pub overcommitted_nodes: Option<usize>,
+    /// Nodes that failed and came back during the run.
+    pub churned_nodes: usize,
+    /// Allocations the server marked lost on failed nodes.
+    pub lost_allocs: u64,
+    pub restart_secs: Option<f64>,
+    /// Rows in the allocations table when the run ended (lost ones too).
+    pub allocs_before_restart: u64,
+    pub allocs_after_restart: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Server(#[from] server_process::ServerProcessError),
+    #[error("simulated nodes: {0}")]
+    Sim(#[from] herder_sim::SimError),
+    #[error("API: {0}")]
+    Api(#[from] herder_api_client::ApiError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Runs the benchmark; `progress` gets one-line updates for a terminal.
+pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
+    let temp;
+    let data_dir = match &config.data_dir {
+        Some(d) => d.clone(),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("herder-bench-")
+                .tempdir()
+                .map_err(|e| BenchError::Setup(format!("temporary data dir: {e}")))?;
+            temp.path().to_path_buf()
+        }
+    };
+    let env = server_env(config);
+    let server = match &config.address {
+        Some(_) => None,
+        None => Some(ServerProcess::start(&config.binary, &data_dir, &env)?),
+    };
+    let address = match (&server, &config.address) {
+        (Some(s), _) => s.address.clone(),
+        (None, Some(a)) => a.clone(),
+        (None, None) => unreachable!("either a started server or an address"),
+    };
+    let client = api_client(&address)?;
+    let mut report = Report {
+        scenario: Some(config.scenario),
+        nodes: config.nodes,
+        jobs: config.jobs,
+        expected_allocs: config.expected_allocs(),
+        ..Report::default()
+    };
+    let (sim, mut churn) = register_nodes(config, &address, &client, &mut report, progress)?;
+    let base = MetricsView::read(&client)?;
+    let bodies = job_bodies(config);
+    let placed = place(
+        config,
+        &client,
+        &bodies,
+        &base,
+        &mut churn,
+        &mut report,
+        progress,
+    )?;
+    report.placed_allocs = placed;
+    read_evaluations(&client, &mut report)?;
+    read_metrics(&client, &base, &mut report)?;
+    report.allocs_before_restart = MetricsView::read(&client)?.gauge("herder_state_allocs") as u64;
+    if config.verify {
+        report.overcommitted_nodes = Some(observe::overcommitted_nodes(
+            &client,
+            config.node_cpu_mhz,
+            config.node_memory_mb,
+        )?);
+    }
+    sim.stop();
+    drop(churn);
+    if let Some(server) = server {
+        report.server_cpu_secs = server.cpu_time().map(|d| d.as_secs_f64());
+        report.server_peak_rss_mib = server.peak_rss_bytes().map(|b| b as f64 / 1048576.0);
+        if config.restart {
+            progress("restarting the server on its data dir");
+            server.stop();
+            let again = ServerProcess::start(&config.binary, &data_dir, &env)?;
+            report.restart_secs = Some(again.start_time.as_secs_f64());
+            let view = MetricsView::read(&api_client(&again.address)?)?;
+            report.allocs_after_restart = Some(view.gauge("herder_state_allocs") as u64);
+            again.stop();
+        } else {
+            server.stop();
+        }
+    }
+    Ok(report)
+}
+
+fn api_client(address: &str) -> Result<ApiClient, BenchError> {
+    Ok(ApiClient::new(ClientConfig {
+        address: address.to_string(),
+        token: None,
+    })?)
+}
+
+/// Server settings of a run: with churn, short heartbeats so failed nodes
+/// are noticed in seconds, at a heartbeat rate the server can carry.
+fn server_env(config: &BenchConfig) -> Vec<(String, String)> {
+    if config.churn_percent == 0 {
+        return Vec::new();
+    }
+    let rate = (config.nodes / 5).max(50);
+    vec![
+        ("HERDER_SERVER__MIN_HEARTBEAT_TTL".into(), "5s".into()),
+        ("HERDER_SERVER__HEARTBEAT_GRACE".into(), "2s".into()),
+        (
+            "HERDER_SERVER__MAX_HEARTBEATS_PER_SECOND".into(),
+            rate.to_string(),
+        ),
+    ]
+}
+
+fn sim_config(config: &BenchConfig, address: &str, count: usize, prefix: &str) -> SimConfig {
+    SimConfig {
+        count,
+        servers: vec![address.to_string()],
+        datacenters: config.shape.datacenters.clone(),
+        classes: config.shape.classes.clone(),
+        racks: config.shape.racks,
+        cpu_mhz: config.node_cpu_mhz,
+        memory_mb: config.node_memory_mb,
+        name_prefix: prefix.into(),
+        threads: config.sim_threads,
+        watch_allocs: false,
+        ..SimConfig::default()
+    }
+}
+
+/// Starts the simulated nodes (the churning ones apart) and waits until
+/// the server holds them all ready.
+fn register_nodes(
+    config: &BenchConfig,
+    address: &str,
+    client: &ApiClient,
+    report: &mut Report,
+    progress: &dyn Fn(&str),
+) -> Result<(SimNodes, Churn), BenchError> {
+    let started = Instant::now();
+    let churning = config.nodes * config.churn_percent as usize / 100;
+    let sim = SimNodes::start(sim_config(
+        config,
+        address,
+        config.nodes - churning,
+        "bench",
+    ))?;
+    let churn = Churn::start(sim_config(config, address, churning, "churn"))?;
+    wait_for_ready(client, config.nodes, started + config.timeout, progress)?;
+    report.node_registration_secs = started.elapsed().as_secs_f64();
+    Ok((sim, churn))
+}
+
+fn wait_for_ready(
+    client: &ApiClient,
+    nodes: usize,
+    deadline: Instant,
+    progress: &dyn Fn(&str),
+) -> Result<(), BenchError> {
+    loop {
+        let ready = observe::ready_nodes(client)?;
+        progress(&format!("nodes ready {ready}/{nodes}"));
+        if ready >= nodes {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Setup(format!(
+                "only {ready} of {nodes} nodes were ready in time"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The nodes that fail and come back: running, failed (silent until the
+/// server marks them down), back.
+struct Churn {
+    config: SimConfig,
+    nodes: Vec<herder::structs::Node>,
+    running: Option<SimNodes>,
+    phase: ChurnPhase,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChurnPhase {
+    Up,
+    Failed,
+    Back,
+}
+
+impl Churn {
+    fn start(config: SimConfig) -> Result<Churn, BenchError> {
+        let nodes = herder_sim::build_nodes(&config);
+        let running = if nodes.is_empty() {
+            None
+        } else {
+            Some(SimNodes::start_nodes(config.clone(), nodes.clone())?)
+        };
+        Ok(Churn {
+            config,
+            nodes,
+            running,
+            phase: ChurnPhase::Up,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Advances the churn: fail once half the allocations are placed;
+    /// come back once the server shows every failed node down.
+    fn step(&mut self, placed: u64, expected: u64, client: &ApiClient) -> Result<(), BenchError> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        match self.phase {
+            ChurnPhase::Up if placed * 2 >= expected => {
+                if let Some(sim) = self.running.take() {
+                    sim.stop();
+                }
+                self.phase = ChurnPhase::Failed;
+            }
+            ChurnPhase::Failed if observe::down_nodes(client)? >= self.nodes.len() => {
+                self.running = Some(SimNodes::start_nodes(
+                    self.config.clone(),
+                    self.nodes.clone(),
+                )?);
+                self.phase = ChurnPhase::Back;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Whether the churn has run its course.
+    fn settled(&self) -> bool {
+        self.is_empty() || self.phase == ChurnPhase::Back
+    }
+}
+
+fn job_bodies(config: &BenchConfig) -> Vec<serde_json::Value> {
+    match config.scenario {
+        Scenario::Placement => (0..config.jobs)
+            .map(|i| workload::mixed_job(i, config.count, &config.shape))
+            .collect(),
+        Scenario::System => vec![workload::system_job(
+            "bench-system",
+            &config.shape.datacenters,
+        )],
+    }
+}
+
+/// Submits every job from `submitters` connections while following the
+/// allocation count; returns the allocations placed.
+fn place(
+    config: &BenchConfig,
+    client: &ApiClient,
+    bodies: &[serde_json::Value],
+    base: &MetricsView,
+    churn: &mut Churn,
+    report: &mut Report,
+    progress: &dyn Fn(&str),
+) -> Result<u64, BenchError> {
+    let expected = config.expected_allocs() as u64;
+    let already = base.gauge("herder_state_allocs") as u64;
+    let started = Instant::now();
+    let submitted = submit_all(client, bodies, config.submitters, config.rate, started);
+    let mut queue_max: f64 = 0.0;
+    let mut placed;
+    loop {
+        let view = MetricsView::read(client)?;
+        let sent = submitted.done.load(Ordering::Relaxed);
+        placed = if churn.is_empty() {
+            (view.gauge("herder_state_allocs") as u64).saturating_sub(already)
+        } else {
+            // Lost allocations and their replacements both count in the
+            // table: count what runs (or is starting) instead.
+            observe::live_allocs(client)?
+        };
+        churn.step(placed, expected, client)?;
+        queue_max = queue_max.max(view.gauge("herder_plan_queue_depth"));
+        let secs = started.elapsed().as_secs_f64();
+        progress(&format!(
+            "{} placed {placed}/{expected} ({:.0}/s), jobs sent {}/{}",
+            observe::bar(placed, expected),
+            placed as f64 / secs.max(1e-9),
+            sent,
+            bodies.len()
+        ));
+        if (placed >= expected && churn.settled() && sent == bodies.len())
+            || started.elapsed() > config.timeout
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (sent, register_secs, errors) = submitted.finish();
+    if let Some(e) = errors.first() {
+        return Err(BenchError::Setup(format!("job registration failed: {e}")));
+    }
+    report.jobs_registered = sent;
+    report.job_register_secs = register_secs;
+    report.jobs_per_sec = sent as f64 / register_secs.max(1e-9);
+    report.all_placed = placed >= expected;
+    report.churned_nodes = churn.nodes.len();
+    if !churn.is_empty() {
+        report.lost_allocs = observe::lost_allocs(client)?;
+    }
+    report.placement_secs = elapsed;
+    report.placements_per_sec = placed as f64 / elapsed.max(1e-9);
+    report.plan_queue_depth_max = queue_max;
+    Ok(placed)
+}
+
+/// Job submissions in flight on their own threads.
+struct Submitted {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    done: Arc<AtomicUsize>,
+    finished_at: Arc<Mutex<Option<Instant>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    started: Instant,
+}
+
+impl Submitted {
+    /// Waits for every submitter: jobs sent, seconds to send them all,
+    /// errors.
+    fn finish(self) -> (usize, f64, Vec<String>) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+        let end = self
+            .finished_at
+            .lock()
+            .map(|g| g.unwrap_or_else(Instant::now))
+            .unwrap_or_else(|_| Instant::now());
+        let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
+        (
+            self.done.load(Ordering::Relaxed),
+            end.duration_since(self.started).as_secs_f64(),
+            errors,
+        )
+    }
+}
+
+fn submit_all(
+    client: &ApiClient,
+    bodies: &[serde_json::Value],
+    submitters: usize,
+    rate: u32,
+    started: Instant,
+) -> Submitted {
+    // Job i is due at i / rate seconds after the start when paced.
+    let interval = (rate > 0).then(|| Duration::from_secs(1) / rate);
+    let bodies = Arc::new(bodies.to_vec());
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let finished_at = Arc::new(Mutex::new(None));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let threads = (0..submitters.max(1))
+        .map(|_| {
+            let (client, bodies, next, done) =
+                (client.clone(), bodies.clone(), next.clone(), done.clone());
+            let (finished_at, errors) = (finished_at.clone(), errors.clone());
+            std::thread::spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else {
+                    break;
+                };
+                if let Some(due) = interval.map(|d| started + d * i as u32) {
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                }
+                match client.put("/v1/jobs", &[], body) {
+                    Ok(_) => {
+                        if done.fetch_add(1, Ordering::Relaxed) + 1 == bodies.len() {
+                            if let Ok(mut at) = finished_at.lock() {
+                                *at = Some(Instant::now());
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        if let Ok(mut list) = errors.lock() {
+                            list.push(e.to_string());
+                        }
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    Submitted {
+        threads,
+        done,
+        finished_at,
+        errors,
+        started,
+    }
+}
+
+/// Evaluation latencies (created -> complete, server clock) of the
+/// registrations, and how the evaluations ended.
+fn read_evaluations(client: &ApiClient, report: &mut Report) -> Result<(), BenchError> {
+    let evals = observe::evaluations(client)?;
+    let mut latencies = Vec::new();
+    for e in &evals {
+        match e.status.as_str() {
+            "complete" => report.evals_complete += 1,
+            "blocked" => report.evals_blocked += 1,
+            "failed" => report.evals_failed += 1,
+            _ => {}
+        }
+        if e.triggered_by == "job-register" && e.status == "complete" {
+            latencies.push((e.modify_time - e.create_time) as f64 / 1e6);
+        }
+    }
+    report.eval_latency_ms = Percentiles::of(&mut latencies);
+    Ok(())
+}
+
+/// Plan and worker figures: differences of the server's metrics over the
+/// run.
+fn read_metrics(
+    client: &ApiClient,
+    base: &MetricsView,
+    report: &mut Report,
+) -> Result<(), BenchError> {
+    let view = MetricsView::read(client)?;
+    report.plans_applied = view.gauge("herder_plan_applied") - base.gauge("herder_plan_applied");
+    report.plans_partial = view.gauge("herder_plan_partial") - base.gauge("herder_plan_partial");
+    report.partial_commit_rate = report.plans_partial / report.plans_applied.max(1.0);
+    report.refused_placements =
+        view.gauge("herder_plan_refused_placements") - base.gauge("herder_plan_refused_placements");
+    // A scheduler's run includes submitting its plans and waiting for
+    // them to be durable; its CPU time is the scheduling alone.
+    let delta = |name: &str| view.sample(name).0 - base.sample(name).0;
+    report.scheduler_busy_secs = delta("herder_worker_scheduler_cpu_seconds");
+    report.plan_submit_secs = delta("herder_worker_submit_plan_seconds");
+    report.scheduler_max_ms = view.sample("herder_worker_invoke_scheduler_seconds").2 * 1000.0;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    report.worker_utilisation =
+        report.scheduler_busy_secs / (report.placement_secs * cpus).max(1e-9);
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! `herder agent`: load the configuration and run the agent until a signal.
+
+use clap::Args;
+use herder_common::config::{AgentConfig, ConfigSources, FlagOverrides};
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Development mode: a server and a client in one process, on loopback,
+    /// with a temporary data dir.
+    #[arg(long)]
+    pub dev: bool,
+    /// A configuration file (TOML); may be repeated, later files win.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Vec<PathBuf>,
+    /// Where state is kept.
+    #[arg(long = "data-dir", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address the HTTP API binds.
+    #[arg(long = "bind", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Run a server.
+    #[arg(long)]
+    pub server: bool,
+    /// Run a client.
+    #[arg(long)]
+    pub client: bool,
+    /// This agent's name.
+    #[arg(long = "node", value_name = "NAME")]
+    pub node: Option<String>,
+    /// This agent's datacenter.
+    #[arg(long = "dc", value_name = "DC")]
+    pub dc: Option<String>,
+    /// Servers a client joins, comma-separated host:port.
+    #[arg(long = "servers", value_name = "ADDR", value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// HTTP API port; 0 picks a free port and prints it.
+    #[arg(long = "http-port", value_name = "PORT")]
+    pub http_port: Option<u16>,
+    /// Bind loopback only (sidecar next to an application).
+    #[arg(long)]
+    pub sidecar: bool,
+    /// Log level: trace, debug, info, warn, error.
+    #[arg(long = "log-level", value_name = "LEVEL")]
+    pub log_level: Option<String>,
+}
+
+impl AgentArgs {
+    /// The configuration layers these flags describe.
+    pub fn sources(&self) -> ConfigSources {
+        let mut flags = FlagOverrides {
+            data_dir: self.data_dir.clone(),
+            name: self.node.clone(),
+            datacenter: self.dc.clone(),
+            bind_addr: self.bind.clone(),
+            log_level: self.log_level.clone(),
+            sidecar: self.sidecar.then_some(true),
+            ..Default::default()
+        };
+        if let Some(p) = self.http_port {
+            flags.ports.insert("http".into(), p);
+        }
+        if self.server {
+            flags.server.insert("enabled".into(), true.into());
+        }
+        if self.client {
+            flags.client.insert("enabled".into(), true.into());
+        }
+        if !self.servers.is_empty() {
+            flags
+                .client
+                .insert("servers".into(), serde_json::json!(self.servers));
+        }
+        ConfigSources {
+            dev: self.dev,
+            files: self.config.clone(),
+            env: None,
+            flags,
+        }
+    }
+
+    pub fn load_config(&self) -> anyhow::Result<AgentConfig> {
+        Ok(AgentConfig::load(&self.sources())?)
+    }
+}
+
+/// Loads the configuration, installs the log subscriber at its level,
+/// then warns of the `HERDER_*` variables that were ignored (they could
+/// not be logged before the subscriber existed).
+fn load_and_init_logging(args: &AgentArgs) -> anyhow::Result<AgentConfig> {
+    let (config, ignored) = AgentConfig::load_reporting_ignored(&args.sources())?;
+    crate::logging::init(&config.log_level);
+    if !ignored.is_empty() {
+        tracing::warn!("{}", herder_common::config::describe_ignored_env(&ignored));
+    }
+    Ok(config)
+}
+
+/// Runs the agent until SIGINT or SIGTERM, then shuts it down in order.
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let config = load_and_init_logging(&args)?;
+    let temp = args.dev && args.data_dir.is_none();
+    // The agent runs on threads of its own; this runtime only waits for
+    // the signal.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let agent = herder_actors::agent::Agent::start(config, temp).await?;
+        let addr = agent.http_addr();
+        println!("==> herder agent started");
+        println!("    HTTP API: http://{addr}");
+        println!("    data dir: {}", agent.data_dir().display());
+        println!(
+            "    roles:    server={} client={}",
+            agent.config().server.enabled,
+            agent.config().client.enabled
+        );
+        wait_for_signal().await;
+        println!("==> caught signal, shutting down");
+        agent.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; waiting for Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    fn client_servers(args: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let sources = ConfigSources {
+            env: Some(vec![]),
+            ..cli.agent.sources()
+        };
+        let config = AgentConfig::load(&sources).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        config.client.servers
+    }
+
+    #[test]
+    fn servers_is_the_clients_failover_list_from_the_flag_or_the_config_file() {
+        let listed = ["10.0.0.1:4646", "10.0.0.2:4646", "10.0.0.3:4646"];
+        let flag = client_servers(&[
+            "agent",
+            "--client",
+            "--servers",
+            "10.0.0.1:4646,10.0.0.2:4646",
+            "--servers",
+            "10.0.0.3:4646",
+        ]);
+        assert_eq!(flag, listed);
+
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temporary dir: {e}"));
+        let file = dir.path().join("client.toml");
+        let text = "[client]\nenabled = true\nservers = [\"10.0.0.1:4646\", \"10.0.0.2:4646\", \"10.0.0.3:4646\"]\n";
+        std::fs::write(&file, text).unwrap_or_else(|e| panic!("writing the file: {e}"));
+        let path = file.to_str().unwrap_or_default();
+        assert_eq!(client_servers(&["agent", "--config", path]), listed);
+    }
+}

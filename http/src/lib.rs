@@ -1,0 +1,145 @@
+//! The HTTP API: Nomad's paths, JSON shapes, status codes and headers.
+//!
+//! Handlers are thin: they decode and check the request, ask the state
+//! store or an actor, and encode the answer. Bad input is a 4xx with a
+//! message that says what to fix; a handler never panics on user input.
+
+mod agent_info;
+mod agent_routes;
+mod body;
+mod client_alloc_routes;
+mod client_routes;
+mod errors;
+mod eval_alloc_routes;
+mod event_stream;
+pub mod filter;
+mod forward;
+mod fs_routes;
+mod in_flight;
+mod job_routes;
+mod metrics_routes;
+mod node_routes;
+mod operator_routes;
+mod plan;
+pub mod query;
+mod raft_routes;
+mod region_routes;
+mod search_routes;
+mod stubs;
+mod system_routes;
+
+use actix_web::{web, App};
+pub use agent_info::{AgentInfo, ClientHandle};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use errors::ApiError;
+
+/// Longest a graceful stop waits for the requests in flight.
+const GRACEFUL_STOP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A bound, running HTTP server.
+pub struct HttpServer {
+    addr: SocketAddr,
+    handle: actix_web::dev::ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    in_flight: in_flight::InFlight,
+}
+
+impl HttpServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Graceful stop: no new connections, requests in flight complete
+    /// (for at most 10 s), then the idle connections close at once.
+    /// Streams and parked queries end on the agent's shutdown signal,
+    /// which is sent before this.
+    pub async fn stop(self) {
+        self.handle.pause().await;
+        if tokio::time::timeout(GRACEFUL_STOP, self.in_flight.idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!("HTTP requests still in flight after {GRACEFUL_STOP:?}; closing");
+        }
+        self.handle.stop(false).await;
+        if let Err(e) = self.task.await {
+            tracing::warn!(error = %e, "HTTP server task ended abnormally");
+        }
+    }
+}
+
+/// The HTTP API could not bind its address.
+#[derive(Debug, thiserror::Error)]
+#[error("HTTP API on {addr}")]
+pub struct BindError {
+    pub addr: String,
+    pub source: std::io::Error,
+}
+
+/// Binds the API and starts serving.
+pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, BindError> {
+    metrics_routes::install_recorder();
+    let (host, port) = info.config.http_bind();
+    let body_limit = info.config.limits.http_max_body_bytes;
+    let runs_client = info.config.client.enabled;
+    let data = web::Data::from(info.clone());
+    let in_flight = in_flight::InFlight::default();
+    let tracker = in_flight.clone();
+    let server = actix_web::HttpServer::new(move || {
+        let tracker = tracker.clone();
+        App::new()
+            .wrap_fn(metrics_routes::observe_request)
+            .wrap(actix_web::middleware::ErrorHandlers::new().handler(
+                actix_web::http::StatusCode::METHOD_NOT_ALLOWED,
+                errors::explain_method_not_allowed,
+            ))
+            .app_data(data.clone())
+            .app_data(web::JsonConfig::default().limit(body_limit))
+            .app_data(web::PayloadConfig::new(body_limit))
+            .app_data(web::PathConfig::default().error_handler(errors::path_error))
+            .configure(agent_routes::configure)
+            .configure(client_routes::configure)
+            .configure(client_alloc_routes::configure)
+            .configure(metrics_routes::configure)
+            .configure(job_routes::configure)
+            .configure(eval_alloc_routes::configure)
+            .configure(node_routes::configure)
+            .configure(operator_routes::configure)
+            .configure(system_routes::configure)
+            .configure(region_routes::configure)
+            .configure(search_routes::configure)
+            .configure(raft_routes::configure)
+            .configure(event_stream::configure)
+            .configure(|cfg| {
+                if runs_client {
+                    fs_routes::configure(cfg)
+                }
+            })
+            .default_service(web::to(errors::not_found))
+            // Outermost: counts every request until its answer is sent.
+            .wrap_fn(move |req, service| tracker.track(req, service))
+    })
+    .workers(2)
+    .shutdown_timeout(10)
+    .disable_signals()
+    .bind((host.as_str(), port))
+    .map_err(|source| BindError {
+        addr: format!("{host}:{port}"),
+        source,
+    })?;
+    let addr = server.addrs().first().copied().ok_or_else(|| BindError {
+        addr: format!("{host}:{port}"),
+        source: std::io::Error::other("no address bound"),
+    })?;
+    let server = server.run();
+    let handle = server.handle();
+    let task = tokio::spawn(server);
+    Ok(HttpServer {
+        addr,
+        handle,
+        task,
+        in_flight,
+    })
+}

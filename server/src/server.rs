@@ -1,0 +1,235 @@
+//! The server: the state store and the actors that move evaluations, started
+//! and stopped in dependency order.
+//!
+//! A single server is always the leader, so the leader-only actors (broker,
+//! blocked evaluations, plan queue) are enabled at start, after the store
+//! has been opened and before the router restores pending work into them.
+//! Shutdown runs the other way: stop taking work, then close the store so
+//! every acknowledged write is flushed.
+
+use crate::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
+use crate::broker::{self, BrokerConfig, EvalBroker};
+use crate::eval_router::{EvalRouter, StopRouting};
+use crate::eval_writer::EvalWriter;
+use crate::gc::{GarbageCollector, GcConfig, StopGc};
+use crate::node_drainer::{NodeDrainer, StopDrainer};
+use crate::node_lifecycle::LifecycleConfig;
+use crate::node_tracker::{NodeTracker, TrackerConfig};
+use crate::periodic::{self, PeriodicLauncher, StopLauncher};
+use crate::plan_applier::{self, PlanApplier};
+use crate::server_metrics::{ServerMetrics, StopMetrics};
+use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
+use crate::worker_supervisor::{self, WorkerConfigError, WorkerPoolConfig, WorkerSupervisor};
+use actix::prelude::*;
+use herder::state::{StateStore, StoreError, StoreOptions};
+use herder::structs::validate::JobLimits;
+use herder_common::config::AgentConfig;
+use herder_common::nomad_metrics::Board;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    // The store's message already carries its cause (`StoreError` both
+    // prints and chains it), so it is printed here and not chained again:
+    // a walked error chain states the cause once.
+    #[error("state store at {path}: {error}")]
+    Store { path: PathBuf, error: StoreError },
+    #[error("state store at {path}: opening was interrupted")]
+    OpenInterrupted { path: PathBuf },
+    #[error("server.num_schedulers / enabled_schedulers")]
+    Workers(#[from] WorkerConfigError),
+    #[error("data dir {path}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What the HTTP API and the agent use to reach the server's parts.
+/// Cheap to clone: every field is a handle.
+#[derive(Clone)]
+pub struct ServerHandle {
+    pub store: StateStore,
+    pub broker: Addr<EvalBroker>,
+    pub blocked: Addr<BlockedEvals>,
+    pub plan_applier: Addr<PlanApplier>,
+    pub nodes: Addr<NodeTracker>,
+    pub workers: Addr<WorkerSupervisor>,
+    pub periodic: Addr<PeriodicLauncher>,
+    pub gc: Addr<GarbageCollector>,
+    /// How large a job may be (`[limits]`); every write path checks it.
+    pub job_limits: JobLimits,
+    /// Where the server publishes its Nomad-named figures (job summaries,
+    /// job statuses) for `/v1/metrics`.
+    pub nomad_metrics: Board,
+}
+
+/// A running server.
+pub struct Server {
+    handle: ServerHandle,
+    router: Addr<EvalRouter>,
+    drainer: Addr<NodeDrainer>,
+    metrics: Addr<ServerMetrics>,
+}
+
+/// The node lifecycle's timings from the agent configuration.
+pub fn tracker_config(config: &AgentConfig) -> TrackerConfig {
+    let s = &config.server;
+    TrackerConfig {
+        lifecycle: LifecycleConfig {
+            min_heartbeat_ttl: s.min_heartbeat_ttl,
+            max_heartbeats_per_second: s.max_heartbeats_per_second,
+            heartbeat_grace: s.heartbeat_grace,
+            failover_heartbeat_ttl: s.failover_heartbeat_ttl,
+            max_lost_duration: s.max_lost_duration,
+            max_flaky_duration: s.max_flaky_duration,
+            readiness_checks: true,
+        },
+        ..TrackerConfig::default()
+    }
+}
+
+/// The garbage collector's thresholds from the agent configuration.
+pub fn gc_config(config: &AgentConfig) -> GcConfig {
+    GcConfig {
+        eval_gc_threshold: config.server.eval_gc_threshold,
+        job_gc_threshold: config.server.job_gc_threshold,
+        node_gc_threshold: config.server.node_gc_threshold,
+        gc_interval: config.server.gc_interval,
+        ..GcConfig::default()
+    }
+}
+
+/// The broker's timings from the agent configuration.
+pub fn broker_config(config: &AgentConfig) -> BrokerConfig {
+    BrokerConfig {
+        nack_timeout: config.server.eval_nack_timeout,
+        delivery_limit: config.server.eval_delivery_limit,
+        initial_nack_delay: config.server.eval_nack_initial_reenqueue_delay,
+        subsequent_nack_delay: config.server.eval_nack_subsequent_reenqueue_delay,
+        ..BrokerConfig::default()
+    }
+}
+
+impl Server {
+    /// Opens the state under `data_dir/server` and starts the actors. Must
+    /// run inside an actix system.
+    pub async fn start(config: &AgentConfig, data_dir: &Path) -> Result<Server, ServerError> {
+        // Checked before anything starts: an actor started and then
+        // dropped with a half-built server panics in actix's teardown.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = WorkerPoolConfig::validate(
+            config.effective_num_schedulers() as i64,
+            &config.server.enabled_schedulers,
+            cpus,
+        )?;
+        let path = data_dir.join("server");
+        let store = open_store(path).await?;
+        let writer = EvalWriter::new(store.clone()).start();
+        let (broker, blocked) = broker::start_with_blocked_evals(
+            broker_config(config),
+            BlockedEvalsConfig::default(),
+            writer.recipient(),
+        );
+        let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
+        let in_flight_view = plan_applier.in_flight_view();
+        let plan_applier = plan_applier.start();
+        // Leadership: a single server always leads.
+        let _ = broker.send(broker::SetEnabled(true)).await;
+        let _ = blocked.send(broker::SetEnabled(true)).await;
+        let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
+        let nodes = NodeTracker::new(store.clone(), tracker_config(config)).start();
+        let deps = WorkerDeps {
+            store: store.clone(),
+            broker: broker.clone(),
+            blocked_evals: blocked.clone(),
+            plan_applier: plan_applier.clone(),
+            in_flight_view,
+            schedulers: Arc::new(CoreSchedulers),
+            timing: WorkerTiming::default(),
+        };
+        let server_id = format!("{}.{}", config.name_or_hostname(), config.region);
+        let workers = WorkerSupervisor::new(server_id, cpus, deps, pool)?.start();
+        // Nomad's leader pauses three quarters of its workers to leave CPU
+        // to the plan applier, which is right when followers schedule too.
+        // A single server is the whole cluster: pausing would leave one
+        // worker for everything (placements 1.36x slower in
+        // docs/PERFORMANCE.md, "Workers on a single server"), so the
+        // supervisor's `SetLeader` waits for the day there are followers.
+        // Leader duties: cron launches of periodic jobs, garbage collection,
+        // moving work off draining nodes.
+        let drainer = NodeDrainer::new(store.clone(), periodic::system_clock()).start();
+        let periodic = PeriodicLauncher::new(store.clone(), periodic::system_clock()).start();
+        let gc = GarbageCollector::new(store.clone(), periodic::system_clock(), gc_config(config))
+            .start();
+        let nomad_metrics = Board::new();
+        let metrics = ServerMetrics::new(
+            store.clone(),
+            broker.clone(),
+            blocked.clone(),
+            plan_applier.clone(),
+            nomad_metrics.clone(),
+            std::time::Duration::from_secs(1),
+        )
+        .start();
+        tracing::info!(index = store.latest_index(), "server started");
+        Ok(Server {
+            handle: ServerHandle {
+                store,
+                broker,
+                blocked,
+                plan_applier,
+                nodes,
+                workers,
+                periodic,
+                gc,
+                job_limits: config.limits.job_limits(),
+                nomad_metrics,
+            },
+            router,
+            drainer,
+            metrics,
+        })
+    }
+
+    pub fn handle(&self) -> &ServerHandle {
+        &self.handle
+    }
+
+    /// Stops routing and scheduling, then flushes and closes the store.
+    pub async fn stop(self) {
+        let h = self.handle;
+        let _ = self.router.send(StopRouting).await;
+        let _ = self.drainer.send(StopDrainer).await;
+        self.metrics.do_send(StopMetrics);
+        let _ = h.periodic.send(StopLauncher).await;
+        let _ = h.gc.send(StopGc).await;
+        // Workers finish (and ack) the evaluations in hand first.
+        let _ = h.workers.send(worker_supervisor::StopAll).await;
+        let _ = h.plan_applier.send(plan_applier::SetEnabled(false)).await;
+        let _ = h.broker.send(broker::SetEnabled(false)).await;
+        let _ = h.blocked.send(broker::SetEnabled(false)).await;
+        let store = h.store.clone();
+        if tokio::task::spawn_blocking(move || store.close())
+            .await
+            .is_err()
+        {
+            tracing::error!("closing the state store panicked");
+        }
+        tracing::info!("server stopped");
+    }
+}
+
+/// Opening reads the whole state into memory: off the async executor.
+async fn open_store(path: PathBuf) -> Result<StateStore, ServerError> {
+    std::fs::create_dir_all(&path).map_err(|source| ServerError::DataDir {
+        path: path.clone(),
+        source,
+    })?;
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || StateStore::open(&p, StoreOptions::default()))
+        .await
+        .map_err(|_| ServerError::OpenInterrupted { path: path.clone() })?
+        .map_err(|error| ServerError::Store { path, error })
+}
