@@ -27,7 +27,7 @@ const CLI_ENV: [&str; 3] = ["ADDR", "TOKEN", "NAMESPACE"];
 /// and change fields, or [`AgentConfig::load`] the binary's layers.
 ///
 /// ```
-/// let mut config = herder_actors::AgentConfig::dev().expect("the defaults are valid");
+/// let mut config = herder_common::config::AgentConfig::dev().expect("the defaults are valid");
 /// config.client.enabled = false;
 /// config.server.num_schedulers = Some(1);
 /// assert_eq!(config.ports.http, 0, "dev() picks a free port");

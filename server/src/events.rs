@@ -117,7 +117,7 @@ pub struct Events {
 /// means every namespace; node events have none and always pass.
 ///
 /// ```
-/// use herder_actors::{EventFilter, Topic};
+/// use herder_server::events::{EventFilter, Topic};
 ///
 /// // Allocations of the job "web", and every node event, from index 10.
 /// let filter = EventFilter::new()

@@ -16,7 +16,7 @@
 //! 10,000 long-poll connections and some timers, not threads.
 //!
 //! ```no_run
-//! use herder_actors::sim::{SimConfig, SimNodes};
+//! use herder_sim::{SimConfig, SimNodes};
 //! let sim = SimNodes::start(SimConfig {
 //!     count: 1000,
 //!     servers: vec!["http://127.0.0.1:4646".into()],
