@@ -106,6 +106,7 @@ pub mod memory_target;
 pub mod node;
 pub mod router;
 pub mod state_machine;
+pub mod store_target;
 pub mod transport;
 pub mod version_gate;
 
@@ -116,7 +117,7 @@ pub use memory_target::{AppliedBatch, MemoryTarget};
 pub use node::{default_config, RaftNode, StartError, WriteError, LOG_DIR};
 pub use router::{Router, RouterError};
 pub use state_machine::{
-    Position, StateMachineAdapter, StateMachineTarget, TargetError, TargetSnapshot,
+    BatchToApply, Position, StateMachineAdapter, StateMachineTarget, TargetError, TargetSnapshot,
 };
 pub use transport::{Network, Transport};
 pub use version_gate::{can_write, GateError};

@@ -513,6 +513,25 @@ impl StateStore {
             .unwrap_or(Err(StoreError::Closed))
     }
 
+    /// Several batches (index, commands, position), queued at once and
+    /// applied in order as [`Self::submit_batch_at`] each: the group
+    /// commit makes them durable together, with one sync instead of one
+    /// per batch. Returns once all are durable, each batch's outcome in
+    /// order.
+    pub fn apply_batches_at(
+        &self,
+        batches: Vec<(u64, Vec<Command>, Vec<u8>)>,
+    ) -> Vec<Result<BatchOutcome, StoreError>> {
+        let receivers: Vec<_> = batches
+            .into_iter()
+            .map(|(index, commands, position)| self.submit_batch_at(index, commands, position))
+            .collect();
+        receivers
+            .into_iter()
+            .map(|r| futures::executor::block_on(r).unwrap_or(Err(StoreError::Closed)))
+            .collect()
+    }
+
     /// The position stored with the latest applied batch or imported
     /// checkpoint (`None`: never set), as durable as the state it
     /// describes: it is read back at open.
