@@ -95,6 +95,9 @@ pub type BatchOutcome = Vec<Result<ApplyOutcome, super::ApplyError>>;
 type BatchReply = oneshot::Sender<Result<BatchOutcome, StoreError>>;
 
 /// What callers queue for the writer.
+// `One`, the command path of every single-server write, is the large
+// variant: boxing it would add an allocation to each of them.
+#[allow(clippy::large_enum_variant)]
 enum Request {
     /// One command at the next index (`submit`).
     One { command: Command, reply: Reply },
