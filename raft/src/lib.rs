@@ -15,7 +15,8 @@
 //! - [`state_machine`]: openraft's state machine over a
 //!   [`StateMachineTarget`] (apply a batch at an index, export and import a
 //!   snapshot, keep the log position atomically with the state).
-//! - [`memory_target`]: an in-memory target, until the state store is one.
+//! - [`store_target`]: herder's `StateStore` as the target (the real one);
+//!   [`memory_target`]: an in-memory target for the tests of this crate.
 //! - [`transport`]: the [`Transport`] seam under openraft's network traits;
 //!   [`router`]: the in-process transport of the tests with fault injection
 //!   (drop, delay, partition one server, heal); [`http`]: the Raft RPCs on
@@ -23,47 +24,86 @@
 //! - [`node`]: one server's replica ([`RaftNode`]) and herder's timings
 //!   ([`default_config`]).
 //!
-//! # What the state store must grow to be the target
+//! # The state store as the state machine
 //!
-//! Today `StateStore` numbers commands itself (each submitted command gets
-//! the next index, one at a time) and its durable form is its own WAL plus
-//! sled checkpoint. To be driven by the log it needs, in `src/state`:
+//! `StateStore` (in `src/state`) is driven by the log through four calls,
+//! and [`store_target`] maps the trait onto them:
 //!
 //! ```text
-//! impl StateSnapshot {
-//!     /// All of `commands` at one `index` (> latest_index), each all or
-//!     /// nothing as `apply`; a rejected command leaves the others applied.
-//!     pub fn apply_batch(&mut self, index: u64, commands: &[Command])
-//!         -> Vec<Result<AppliedChanges, ApplyError>>;
-//! }
-//! impl StateStore {
-//!     /// Queues a batch at `index` (the log index; gaps allowed: membership
-//!     /// and no-op entries have none), persisting `position` (opaque bytes)
-//!     /// in the same WAL record; an index <= latest_index is a replay and
-//!     /// answers Ok(vec![]) without change.
-//!     pub fn submit_batch_at(&self, index: u64, commands: Vec<Command>, position: Vec<u8>)
-//!         -> oneshot::Receiver<Result<Vec<Result<ApplyOutcome, ApplyError>>, StoreError>>;
-//!     /// The position stored with the latest applied batch (None: never set).
-//!     pub fn applied_position(&self) -> Option<Vec<u8>>;
-//!     /// Folds the WAL into the checkpoint and streams the checkpoint (the
-//!     /// sled rows, format version and meta row) with its position.
-//!     pub fn export_checkpoint(&self, out: &mut dyn std::io::Write)
-//!         -> Result<Vec<u8> /* position */, StoreError>;
-//!     /// Replaces the whole state by a checkpoint from another server
-//!     /// (migrating an older format as `open` does), atomically with
-//!     /// `position`; watchers and subscribers see one jump to its index
-//!     /// (subscribers get `missed`).
-//!     pub fn import_checkpoint(&self, checkpoint: &mut dyn std::io::Read, position: Vec<u8>)
-//!         -> Result<(), StoreError>;
-//! }
+//! StateSnapshot::apply_batch(&mut self, index, &[Command])
+//!     -> Result<Vec<Result<AppliedChanges, ApplyError>>, ApplyError /* replay */>;
+//! StateStore::submit_batch_at(&self, index, Vec<Command>, position: Vec<u8>)
+//!     -> oneshot::Receiver<Result<BatchOutcome, StoreError>>;   // + apply_batch_at, apply_batches_at
+//! StateStore::applied_position(&self) -> Option<Vec<u8>>;
+//! StateStore::export_checkpoint(&self, &mut dyn Write) -> Result<Option<Vec<u8>> /* position */, StoreError>;
+//! StateStore::import_checkpoint(&self, &mut dyn Read, position: Vec<u8>) -> Result<(), StoreError>;
 //! ```
 //!
-//! With those, `impl StateMachineTarget for StateStore` is a few lines in
-//! this crate, and in a cluster the store's own WAL is the second copy of
-//! the log: the state store can then run in a mode where the Raft log is
-//! the only log and the WAL only carries `position` with the checkpoint
-//! (a `-dev` single server keeps today's path and its speed).
+//! - A batch is applied at the entry's log index (gaps allowed; all its
+//!   commands share the index; a rejected command leaves the others
+//!   applied); the state's index becomes the entry's even for an empty
+//!   or all-rejected batch, so `snapshot_min_index(WriteResponse::index)`
+//!   is always answered. A batch at or below the state's index is a
+//!   replay and changes nothing.
+//! - The position is a field of the store's meta row, so it is written in
+//!   the same WAL record (and, folded, the same sled batch) as the rows it
+//!   describes, and read back at open: a restarted server resumes exactly
+//!   after what its store holds (`tests/store_cluster.rs` checks nothing
+//!   is applied twice).
+//! - The adapter hands every entry openraft applies at once to
+//!   `apply_batches`; the store queues them together, so its group commit
+//!   makes them durable with one sync.
+//! - A checkpoint is the published state (an O(1) snapshot, taken while
+//!   writes go on) as a versioned archive: a magic, then one checksummed
+//!   WAL-format record holding every row exactly as sled stores it and the
+//!   meta row with the data format version. Import goes through a
+//!   temporary sled database and the same loader as `open` (older formats
+//!   migrated, bad rows left out and logged, indexes rebuilt), replaces
+//!   sled's rows in one batch and empties the WAL, then publishes: waiters
+//!   are answered, the change buffer is emptied and subscribers' streams
+//!   end, so a follower that resubscribes is told it `missed` changes and
+//!   resyncs from a snapshot.
 //!
+//! # What remains for full wiring
+//!
+//! - **Two logs.** In a cluster each write is made durable twice on every
+//!   server: the Raft log (`log_store`: a JSON entry in sled, one flush per
+//!   append) and the store's WAL record (the changed rows, the meta row and
+//!   the position, one `fdatasync` per group). The plan: a store driven by
+//!   the log stops appending to its WAL and keeps only sled as its
+//!   checkpoint; the Raft log is the WAL. `build_snapshot` then first folds
+//!   the state into sled (with the position), and only what sled holds is
+//!   purged from the log; at open the store loads sled and openraft replays
+//!   the entries after the stored position (it does so today). Cost: a
+//!   restart re-applies commands instead of decoding rows (more CPU per
+//!   entry replayed, bounded by the snapshot policy), and a fold writes the
+//!   whole changed state instead of appending records. Gain: one sync per
+//!   commit instead of two, and no row encoding on the commit path.
+//! - **Throughput.** `tests/throughput.rs` (docs/PERFORMANCE.md, "issue
+//!   18: raft foundation"): through Raft a write is an order of magnitude
+//!   slower than `StateStore::submit` alone, on one server as on three, so
+//!   `-dev` keeps today's `submit` path (no Raft) until the log store
+//!   batches its flushes and the store stops writing its own WAL.
+//! - **Several commands at one index** reach subscribers as several
+//!   `AppliedChanges` with the same index; the feed followers in
+//!   `actors/` (`EvalRouter`, `PeriodicLauncher`, `NodeDrainer`) skip a
+//!   change at or below their last index, so they would miss the second
+//!   command of a batch. They must compare by (index, place in the batch)
+//!   before writes carry several commands per entry (today's writers send
+//!   one).
+//! - **Snapshot size.** An archive is built and installed in memory (one
+//!   `Vec`, at most 4 GiB: the record length is a `u32`); import holds the
+//!   archive, a temporary sled copy and the decoded tables at once.
+//!   Streaming it in chunks needs openraft's chunked snapshot data type
+//!   instead of `Cursor<Vec<u8>>`.
+//! - **Import order.** Only a checkpoint newer than the state is accepted
+//!   (`StoreError::ImportBehind`; openraft never installs one at or below
+//!   what was committed): an older one could be overtaken at the next open
+//!   by WAL records it replaced. Rows an imported archive cannot load are
+//!   logged, not kept in the quarantine tree.
+//! - A store is driven by `submit` or by the log, never both (they number
+//!   commands differently); nothing enforces it yet.
+
 //! # How herder will wire it
 //!
 //! - Every write path that calls `StateStore::submit` today calls
@@ -106,6 +146,7 @@ pub mod memory_target;
 pub mod node;
 pub mod router;
 pub mod state_machine;
+pub mod store_target;
 pub mod transport;
 pub mod version_gate;
 
@@ -116,7 +157,7 @@ pub use memory_target::{AppliedBatch, MemoryTarget};
 pub use node::{default_config, RaftNode, StartError, WriteError, LOG_DIR};
 pub use router::{Router, RouterError};
 pub use state_machine::{
-    Position, StateMachineAdapter, StateMachineTarget, TargetError, TargetSnapshot,
+    BatchToApply, Position, StateMachineAdapter, StateMachineTarget, TargetError, TargetSnapshot,
 };
 pub use transport::{Network, Transport};
 pub use version_gate::{can_write, GateError};

@@ -1,10 +1,10 @@
 //! An in-memory [`StateMachineTarget`]: the applied batches in order.
 //!
-//! It stands in for the state store until the store can apply a batch at
-//! a given index and export and import a checkpoint (the crate doc lists
-//! what it must grow). It keeps what a test needs to see: every applied
-//! batch with its index, and how many snapshots were installed. Its state
-//! is lost with it, so a restarted node rebuilds it from its own log.
+//! The tests of the crate's own machinery (election, replication, faults)
+//! use it instead of the state store (`store_target`). It keeps what a
+//! test needs to see: every applied batch with its index, and how many
+//! snapshots were installed. Its state is lost with it, so a restarted
+//! node rebuilds it from its own log.
 
 use crate::entry::CommandResult;
 use crate::state_machine::{StateMachineTarget, TargetError, TargetSnapshot};

@@ -36,6 +36,14 @@ pub struct TargetSnapshot {
     pub data: Vec<u8>,
 }
 
+/// One entry's batch for [`StateMachineTarget::apply_batches`].
+pub struct BatchToApply<'a> {
+    pub index: u64,
+    pub commands: &'a [Command],
+    /// Where the log stands once this entry is applied.
+    pub position: Vec<u8>,
+}
+
 /// What the replicated log drives: the state store, or a test double.
 ///
 /// Calls come one at a time, in log order, from openraft's state machine
@@ -54,6 +62,20 @@ pub trait StateMachineTarget: Send + Sync + 'static {
         commands: &[Command],
         position: &[u8],
     ) -> Result<Vec<CommandResult>, TargetError>;
+
+    /// Applies several entries' batches in order, each as `apply_batch`
+    /// would. A target that can make them durable together (one sync for
+    /// all, as the state store's group commit does) overrides this: the
+    /// adapter hands over every entry openraft applies at once.
+    fn apply_batches(
+        &self,
+        batches: Vec<BatchToApply<'_>>,
+    ) -> Result<Vec<Vec<CommandResult>>, TargetError> {
+        batches
+            .into_iter()
+            .map(|b| self.apply_batch(b.index, b.commands, &b.position))
+            .collect()
+    }
 
     /// The position stored with the last applied batch or imported
     /// snapshot; `None` for a target that has applied nothing.
@@ -122,15 +144,15 @@ fn read_position<T: StateMachineTarget + ?Sized>(target: &T) -> StoreResult<Posi
     }
 }
 
-/// Applies `entries` in order, moving `position` along; runs on a blocking
-/// thread.
+/// Applies `entries` in order, moving `position` along, as one call to
+/// the target; runs on a blocking thread.
 fn apply_entries<T: StateMachineTarget>(
     target: &T,
     mut position: Position,
     entries: Vec<Entry<TypeConfig>>,
 ) -> StoreResult<Vec<WriteResponse>> {
-    let mut responses = Vec::with_capacity(entries.len());
-    for entry in entries {
+    let mut batches = Vec::with_capacity(entries.len());
+    for entry in &entries {
         let log_id = entry.log_id;
         if position
             .last_applied
@@ -138,10 +160,6 @@ fn apply_entries<T: StateMachineTarget>(
         {
             // Already in the target's state (openraft replays from what it
             // last saw applied; the target may have stored more).
-            responses.push(WriteResponse {
-                index: log_id.index,
-                results: Vec::new(),
-            });
             continue;
         }
         position.last_applied = Some(log_id);
@@ -159,14 +177,35 @@ fn apply_entries<T: StateMachineTarget>(
         let bytes = position
             .encode()
             .map_err(|e| StorageIOError::apply(log_id, &e))?;
-        let results = target
-            .apply_batch(log_id.index, commands, &bytes)
-            .map_err(|e| StorageIOError::apply(log_id, &e))?;
-        responses.push(WriteResponse {
+        batches.push(BatchToApply {
             index: log_id.index,
-            results,
+            commands,
+            position: bytes,
         });
     }
+    let applied_indexes: Vec<u64> = batches.iter().map(|b| b.index).collect();
+    let mut results = if batches.is_empty() {
+        Vec::new()
+    } else {
+        let last = position.last_applied.unwrap_or_default();
+        target
+            .apply_batches(batches)
+            .map_err(|e| StorageIOError::apply(last, &e))?
+    }
+    .into_iter();
+    let mut applied = applied_indexes.into_iter().peekable();
+    let responses = entries
+        .iter()
+        .map(|entry| {
+            let index = entry.log_id.index;
+            let results = if applied.next_if_eq(&index).is_some() {
+                results.next().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            WriteResponse { index, results }
+        })
+        .collect();
     Ok(responses)
 }
 

@@ -24,6 +24,8 @@ mod wal;
 #[cfg(test)]
 mod apply_tests;
 #[cfg(test)]
+mod replicated_tests;
+#[cfg(test)]
 mod store_tests;
 
 pub use apply::JOB_TRACKED_VERSIONS;
@@ -32,7 +34,9 @@ pub use command::{AllocClientUpdate, Command, CommandEnvelope, PlanResults, COMM
 pub use persist::FORMAT_VERSION;
 pub use quarantine::{QuarantineSource, QuarantinedRecord};
 pub use snapshot::StateSnapshot;
-pub use store::{node_allocs_index, ApplyOutcome, StateStore, StoreOptions, Subscription};
+pub use store::{
+    node_allocs_index, ApplyOutcome, BatchOutcome, StateStore, StoreOptions, Subscription,
+};
 
 use crate::structs::NodeId;
 
@@ -90,4 +94,8 @@ pub enum StoreError {
     Closed,
     #[error("the state store failed earlier and accepts no more writes: {0}")]
     Failed(String),
+    #[error("state checkpoint archive: {0}")]
+    Checkpoint(String),
+    #[error("a checkpoint at index {index} cannot replace the state at index {latest}: only a newer one can")]
+    ImportBehind { index: u64, latest: u64 },
 }

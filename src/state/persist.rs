@@ -96,6 +96,44 @@ struct Meta {
     last_index: u64,
     /// Latest change index per table, by table name.
     table_indexes: BTreeMap<String, u64>,
+    /// The replicated log's position stored with the state (hex), only
+    /// when a log drives the store: older builds ignore the field, and a
+    /// single server's records stay as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_bytes")]
+    applied_position: Option<Vec<u8>>,
+}
+
+/// Opaque bytes in a JSON row, as a hex string.
+mod hex_bytes {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(bytes) => {
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                s.serialize_some(&hex)
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let Some(hex) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        if hex.len() % 2 != 0 {
+            return Err(D::Error::custom("odd-length hex"));
+        }
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                    .ok_or_else(|| D::Error::custom("not hex"))
+            })
+            .collect::<Result<Vec<u8>, _>>()
+            .map(Some)
+    }
 }
 
 impl Meta {
@@ -107,6 +145,7 @@ impl Meta {
                 .iter()
                 .map(|t| (t.name().to_string(), snapshot.table_index(*t)))
                 .collect(),
+            applied_position: snapshot.applied_position().map(<[u8]>::to_vec),
         }
     }
 }
@@ -721,6 +760,7 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
                 let index = meta.table_indexes.get(table.name()).copied();
                 t.table_indexes[table.slot()] = index.unwrap_or(0);
             }
+            t.applied_position = meta.applied_position.map(Arc::from);
         }
         LoadedRow::Job(key, job) => {
             t.jobs.insert(key, Arc::new(job));
@@ -953,5 +993,137 @@ pub(crate) fn checkpoint(db: &sled::Db, segments: &[ClosedSegment]) -> Result<()
         db.flush()?;
         std::fs::remove_file(&segment.path).map_err(|e| wal::log_error(&segment.path, e))?;
     }
+    Ok(())
+}
+
+/// What a checkpoint archive starts with: its own format (the rows inside
+/// carry the data dir format in their meta row, migrated on import).
+const ARCHIVE_MAGIC: &[u8; 16] = b"herder-archive-1";
+
+/// Every row of `state` and its meta row, ready for sled or an archive.
+pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreError> {
+    let t = &*state.tables;
+    let change = |key: RowKey, row: Row| RowChange {
+        key,
+        row: Some(row),
+    };
+    let mut all = Vec::with_capacity(t.allocs.len() + t.evals.len() + t.jobs.len());
+    all.extend(
+        t.jobs
+            .iter()
+            .map(|(k, j)| change(RowKey::Job(k.clone()), Row::Job(j.clone()))),
+    );
+    all.extend(
+        t.job_versions
+            .iter()
+            .map(|(k, j)| change(RowKey::JobVersion(k.clone()), Row::JobVersion(j.clone()))),
+    );
+    all.extend(
+        t.job_summaries
+            .iter()
+            .map(|(k, s)| change(RowKey::JobSummary(k.clone()), Row::JobSummary(s.clone()))),
+    );
+    all.extend(t.allocs.values().map(|a| {
+        let key = RowKey::Alloc {
+            create_index: a.create_index,
+            id: a.id,
+        };
+        change(key, Row::Alloc(a.clone()))
+    }));
+    all.extend(
+        t.evals
+            .iter()
+            .map(|(id, e)| change(RowKey::Eval(*id), Row::Eval(e.clone()))),
+    );
+    all.extend(
+        t.nodes
+            .iter()
+            .map(|(id, n)| change(RowKey::Node(*id), Row::Node(n.clone()))),
+    );
+    all.extend(
+        t.scheduler_config
+            .iter()
+            .map(|c| change(RowKey::SchedulerConfig, Row::SchedulerConfig(c.clone()))),
+    );
+    all.extend(t.scaling_events.iter().map(|(k, e)| {
+        change(
+            RowKey::ScalingEvents(k.clone()),
+            Row::ScalingEvents(e.clone()),
+        )
+    }));
+    encode_changes(all.iter(), state)
+}
+
+/// Writes the archive of `rows` (all of a state's, see [`encode_state`]):
+/// the magic, then one log record (`wal`'s checksummed encoding) holding
+/// the rows exactly as sled stores them and the meta row.
+pub(crate) fn encode_archive(out: &mut Vec<u8>, rows: &EncodedRows) -> Result<(), StoreError> {
+    let mut record = Vec::new();
+    wal::encode_record(&mut record, &[rows]);
+    if record.len() > u32::MAX as usize {
+        return Err(StoreError::Checkpoint(format!(
+            "the state is {} bytes encoded; an archive holds at most 4 GiB",
+            record.len()
+        )));
+    }
+    out.clear();
+    out.extend_from_slice(ARCHIVE_MAGIC);
+    out.extend_from_slice(&record);
+    Ok(())
+}
+
+/// Reads an archive back into tables, as `open` reads a data dir: the rows
+/// go through a temporary sled database, so an older format is migrated
+/// by the same steps, then they are decoded (a row that cannot be loaded
+/// is left out and logged, as at open) and the indexes rebuilt.
+pub(crate) fn decode_archive(bytes: &[u8]) -> Result<Tables, StoreError> {
+    let Some(record) = bytes.strip_prefix(ARCHIVE_MAGIC) else {
+        return Err(StoreError::Checkpoint(
+            "not a herder state archive (or one of a newer archive format)".into(),
+        ));
+    };
+    let (record, len) = wal::record_at(record).map_err(StoreError::Checkpoint)?;
+    if len + ARCHIVE_MAGIC.len() != bytes.len() {
+        return Err(StoreError::Checkpoint(
+            "trailing bytes after the archive".into(),
+        ));
+    }
+    let scratch = sled::Config::new().temporary(true).open()?;
+    let mut batch = sled::Batch::default();
+    for (key, value) in record.rows {
+        if let Some(value) = value {
+            batch.insert(key, value);
+        }
+    }
+    batch.insert(META_KEY, record.meta);
+    scratch.apply_batch(batch)?;
+    let mut findings = Findings::new(QuarantineSource::Checkpoint);
+    let mut tables = load_checkpoint(&scratch, &mut findings)?;
+    if !findings.rows.is_empty() {
+        tracing::warn!(
+            count = findings.rows.len(),
+            "rows of an imported state archive could not be loaded and were left out"
+        );
+    }
+    tables.rebuild_indexes();
+    Ok(tables)
+}
+
+/// Replaces every row of sled's main tree by `rows` and their meta row,
+/// in one atomic batch, and waits until it is on disk.
+pub(crate) fn replace_all(db: &sled::Db, rows: &EncodedRows) -> Result<(), StoreError> {
+    let mut batch = sled::Batch::default();
+    for key in db.iter().keys() {
+        batch.remove(key?);
+    }
+    // A later operation on a key in the batch wins over the removal.
+    for (key, value) in &rows.rows {
+        if let Some(value) = value {
+            batch.insert(&key[..], &value[..]);
+        }
+    }
+    batch.insert(META_KEY, &rows.meta[..]);
+    db.apply_batch(batch)?;
+    db.flush()?;
     Ok(())
 }

@@ -41,6 +41,11 @@ pub(crate) struct Tables {
     pub scaling_events: OrdMap<JobKey, Arc<JobScalingEvents>>,
     pub table_indexes: [u64; Table::ALL.len()],
     pub latest_index: u64,
+    /// Where a replicated log stands when it drives the state (opaque to
+    /// the store: the Raft crate's last applied log id and membership),
+    /// kept with the tables so that it is persisted in the same record as
+    /// the rows it describes. `None` for a state only `apply` wrote.
+    pub applied_position: Option<Arc<[u8]>>,
     pub allocs_by_node: OrdMap<NodeId, OrdSet<AllocId>>,
     pub allocs_by_job: OrdMap<JobKey, OrdSet<AllocId>>,
     pub allocs_by_eval: OrdMap<EvalId, OrdSet<AllocId>>,
@@ -294,6 +299,49 @@ impl StateSnapshot {
         if index <= latest {
             return Err(ApplyError::StaleIndex { index, latest });
         }
+        self.apply_unchecked(index, cmd)
+    }
+
+    /// Applies all of `commands` at one `index` (a replicated log entry's
+    /// index: the log numbers entries, not commands), each all or nothing
+    /// as [`Self::apply`]; a rejected command leaves the others applied.
+    /// The state's index becomes `index` even when every command is
+    /// rejected or there is none (a membership or no-op entry), so that a
+    /// reader waiting for the entry's index is answered. Indexes may skip.
+    ///
+    /// Refused with `StaleIndex` at or below the latest index (a replay),
+    /// except an empty batch at the latest index: the log's very first
+    /// entry sits at index 0, where an empty state already is.
+    pub fn apply_batch(
+        &mut self,
+        index: u64,
+        commands: &[Command],
+    ) -> Result<Vec<Result<AppliedChanges, ApplyError>>, ApplyError> {
+        let latest = self.latest_index();
+        if index < latest || (index == latest && !commands.is_empty()) {
+            return Err(ApplyError::StaleIndex { index, latest });
+        }
+        let results = commands
+            .iter()
+            .map(|cmd| self.apply_unchecked(index, cmd))
+            .collect();
+        if self.latest_index() != index {
+            Arc::make_mut(&mut self.tables).latest_index = index;
+        }
+        Ok(results)
+    }
+
+    /// The replicated log's position stored with this state (see
+    /// [`Self::apply_batch`]); `None` when no log ever drove it.
+    pub fn applied_position(&self) -> Option<&[u8]> {
+        self.tables.applied_position.as_deref()
+    }
+
+    pub(crate) fn set_applied_position(&mut self, position: &[u8]) {
+        Arc::make_mut(&mut self.tables).applied_position = Some(Arc::from(position));
+    }
+
+    fn apply_unchecked(&mut self, index: u64, cmd: &Command) -> Result<AppliedChanges, ApplyError> {
         let mut txn = Txn::new((*self.tables).clone(), index);
         txn.apply(cmd)?;
         let (tables, mut changes) = txn.finish();

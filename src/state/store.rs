@@ -25,6 +25,7 @@ use super::StoreError;
 use crate::structs::NodeId;
 use futures::channel::{mpsc as async_mpsc, oneshot};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -87,9 +88,99 @@ pub struct Subscription {
 
 type Reply = oneshot::Sender<Result<ApplyOutcome, StoreError>>;
 
-struct Request {
-    command: Command,
-    reply: Reply,
+/// The outcome of each command of a batch applied at one index (see
+/// [`StateStore::submit_batch_at`]).
+pub type BatchOutcome = Vec<Result<ApplyOutcome, super::ApplyError>>;
+
+type BatchReply = oneshot::Sender<Result<BatchOutcome, StoreError>>;
+
+/// What callers queue for the writer.
+// `One`, the command path of every single-server write, is the large
+// variant: boxing it would add an allocation to each of them.
+#[allow(clippy::large_enum_variant)]
+enum Request {
+    /// One command at the next index (`submit`).
+    One { command: Command, reply: Reply },
+    /// Commands at an index a replicated log chose (`submit_batch_at`).
+    Batch {
+        index: u64,
+        commands: Vec<Command>,
+        position: Vec<u8>,
+        reply: BatchReply,
+    },
+    /// A whole state replacing this one (`import_checkpoint`).
+    Import(Import),
+}
+
+/// A decoded checkpoint on its way to replace the state.
+struct Import {
+    state: StateSnapshot,
+    /// Every row of `state`, encoded for sled.
+    rows: persist::EncodedRows,
+    reply: oneshot::Sender<Result<(), StoreError>>,
+}
+
+impl Request {
+    fn fail(self, error: StoreError) {
+        match self {
+            Request::One { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            Request::Batch { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            Request::Import(import) => {
+                let _ = import.reply.send(Err(error));
+            }
+        }
+    }
+}
+
+/// A request applied by the writer, waiting for its group's commit.
+enum Answer {
+    One(Reply, Result<Arc<AppliedChanges>, super::ApplyError>),
+    /// Empty for a replayed batch (at or below the latest index).
+    Batch(
+        BatchReply,
+        Vec<Result<Arc<AppliedChanges>, super::ApplyError>>,
+    ),
+}
+
+impl Answer {
+    fn results(&self) -> &[Result<Arc<AppliedChanges>, super::ApplyError>] {
+        match self {
+            Answer::One(_, result) => std::slice::from_ref(result),
+            Answer::Batch(_, results) => results,
+        }
+    }
+
+    fn fail(self, reason: &str) {
+        let error = || StoreError::Failed(reason.to_string());
+        match self {
+            Answer::One(reply, _) => {
+                let _ = reply.send(Err(error()));
+            }
+            Answer::Batch(reply, _) => {
+                let _ = reply.send(Err(error()));
+            }
+        }
+    }
+
+    fn send(self) {
+        let outcome = |changes: Arc<AppliedChanges>| ApplyOutcome {
+            index: changes.index,
+            changes,
+        };
+        match self {
+            Answer::One(reply, result) => {
+                let _ = reply.send(result.map(outcome).map_err(StoreError::Rejected));
+            }
+            Answer::Batch(reply, results) => {
+                let results = results.into_iter().map(|r| r.map(outcome)).collect();
+                let _ = reply.send(Ok(results));
+            }
+        }
+    }
 }
 
 /// A pending `watch`: answered with the index once a table in `tables`
@@ -365,15 +456,138 @@ impl StateStore {
     pub fn submit(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
         let (reply, receiver) = oneshot::channel();
         let sender = self.handle.sender.lock().unwrap_or_else(|e| e.into_inner());
-        let request = Request { command, reply };
+        let request = Request::One { command, reply };
         let unsent = match sender.as_ref() {
             Some(sender) => sender.send(request).err().map(|e| e.0),
             None => Some(request),
         };
         if let Some(request) = unsent {
-            let _ = request.reply.send(Err(StoreError::Closed));
+            request.fail(StoreError::Closed);
         }
         receiver
+    }
+
+    fn queue(&self, request: Request) {
+        let sender = self.handle.sender.lock().unwrap_or_else(|e| e.into_inner());
+        let unsent = match sender.as_ref() {
+            Some(sender) => sender.send(request).err().map(|e| e.0),
+            None => Some(request),
+        };
+        if let Some(request) = unsent {
+            request.fail(StoreError::Closed);
+        }
+    }
+
+    /// Queues `commands` to be applied at `index`, chosen by a replicated
+    /// log (the entry's log index; indexes may skip, and every command of
+    /// the batch gets this one index), and `position` (where the log
+    /// stands, opaque here) to be stored with the result in the same log
+    /// record. Each command is all or nothing; a rejected one leaves the
+    /// others applied. A batch at or below the latest index is a replay:
+    /// it is answered with no outcomes and changes nothing. The receiver
+    /// gets the outcomes once the batch is durable and visible.
+    ///
+    /// A store is driven either by this or by `submit`, never both: the
+    /// two number commands differently.
+    pub fn submit_batch_at(
+        &self,
+        index: u64,
+        commands: Vec<Command>,
+        position: Vec<u8>,
+    ) -> oneshot::Receiver<Result<BatchOutcome, StoreError>> {
+        let (reply, receiver) = oneshot::channel();
+        self.queue(Request::Batch {
+            index,
+            commands,
+            position,
+            reply,
+        });
+        receiver
+    }
+
+    /// [`Self::submit_batch_at`], returning once the batch is durable.
+    pub fn apply_batch_at(
+        &self,
+        index: u64,
+        commands: Vec<Command>,
+        position: Vec<u8>,
+    ) -> Result<BatchOutcome, StoreError> {
+        futures::executor::block_on(self.submit_batch_at(index, commands, position))
+            .unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// Several batches (index, commands, position), queued at once and
+    /// applied in order as [`Self::submit_batch_at`] each: the group
+    /// commit makes them durable together, with one sync instead of one
+    /// per batch. Returns once all are durable, each batch's outcome in
+    /// order.
+    pub fn apply_batches_at(
+        &self,
+        batches: Vec<(u64, Vec<Command>, Vec<u8>)>,
+    ) -> Vec<Result<BatchOutcome, StoreError>> {
+        let receivers: Vec<_> = batches
+            .into_iter()
+            .map(|(index, commands, position)| self.submit_batch_at(index, commands, position))
+            .collect();
+        receivers
+            .into_iter()
+            .map(|r| futures::executor::block_on(r).unwrap_or(Err(StoreError::Closed)))
+            .collect()
+    }
+
+    /// The position stored with the latest applied batch or imported
+    /// checkpoint (`None`: never set), as durable as the state it
+    /// describes: it is read back at open.
+    pub fn applied_position(&self) -> Option<Vec<u8>> {
+        self.shared()
+            .current()
+            .applied_position()
+            .map(<[u8]>::to_vec)
+    }
+
+    /// Writes a checkpoint of the state as it is now to `out` and returns
+    /// the position stored with that state. Taken from the published state
+    /// (an O(1) snapshot): writes go on meanwhile, and the checkpoint is
+    /// exactly one index. The archive holds every row as sled stores it
+    /// and the meta row (format version, indexes), in `wal`'s checksummed
+    /// record encoding behind a magic; derived indexes are rebuilt on
+    /// import.
+    pub fn export_checkpoint(&self, out: &mut dyn Write) -> Result<Option<Vec<u8>>, StoreError> {
+        let state = self.snapshot();
+        let rows = persist::encode_state(&state)?;
+        let mut archive = Vec::new();
+        persist::encode_archive(&mut archive, &rows)?;
+        out.write_all(&archive)
+            .map_err(|e| StoreError::Checkpoint(format!("writing the checkpoint: {e}")))?;
+        Ok(state.applied_position().map(<[u8]>::to_vec))
+    }
+
+    /// Replaces the whole state by a checkpoint from `export_checkpoint`
+    /// (of this or another server; an older data format is migrated as
+    /// `open` migrates one), storing `position` with it, durably, before
+    /// returning. Derived indexes are rebuilt as at open. Blocking queries
+    /// and watchers see the new state at once; subscribers' streams end
+    /// and the change buffer is emptied, so a subscriber that subscribes
+    /// again is told it `missed` changes and rebuilds from a snapshot.
+    /// Only a checkpoint at a later index than the state's (or any, into
+    /// an empty store) is accepted: an older one could be overtaken at the
+    /// next open by log records it replaced.
+    pub fn import_checkpoint(
+        &self,
+        checkpoint: &mut dyn Read,
+        position: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        let mut bytes = Vec::new();
+        checkpoint
+            .read_to_end(&mut bytes)
+            .map_err(|e| StoreError::Checkpoint(format!("reading the checkpoint: {e}")))?;
+        let mut state = StateSnapshot::from_tables(persist::decode_archive(&bytes)?);
+        drop(bytes);
+        state.set_applied_position(&position);
+        let rows = persist::encode_state(&state)?;
+        let (reply, receiver) = oneshot::channel();
+        self.queue(Request::Import(Import { state, rows, reply }));
+        futures::executor::block_on(receiver).unwrap_or(Err(StoreError::Closed))
     }
 
     /// Applies a command and returns once it is durable and visible.
@@ -613,19 +827,29 @@ struct AppliedGroup {
     /// disk), or why they could not be encoded.
     encoded: Option<Result<persist::EncodedRows, StoreError>>,
     /// Each request's reply with its outcome, in order.
-    replies: Vec<(Reply, Result<Arc<AppliedChanges>, super::ApplyError>)>,
+    replies: Vec<Answer>,
+    /// Whether a batch moved the state's index or stored position: the
+    /// group must then be persisted even when no row changed.
+    moves_position: bool,
+}
+
+/// What the writer hands the persister, in order.
+enum Stage {
+    Group(AppliedGroup),
+    Import(Import),
 }
 
 impl Writer {
     fn run(mut self, receiver: mpsc::Receiver<Request>) {
         // Bounded: when the disk falls behind, the writer waits instead of
         // applying (and holding) without limit.
-        let (to_persister, from_writer) = mpsc::sync_channel::<AppliedGroup>(8);
+        let (to_persister, from_writer) = mpsc::sync_channel::<Stage>(8);
         let persister = Persister {
             shared: self.shared.clone(),
             disk: self.disk.take(),
             record: Vec::new(),
             reclaimer: Reclaimer::start(),
+            checkpointer: None,
         };
         let persister = std::thread::Builder::new()
             .name("herder-state-persist".into())
@@ -646,16 +870,16 @@ impl Writer {
                 }
             }
             if let Some(reason) = self.shared.failure() {
-                fail_all(batch.into_iter().map(|r| r.reply), &reason);
+                for request in batch {
+                    request.fail(StoreError::Failed(reason.clone()));
+                }
                 continue;
             }
-            let group = self.apply(batch);
-            if let Err(unsent) = to_persister.send(group) {
-                fail_all(
-                    unsent.0.replies.into_iter().map(|r| r.0),
-                    "the persister stopped",
-                );
+            if batch.iter().any(|r| matches!(r, Request::Import(_))) {
+                self.apply_with_imports(batch, &to_persister);
+                continue;
             }
+            send_stage(&to_persister, Stage::Group(self.apply(batch)));
         }
         // Every caller is gone: let the persister finish what it has.
         drop(to_persister);
@@ -667,15 +891,44 @@ impl Writer {
 
     fn apply(&mut self, batch: Vec<Request>) -> AppliedGroup {
         let mut replies = Vec::with_capacity(batch.len());
+        let mut moves_position = false;
         for request in batch {
-            let index = self.state.latest_index() + 1;
-            let result = self.state.apply(index, &request.command).map(Arc::new);
-            replies.push((request.reply, result));
+            match request {
+                Request::One { command, reply } => {
+                    let index = self.state.latest_index() + 1;
+                    let result = self.state.apply(index, &command).map(Arc::new);
+                    replies.push(Answer::One(reply, result));
+                }
+                Request::Batch {
+                    index,
+                    commands,
+                    position,
+                    reply,
+                } => {
+                    let results = match self.state.apply_batch(index, &commands) {
+                        Ok(results) => {
+                            self.state.set_applied_position(&position);
+                            moves_position = true;
+                            results.into_iter().map(|r| r.map(Arc::new)).collect()
+                        }
+                        // A replay: already in the state.
+                        Err(_) => Vec::new(),
+                    };
+                    replies.push(Answer::Batch(reply, results));
+                }
+                Request::Import(import) => {
+                    // `run` hands imports to `apply_with_imports`.
+                    let _ = import.reply.send(Err(StoreError::Failed(
+                        "an import reached the command path".into(),
+                    )));
+                }
+            }
         }
         let encoded = self.durable.then(|| {
             let changes = replies
                 .iter()
-                .filter_map(|(_, r)| r.as_ref().ok())
+                .flat_map(|a| a.results())
+                .filter_map(|r| r.as_ref().ok())
                 .flat_map(|c| c.changes.iter());
             persist::encode_changes(changes, &self.state)
         });
@@ -683,13 +936,56 @@ impl Writer {
             state: self.state.clone(),
             encoded,
             replies,
+            moves_position,
+        }
+    }
+
+    /// Applies a batch holding imports: the requests before each import
+    /// as a group, then the import (which the persister carries out in
+    /// that order), then the rest over the imported state.
+    fn apply_with_imports(&mut self, batch: Vec<Request>, to_persister: &mpsc::SyncSender<Stage>) {
+        let mut pending = Vec::new();
+        for request in batch {
+            let Request::Import(import) = request else {
+                pending.push(request);
+                continue;
+            };
+            if !pending.is_empty() {
+                let group = self.apply(std::mem::take(&mut pending));
+                send_stage(to_persister, Stage::Group(group));
+            }
+            let (index, latest) = (import.state.latest_index(), self.state.latest_index());
+            if index <= latest && latest > 0 {
+                let _ = import
+                    .reply
+                    .send(Err(StoreError::ImportBehind { index, latest }));
+                continue;
+            }
+            self.state = import.state.clone();
+            send_stage(to_persister, Stage::Import(import));
+        }
+        if !pending.is_empty() {
+            send_stage(to_persister, Stage::Group(self.apply(pending)));
         }
     }
 }
 
-fn fail_all(replies: impl Iterator<Item = Reply>, reason: &str) {
-    for reply in replies {
-        let _ = reply.send(Err(StoreError::Failed(reason.to_string())));
+/// Hands a stage to the persister, failing its callers if it stopped.
+fn send_stage(to_persister: &mpsc::SyncSender<Stage>, stage: Stage) {
+    if let Err(unsent) = to_persister.send(stage) {
+        match unsent.0 {
+            Stage::Group(group) => fail_all(group.replies, "the persister stopped"),
+            Stage::Import(import) => {
+                let error = StoreError::Failed("the persister stopped".into());
+                let _ = import.reply.send(Err(error));
+            }
+        }
+    }
+}
+
+fn fail_all(replies: impl IntoIterator<Item = Answer>, reason: &str) {
+    for answer in replies {
+        answer.fail(reason);
     }
 }
 
@@ -709,35 +1005,47 @@ struct Persister {
     /// The log record being written, reused from commit to commit.
     record: Vec<u8>,
     reclaimer: Reclaimer,
+    /// Folds closed segments into sled (a durable store's, while running).
+    checkpointer: Option<Checkpointer>,
 }
 
 impl Persister {
-    fn run(mut self, receiver: mpsc::Receiver<AppliedGroup>) {
-        let checkpointer = self
+    fn run(mut self, receiver: mpsc::Receiver<Stage>) {
+        self.checkpointer = self
             .disk
             .as_ref()
             .map(|d| Checkpointer::start(d.db.clone()));
         while let Ok(first) = receiver.recv() {
             // Everything applied while the previous flush ran goes into
-            // this one write.
-            let mut groups = vec![first];
-            while let Ok(group) = receiver.try_recv() {
-                groups.push(group);
+            // this one write; an import is carried out in its place.
+            let mut groups = Vec::new();
+            let mut next = Some(first);
+            while let Some(stage) = next {
+                match stage {
+                    Stage::Group(group) => groups.push(group),
+                    Stage::Import(import) => {
+                        if !groups.is_empty() {
+                            self.commit(std::mem::take(&mut groups));
+                        }
+                        self.import(import);
+                    }
+                }
+                next = receiver.try_recv().ok();
             }
-            self.commit(groups);
-            if let Some(checkpointer) = &checkpointer {
-                self.hand_over_closed_segments(checkpointer);
+            if !groups.is_empty() {
+                self.commit(groups);
             }
+            self.hand_over_closed_segments();
         }
-        if let Some(checkpointer) = checkpointer {
+        if let Some(checkpointer) = self.checkpointer.take() {
             checkpointer.stop();
         }
     }
 
     /// Once closed segments add up to the checkpoint size, the
     /// checkpointer folds them into sled (in order, off the commit path).
-    fn hand_over_closed_segments(&mut self, checkpointer: &Checkpointer) {
-        let Some(disk) = &mut self.disk else {
+    fn hand_over_closed_segments(&mut self) {
+        let (Some(disk), Some(checkpointer)) = (&mut self.disk, &self.checkpointer) else {
             return;
         };
         let closed: u64 = disk.closed.iter().map(|s| s.bytes).sum();
@@ -750,44 +1058,88 @@ impl Persister {
     /// state, and answers every caller.
     fn commit(&mut self, groups: Vec<AppliedGroup>) {
         if let Some(reason) = self.shared.failure() {
-            fail_all(
-                groups.into_iter().flat_map(|g| g.replies).map(|r| r.0),
-                &reason,
-            );
+            fail_all(groups.into_iter().flat_map(|g| g.replies), &reason);
             return;
         }
         let applied: Vec<Arc<AppliedChanges>> = groups
             .iter()
             .flat_map(|g| g.replies.iter())
-            .filter_map(|(_, result)| result.as_ref().ok())
+            .flat_map(|answer| answer.results())
+            .filter_map(|result| result.as_ref().ok())
             .cloned()
             .collect();
         let Some(newest) = groups.last().map(|g| g.state.clone()) else {
             return;
         };
-        if !applied.is_empty() {
+        if !applied.is_empty() || groups.iter().any(|g| g.moves_position) {
             if let Err(e) = self.persist(&groups) {
                 let reason = e.to_string();
                 tracing::error!(error = %reason, "the state store could not write; refusing further writes");
                 *self.shared.failed.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(reason.clone());
-                fail_all(
-                    groups.into_iter().flat_map(|g| g.replies).map(|r| r.0),
-                    &reason,
-                );
+                fail_all(groups.into_iter().flat_map(|g| g.replies), &reason);
                 return;
             }
             self.publish(newest, &applied);
         }
-        for (reply, result) in groups.into_iter().flat_map(|g| g.replies) {
-            let outcome = result
-                .map(|changes| ApplyOutcome {
-                    index: changes.index,
-                    changes,
-                })
-                .map_err(StoreError::Rejected);
-            let _ = reply.send(outcome);
+        for answer in groups.into_iter().flat_map(|g| g.replies) {
+            answer.send();
         }
+    }
+
+    /// Replaces the state by an imported one: on disk first (sled's rows
+    /// and meta row in one batch, then the log, whose records are all at
+    /// lower indexes, emptied), then in memory, then the callers.
+    fn import(&mut self, import: Import) {
+        if let Some(reason) = self.shared.failure() {
+            let _ = import.reply.send(Err(StoreError::Failed(reason)));
+            return;
+        }
+        if let Err(e) = self.replace_on_disk(&import.rows) {
+            let reason = e.to_string();
+            tracing::error!(error = %reason, "the state store could not write an imported checkpoint; refusing further writes");
+            *self.shared.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+            let _ = import.reply.send(Err(e));
+            return;
+        }
+        self.publish_import(import.state);
+        let _ = import.reply.send(Ok(()));
+    }
+
+    fn replace_on_disk(&mut self, rows: &persist::EncodedRows) -> Result<(), StoreError> {
+        let Some(disk) = &mut self.disk else {
+            return Ok(());
+        };
+        // A fold in progress (or queued) would write older rows over the
+        // imported ones: let it finish first.
+        if let Some(checkpointer) = self.checkpointer.take() {
+            checkpointer.stop();
+        }
+        persist::replace_all(&disk.db, rows)?;
+        // Crash here: the log's records are all at or below the old
+        // index, below the imported one, so the next open skips them.
+        disk.closed.clear();
+        disk.log.restart_empty()?;
+        self.checkpointer = Some(Checkpointer::start(disk.db.clone()));
+        Ok(())
+    }
+
+    /// Publishes an imported state: every waiter is re-checked against
+    /// it, and the change feed starts over (see `import_checkpoint`).
+    fn publish_import(&self, state: StateSnapshot) {
+        let previous = std::mem::replace(&mut *self.shared.current(), state.clone());
+        self.shared.changed.notify_all();
+        self.reclaimer.reclaim(previous);
+        let mut notifiers = self.shared.notifiers();
+        let watched: Vec<NodeId> = notifiers.node_watchers.by_node.keys().copied().collect();
+        for node_id in &watched {
+            notifiers.node_watchers.wake(node_id, &state);
+        }
+        wake_watchers(&mut notifiers, &state);
+        notifiers.events.clear();
+        // Ending their streams makes followers subscribe again; with the
+        // buffer empty they are told they missed changes, and resync.
+        notifiers.subscribers.clear();
     }
 
     fn persist(&mut self, groups: &[AppliedGroup]) -> Result<(), StoreError> {
@@ -826,19 +1178,7 @@ impl Persister {
         for node_id in &touched {
             notifiers.node_watchers.wake(node_id, &state);
         }
-        notifiers.watchers.retain_mut(|w| {
-            if w.reply.is_canceled() {
-                return false;
-            }
-            let now = max_index(&state, w.tables);
-            if now > w.after {
-                let (done, _) = oneshot::channel();
-                let reply = std::mem::replace(&mut w.reply, done);
-                let _ = reply.send(now);
-                return false;
-            }
-            true
-        });
+        wake_watchers(&mut notifiers, &state);
         let capacity = self.shared.options.event_buffer;
         for changes in applied {
             if notifiers.events.len() >= capacity {
@@ -852,6 +1192,23 @@ impl Persister {
                 .retain_mut(|s| s.try_send(changes.clone()).is_ok());
         }
     }
+}
+
+/// Answers the table watchers whose tables moved past their index.
+fn wake_watchers(notifiers: &mut Notifiers, state: &StateSnapshot) {
+    notifiers.watchers.retain_mut(|w| {
+        if w.reply.is_canceled() {
+            return false;
+        }
+        let now = max_index(state, w.tables);
+        if now > w.after {
+            let (done, _) = oneshot::channel();
+            let reply = std::mem::replace(&mut w.reply, done);
+            let _ = reply.send(now);
+            return false;
+        }
+        true
+    });
 }
 
 /// Folds closed log segments into sled on its own thread, so a checkpoint

@@ -185,7 +185,7 @@ pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, Sto
 }
 
 /// The record at the start of `bytes` and its length on disk.
-fn record_at(bytes: &[u8]) -> Result<(Record, usize), String> {
+pub(crate) fn record_at(bytes: &[u8]) -> Result<(Record, usize), String> {
     if bytes.len() < HEADER {
         return Err("a record header is cut short".into());
     }
@@ -251,6 +251,25 @@ impl WalWriter {
         self.path = path;
         self.len = 0;
         Ok(Some(closed))
+    }
+}
+
+impl WalWriter {
+    /// Deletes every segment of the log (the state they lead to was
+    /// replaced and is in sled) and starts a new one, numbered on.
+    pub(crate) fn restart_empty(&mut self) -> Result<(), StoreError> {
+        let (file, path) = new_segment(&self.dir, self.seq + 1)?;
+        for (seq, old) in segments(&self.dir)? {
+            if seq <= self.seq {
+                std::fs::remove_file(&old).map_err(|e| log_error(&old, e))?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        self.seq += 1;
+        self.file = file;
+        self.path = path;
+        self.len = 0;
+        Ok(())
     }
 }
 

@@ -204,7 +204,7 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
     report.placed_allocs = placed;
     read_evaluations(&client, &mut report)?;
     read_metrics(&client, &base, &mut report)?;
-    report.allocs_before_restart = MetricsView::read(&client)?.gauge("herder_state_allocs") as u64;
+    report.allocs_before_restart = settled_alloc_count(&client, config.timeout)?;
     if config.verify {
         report.overcommitted_nodes = Some(observe::overcommitted_nodes(
             &client,
@@ -230,6 +230,36 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
         }
     }
     Ok(report)
+}
+
+/// The allocation count once the server has nothing left to schedule.
+///
+/// The placement loop stops as soon as enough allocations run, but with
+/// churn the evaluations of returning nodes may still be placing: reading
+/// the count then and comparing it with the count after a restart would
+/// blame the restart for placements that were merely late. So wait until
+/// the broker and the plan queue are empty and the count has stayed the
+/// same over two reads of the metrics (sampled once a second), within
+/// `timeout`; past it, answer the count as it is.
+fn settled_alloc_count(client: &ApiClient, timeout: Duration) -> Result<u64, BenchError> {
+    const BUSY: [&str; 4] = [
+        "herder_broker_total_ready",
+        "herder_broker_total_unacked",
+        "herder_broker_total_pending",
+        "herder_plan_queue_depth",
+    ];
+    let deadline = Instant::now() + timeout;
+    let mut last: Option<u64> = None;
+    loop {
+        let view = MetricsView::read(client)?;
+        let count = view.gauge("herder_state_allocs") as u64;
+        let idle = BUSY.iter().all(|name| view.gauge(name) == 0.0);
+        if (idle && last == Some(count)) || Instant::now() >= deadline {
+            return Ok(count);
+        }
+        last = idle.then_some(count);
+        std::thread::sleep(Duration::from_millis(1100));
+    }
 }
 
 fn api_client(address: &str) -> Result<ApiClient, BenchError> {
