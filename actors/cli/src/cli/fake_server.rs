@@ -90,7 +90,7 @@ impl FakeServer {
 /// Reads a fixture file of the Nomad 1.1.2 answers.
 pub fn fixture(name: &str) -> String {
     let path = format!(
-        "{}/../tests/fixtures/nomad-1.1.2/{name}",
+        "{}/../../tests/fixtures/nomad-1.1.2/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))

@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The compiled-in defaults; every key is documented there.
-pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
 /// The overrides `-dev` applies.
-pub const DEV_TOML: &str = include_str!("../../config/dev.toml");
+pub const DEV_TOML: &str = include_str!("../../../config/dev.toml");
 
 /// Environment variables the CLI reads that are not configuration keys.
 const CLI_ENV: [&str; 3] = ["ADDR", "TOKEN", "NAMESPACE"];
