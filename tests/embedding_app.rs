@@ -12,7 +12,7 @@ use herder_actors::herder::state::{Table, TableSet};
 use herder_actors::herder::structs::{ClientStatus, Job};
 use herder_actors::{
     Agent, AgentConfig, AgentError, EventFilter, EventPayload, RegisterJob, ServerApi,
-    SetWorkerConfig, Topic,
+    SetWorkerConfig, Topic, WorkerStatus,
 };
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -80,6 +80,23 @@ async fn set_num_schedulers(agent: &Agent, num_schedulers: i64) {
     assert_eq!(config.num_schedulers as i64, num_schedulers);
 }
 
+/// Waits until every worker of the pool reports `Paused`.
+async fn wait_all_paused(api: &ServerApi) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let workers = api.workers().await.expect("workers");
+        if workers
+            .schedulers
+            .iter()
+            .all(|w| w.status == WorkerStatus::Paused)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "workers not paused: {workers:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn assert_send_sync_clone<T: Send + Sync + Clone>() {}
 fn assert_send<T: Send>(_: &T) {}
 
@@ -115,10 +132,11 @@ async fn an_application_places_work_pauses_workers_and_restarts_after_a_drop() {
         .events(EventFilter::new().topic(Topic::Allocation, "app"))
         .expect("a server has events");
 
-    // No workers: the job is accepted but nothing is placed. (A retiring
-    // worker notices its stop within its 500 ms dequeue timeout.)
-    set_num_schedulers(&agent, 0).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The pool paused: the job is accepted but nothing is placed, and a
+    // resize does not undo the pause. (A worker notices its pause within
+    // its 500 ms dequeue timeout.)
+    api.pause_workers().await.expect("pauses");
+    wait_all_paused(&api).await;
     let written = api
         .register_job(RegisterJob::new(mock_service("app", 2)))
         .await
@@ -126,8 +144,16 @@ async fn an_application_places_work_pauses_workers_and_restarts_after_a_drop() {
     assert!(written.eval_id.is_some());
     let early = tokio::time::timeout(Duration::from_millis(500), placed.next()).await;
     assert!(early.is_err(), "placed with the pool paused: {early:?}");
-
+    set_num_schedulers(&agent, 0).await;
     set_num_schedulers(&agent, 1).await;
+    wait_all_paused(&api).await;
+    let early = tokio::time::timeout(Duration::from_millis(300), placed.next()).await;
+    assert!(
+        early.is_err(),
+        "placed after a resize of a paused pool: {early:?}"
+    );
+
+    api.resume_workers().await.expect("resumes");
     let frame = tokio::time::timeout(WAIT, placed.next())
         .await
         .expect("placed once a worker runs")

@@ -109,6 +109,14 @@ pub struct SetConfig {
 #[rtype(result = "()")]
 pub struct SetLeader(pub bool);
 
+/// Pause (`true`) or resume (`false`) every worker of this server, as an
+/// operator or embedder asks; a paused worker finishes the evaluation in
+/// hand and dequeues nothing more until resumed. Stays in force across
+/// resizes and leadership changes.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetPaused(pub bool);
+
 /// Stop every worker; answered once all have finished their evaluations.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -128,6 +136,8 @@ pub struct WorkerSupervisor {
     /// Workers told to stop that may still be finishing an evaluation.
     retiring: Vec<WorkerHandle>,
     leader: bool,
+    /// Paused by `SetPaused`: every worker, whatever the leadership says.
+    paused: bool,
 }
 
 impl WorkerSupervisor {
@@ -157,6 +167,7 @@ impl WorkerSupervisor {
             workers: Vec::new(),
             retiring: Vec::new(),
             leader: false,
+            paused: false,
         })
     }
 
@@ -203,9 +214,12 @@ impl WorkerSupervisor {
         );
     }
 
-    /// On the leader the first 3/4 of the workers are paused.
+    /// Every worker is paused when the pool is (`SetPaused`); otherwise, on
+    /// the leader, the first 3/4 of the workers are.
     fn apply_leader_pause(&self) {
-        let paused = if self.leader {
+        let paused = if self.paused {
+            self.workers.len()
+        } else if self.leader {
             self.workers.len() * 3 / 4
         } else {
             0
@@ -277,6 +291,15 @@ impl Handler<SetLeader> for WorkerSupervisor {
 
     fn handle(&mut self, msg: SetLeader, _ctx: &mut Context<Self>) {
         self.leader = msg.0;
+        self.apply_leader_pause();
+    }
+}
+
+impl Handler<SetPaused> for WorkerSupervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetPaused, _ctx: &mut Context<Self>) {
+        self.paused = msg.0;
         self.apply_leader_pause();
     }
 }

@@ -7,12 +7,14 @@
 //! running workers and a stopped worker first finishes (and acks) the
 //! evaluation in hand (see `worker_supervisor`).
 //!
-//! To pause scheduling cluster-wide, use the scheduler configuration's
-//! `PauseEvalBroker` ([`ServerApi::pause_eval_broker`]); a pool of 0
-//! workers also stops this server from scheduling.
+//! [`ServerApi::pause_workers`] pauses this server's pool (each worker
+//! finishes the evaluation in hand, then dequeues nothing until
+//! [`ServerApi::resume_workers`]); the seed's worker Pause/Resume, for the
+//! whole pool. To pause scheduling cluster-wide, use the scheduler
+//! configuration's `PauseEvalBroker` ([`ServerApi::pause_eval_broker`]).
 
 use super::{ServerApi, ServerApiError};
-use crate::worker_supervisor::{GetConfig, GetWorkers, SetConfig};
+use crate::worker_supervisor::{GetConfig, GetWorkers, SetConfig, SetPaused};
 
 pub use crate::worker::{WorkerInfo, WorkerStatus};
 pub use crate::worker_supervisor::{WorkerConfigInfo, WorkersInfo};
@@ -62,6 +64,28 @@ impl ServerApi {
             .await
             .map_err(unavailable)?
             .map_err(|e| ServerApiError::Invalid(e.to_string()))
+    }
+}
+
+impl ServerApi {
+    /// Pauses every worker of this server: each finishes the evaluation
+    /// in hand and takes no more (status `Pausing`, then `Paused` in
+    /// [`ServerApi::workers`] and `/v1/agent/schedulers`). Evaluations
+    /// wait in the broker. The pause holds across resizes.
+    pub async fn pause_workers(&self) -> Result<(), ServerApiError> {
+        self.workers
+            .send(SetPaused(true))
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Resumes the workers [`ServerApi::pause_workers`] paused (on a
+    /// leader, the workers it keeps paused for the plan applier stay so).
+    pub async fn resume_workers(&self) -> Result<(), ServerApiError> {
+        self.workers
+            .send(SetPaused(false))
+            .await
+            .map_err(unavailable)
     }
 }
 
