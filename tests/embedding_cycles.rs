@@ -121,7 +121,7 @@ fn a_hundred_starts_and_stops_leave_no_threads_fds_or_memory_behind() {
 /// poll (up to 500 ms a cycle): about a minute, so run on demand with
 /// `cargo test -p herder-tests --test embedding_cycles -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "about a minute (a worker's stop waits for its 500 ms dequeue poll); run on demand, the figure is in docs/PERFORMANCE.md; in CI once the worker's stop wakes its poll"]
 fn a_hundred_starts_and_stops_with_workers_leave_nothing_behind() {
     check(100, 1);
 }
@@ -131,7 +131,7 @@ fn a_hundred_starts_and_stops_with_workers_leave_nothing_behind() {
 /// on demand (`-- --ignored --nocapture idle`); the figures are quoted in
 /// docs/EMBEDDING.md.
 #[test]
-#[ignore]
+#[ignore = "a measurement (prints figures for docs/EMBEDDING.md, asserts only that servers start); run on demand with --ignored --nocapture idle"]
 fn idle_embedded_servers_cost() {
     let dirs: Vec<_> = (0..6)
         .map(|_| tempfile::tempdir().expect("temp dir"))
