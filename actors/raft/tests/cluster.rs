@@ -3,6 +3,7 @@
 //! restart from disk, and lossy, slow networks. Every wait is a condition
 //! polled until a generous deadline; no sleep is an assertion.
 
+mod support;
 use herder::state::Command;
 use herder_raft::{
     default_config, MemoryTarget, NodeId, RaftNode, Router, SledLogStore, WriteResponse, LOG_DIR,
@@ -12,6 +13,7 @@ use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::eventually;
 use tempfile::TempDir;
 
 const IDS: [NodeId; 3] = [1, 2, 3];
@@ -31,15 +33,6 @@ fn command(n: u64) -> Command {
 
 fn commands(range: std::ops::Range<u64>) -> Vec<Command> {
     range.map(command).collect()
-}
-
-/// Polls `condition` until it holds, failing the test at the deadline.
-async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 struct Cluster {

@@ -2,6 +2,7 @@
 //! replication works with the key, and a server or a caller without it is
 //! refused.
 
+mod support;
 use actix_web::{App, HttpServer};
 use herder::state::Command;
 use herder_raft::http::{configure, AUTH_HEADER, VOTE_PATH};
@@ -13,6 +14,7 @@ use openraft::{BasicNode, ServerState, Vote};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::eventually;
 use tempfile::TempDir;
 
 const KEY: &str = "cg8StVXbQJ0gPvMd9o7yrg==";
@@ -25,14 +27,6 @@ fn command(n: u64) -> Command {
         job_id: format!("job-{n}"),
         version: n,
         stable: true,
-    }
-}
-
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -91,7 +85,7 @@ async fn start_cluster(dir: &TempDir, third_key: &str) -> Vec<Server> {
 
 async fn leader(servers: &[Server]) -> &Server {
     let mut found = None;
-    eventually("a leader", || {
+    eventually("a leader", PATIENCE, || {
         found = servers.iter().position(|s| {
             let metrics = s.node.raft().metrics().borrow().clone();
             metrics.state == ServerState::Leader && metrics.current_leader == Some(s.node.id())
@@ -132,7 +126,7 @@ async fn three_servers_with_the_key_replicate_over_http() {
     write_all(&servers, &written).await;
     for server in &servers {
         let target = server.node.target().clone();
-        eventually("every server to apply the writes", || {
+        eventually("every server to apply the writes", PATIENCE, || {
             target.commands() == written
         })
         .await;
@@ -148,9 +142,11 @@ async fn a_server_with_another_key_gets_nothing_and_the_rest_go_on() {
     write_all(&servers, &written).await;
     for server in &servers[..2] {
         let target = server.node.target().clone();
-        eventually("the two keyed servers to apply the writes", || {
-            target.commands() == written
-        })
+        eventually(
+            "the two keyed servers to apply the writes",
+            PATIENCE,
+            || target.commands() == written,
+        )
         .await;
     }
     // The leader kept trying it all along, and it never accepted a thing.
@@ -190,7 +186,7 @@ async fn an_unsigned_or_wrongly_signed_request_is_refused() {
     let request = VoteRequest::new(Vote::new(9, 2), None);
     transport.vote(2, 1, &node, request).await.unwrap();
     let raft = server.node.raft().clone();
-    eventually("the signed vote to reach its Raft", || {
+    eventually("the signed vote to reach its Raft", PATIENCE, || {
         raft.metrics().borrow().current_term == 9
     })
     .await;

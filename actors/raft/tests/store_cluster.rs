@@ -4,6 +4,7 @@
 //! identical tables at identical indexes on every replica, through a
 //! leader's loss, a snapshot install and a restart from disk.
 
+mod support;
 use herder::state::{fixtures, Command, StateSnapshot, StateStore, StoreOptions};
 use herder::structs::TriggeredBy;
 use herder_raft::{default_config, NodeId, RaftNode, Router, WriteResponse};
@@ -11,6 +12,7 @@ use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::eventually;
 use tempfile::TempDir;
 
 const IDS: [NodeId; 3] = [1, 2, 3];
@@ -29,14 +31,6 @@ fn register_job(n: u64) -> Command {
 fn register_node(n: u64) -> Command {
     Command::NodeRegister {
         node: Arc::new(fixtures::node(&format!("node-{n}"))),
-    }
-}
-
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -118,7 +112,7 @@ impl Cluster {
 
     async fn leader(&self) -> NodeId {
         let mut leader = None;
-        eventually("a leader", || {
+        eventually("a leader", PATIENCE, || {
             leader = self.current_leader();
             leader.is_some()
         })
@@ -164,7 +158,7 @@ impl Cluster {
     async fn wait_identical(&self) -> StateSnapshot {
         let leader = self.leader().await;
         let mut reference = self.state(leader);
-        eventually("every replica to hold the leader's state", || {
+        eventually("every replica to hold the leader's state", PATIENCE, || {
             reference = self.state(leader);
             self.nodes.keys().all(|id| self.state(*id) == reference)
         })
@@ -237,7 +231,7 @@ async fn a_follower_behind_the_purged_log_is_rebuilt_from_the_stores_checkpoint(
     let last_index = responses.last().map(|r| r.index).unwrap_or_default();
     let raft = cluster.node(leader).raft().clone();
     let mut purged = 0;
-    eventually("the leader to purge its log", || {
+    eventually("the leader to purge its log", PATIENCE, || {
         purged = raft.metrics().borrow().purged.map(|p| p.index).unwrap_or(0);
         purged >= last_index - 10
     })

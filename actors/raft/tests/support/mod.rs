@@ -1,0 +1,14 @@
+//! What the replication tests share: waiting for a condition with a
+//! deadline (never a fixed sleep taken as an assertion).
+
+use std::time::{Duration, Instant};
+
+/// Polls `condition` every 10 ms until it holds, failing the test after
+/// `timeout` with `what` in the message.
+pub async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
