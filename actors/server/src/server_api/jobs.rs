@@ -480,6 +480,7 @@ impl ServerApi {
             PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
                 ServerApiError::Invalid(e.to_string())
             }
+            PeriodicError::NotLeader => ServerApiError::Unavailable(e.to_string()),
             PeriodicError::Store(e) => ServerApiError::Internal(e.to_string()),
         })
     }

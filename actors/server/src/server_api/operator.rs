@@ -122,6 +122,7 @@ impl ServerApi {
             Err(GcError::Busy) => Err(ServerApiError::Unavailable(
                 "a garbage collection is already running; retry once it is done".into(),
             )),
+            Err(e @ GcError::NotLeader) => Err(ServerApiError::Unavailable(e.to_string())),
             Err(e) => Err(ServerApiError::Internal(format!("garbage collection: {e}"))),
         }
     }

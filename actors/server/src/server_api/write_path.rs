@@ -164,6 +164,7 @@ fn node_error(e: NodeError) -> ServerApiError {
         NodeError::SecretMismatch => {
             ServerApiError::Forbidden("Permission denied: node secret ID does not match".into())
         }
+        NodeError::NotLeader => ServerApiError::Unavailable(e.to_string()),
         NodeError::Store(s) => ServerApiError::Internal(s.to_string()),
     }
 }
