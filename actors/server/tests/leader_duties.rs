@@ -4,9 +4,13 @@
 //! and takes it again.
 
 use herder::state::{fixtures, Command, StateStore};
-use herder::structs::{Evaluation, Job, JobType, Node, NodeStatus, PeriodicConfig, TriggeredBy};
+use herder::structs::{
+    DrainStrategy, Evaluation, Job, JobType, Node, NodeStatus, PeriodicConfig, TriggeredBy,
+};
 use herder_common::config::{AgentConfig, ConfigSources, FlagOverrides};
+use herder_server::gc::{ForceGc, GcError, StopGc};
 use herder_server::node_tracker::{Heartbeat, NodeError, RegisterNode};
+use herder_server::periodic::{ForceLaunch, PeriodicError};
 use herder_server::server::Server;
 use herder_server::worker_supervisor;
 use std::path::Path;
@@ -16,8 +20,13 @@ use std::time::{Duration, Instant};
 /// The failover window of these tests: short, so a silent node is marked
 /// down within seconds of a leadership change.
 const FAILOVER_TTL: Duration = Duration::from_secs(2);
+/// Long enough that a node stays up for the whole of a test.
+const LONG_FAILOVER_TTL: Duration = Duration::from_secs(300);
 
-fn config(dir: &Path) -> AgentConfig {
+/// A server configuration with short heartbeat timings; nodes that never
+/// heartbeat are marked down `failover_ttl` to twice that after a leader
+/// takes over, so tests that place on such nodes give a long one.
+fn config(dir: &Path, failover_ttl: Duration) -> AgentConfig {
     let mut flags = FlagOverrides::default();
     flags.ports.insert("http".into(), 0);
     flags.log_level = Some("warn".into());
@@ -32,7 +41,7 @@ fn config(dir: &Path) -> AgentConfig {
     config.server.num_schedulers = Some(1);
     config.server.min_heartbeat_ttl = Duration::from_millis(100);
     config.server.heartbeat_grace = Duration::from_millis(100);
-    config.server.failover_heartbeat_ttl = FAILOVER_TTL;
+    config.server.failover_heartbeat_ttl = failover_ttl;
     config
 }
 
@@ -124,7 +133,7 @@ async fn holds_for(period: Duration, mut check: impl FnMut() -> bool) -> bool {
 #[actix::test]
 async fn a_follower_places_nothing_until_it_gains_the_lead() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start_as(&config(dir.path()), dir.path(), false)
+    let server = Server::start_as(&config(dir.path(), LONG_FAILOVER_TTL), dir.path(), false)
         .await
         .expect("server starts");
     let store = server.handle().store.clone();
@@ -140,13 +149,125 @@ async fn a_follower_places_nothing_until_it_gains_the_lead() {
         wait_until(Duration::from_secs(10), || placed(&store, "web") == 1).await,
         "the new leader did not place the job registered before it led"
     );
+    // Gaining again changes nothing: the job is not placed twice.
+    server.duties().gain().await;
+    assert!(
+        holds_for(Duration::from_millis(500), || placed(&store, "web") == 1).await,
+        "a second gain placed the job again"
+    );
+    server.stop().await;
+}
+
+fn draining(store: &StateStore, node: &Node) -> bool {
+    store
+        .snapshot()
+        .node(&node.id)
+        .is_some_and(|n| n.drain_strategy.is_some())
+}
+
+#[actix::test]
+async fn drains_collections_and_launches_wait_for_the_lead() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start_as(&config(dir.path(), LONG_FAILOVER_TTL), dir.path(), false)
+        .await
+        .expect("server starts");
+    let handle = server.handle().clone();
+    let store = handle.store.clone();
+    // A node with nothing on it: its drain ends as soon as a leader looks.
+    let node = store_node(&store);
+    store
+        .apply(Command::NodeUpdateDrain {
+            node_id: node.id,
+            drain: Some(DrainStrategy {
+                started_at: Some(now_nanos()),
+                ..Default::default()
+            }),
+            mark_eligible: false,
+            event: None,
+            evals: vec![],
+        })
+        .expect("drain stored");
+    // A down node: a forced collection removes it.
+    let mut gone = fixtures::node("gone");
+    gone.status = NodeStatus::Down;
+    store
+        .apply(Command::NodeRegister {
+            node: Arc::new(gone.clone()),
+        })
+        .expect("down node stored");
+    store
+        .apply(Command::JobRegister {
+            job: Arc::new(periodic_job("cron")),
+            eval: None,
+            enforce_index: None,
+        })
+        .expect("periodic job stored");
+
+    let refused = handle.gc.send(ForceGc).await.expect("gc answers");
+    assert!(matches!(refused, Err(GcError::NotLeader)), "{refused:?}");
+    let force = || ForceLaunch {
+        namespace: "default".into(),
+        job_id: "cron".into(),
+    };
+    let refused = handle
+        .periodic
+        .send(force())
+        .await
+        .expect("launcher answers");
+    assert!(
+        matches!(refused, Err(PeriodicError::NotLeader)),
+        "{refused:?}"
+    );
+    assert!(
+        holds_for(Duration::from_secs(1), || draining(&store, &node)).await,
+        "a follower ended a drain"
+    );
+
+    server.duties().gain().await;
+    assert!(
+        wait_until(Duration::from_secs(5), || !draining(&store, &node)).await,
+        "the new leader did not resume the drain"
+    );
+    let report = handle.gc.send(ForceGc).await.expect("gc answers");
+    assert!(matches!(report, Ok(ref r) if r.nodes == 1), "{report:?}");
+    assert!(store.snapshot().node(&gone.id).is_none());
+    let launched = handle
+        .periodic
+        .send(force())
+        .await
+        .expect("launcher answers");
+    assert!(launched.is_ok(), "{launched:?}");
+    server.stop().await;
+}
+
+#[actix::test]
+async fn a_duty_that_cannot_switch_does_not_hold_back_the_others() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start_as(&config(dir.path(), LONG_FAILOVER_TTL), dir.path(), false)
+        .await
+        .expect("server starts");
+    let store = server.handle().store.clone();
+    // The garbage collector is gone: its step fails.
+    server.handle().gc.send(StopGc).await.expect("gc stops");
+    store_node(&store);
+    register_job(&store, "web");
+    server.duties().gain().await;
+    assert_eq!(
+        server.duties().leading().await,
+        None,
+        "a failed step was not reported"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || placed(&store, "web") == 1).await,
+        "the other duties did not start"
+    );
     server.stop().await;
 }
 
 #[actix::test]
 async fn work_flushed_by_a_lost_lead_is_placed_when_the_lead_is_regained() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(&config(dir.path()), dir.path())
+    let server = Server::start(&config(dir.path(), LONG_FAILOVER_TTL), dir.path())
         .await
         .expect("server starts");
     let handle = server.handle().clone();
@@ -185,7 +306,7 @@ async fn work_flushed_by_a_lost_lead_is_placed_when_the_lead_is_regained() {
 #[actix::test]
 async fn timers_stop_with_the_lead_and_restart_with_fresh_ttls() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(&config(dir.path()), dir.path())
+    let server = Server::start(&config(dir.path(), FAILOVER_TTL), dir.path())
         .await
         .expect("server starts");
     let handle = server.handle().clone();
