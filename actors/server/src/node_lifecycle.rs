@@ -315,11 +315,6 @@ impl NodeLifecycle {
         self.groups.clear();
     }
 
-    /// When the node is considered gone without a heartbeat.
-    pub fn deadline(&self, id: &NodeId) -> Option<Instant> {
-        self.nodes.get(id).map(|n| n.deadline)
-    }
-
     /// Stops tracking a node (purged by an operator or the GC).
     pub fn forget(&mut self, id: &NodeId) {
         if let Some(node) = self.nodes.remove(id) {
