@@ -21,8 +21,8 @@
 
 use crate::blocked_evals::{BlockedEvals, Reblock};
 use crate::broker::{
-    Ack, Delivery, Dequeue, EvalBroker, Nack, Outstanding, PauseNackTimeout, ResumeNackTimeout,
-    Token,
+    Ack, BrokerError, Delivery, Dequeue, EvalBroker, Nack, Outstanding, PauseNackTimeout,
+    ResumeNackTimeout, Token,
 };
 use crate::plan_applier::{InFlightView, PlanAnswer, PlanApplier, PlanWrite, SubmitPlan};
 use actix::prelude::*;
@@ -320,6 +320,9 @@ impl Control {
         *guard == Desired::Stop
     }
 }
+
+/// How often a worker looks again at a disabled broker (a follower's).
+const BROKER_DISABLED_POLL: Duration = Duration::from_millis(200);
 
 /// Exponential backoff, `min(limit, 4^failures x base)`, shared by every
 /// retry of one worker and reset by any success.
@@ -658,6 +661,14 @@ impl WorkerLoop {
             Ok(Ok(delivery)) => {
                 self.backoff.reset();
                 return delivery;
+            }
+            Ok(Err(BrokerError::Disabled)) => {
+                // This server follows: not an error, and no growing
+                // backoff either, so that the workers start within a
+                // moment of this server being elected.
+                self.info.set_workload(WorkloadStatus::Backoff);
+                self.control.sleep_while_running(BROKER_DISABLED_POLL).await;
+                return None;
             }
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("eval broker unreachable: {e}"),

@@ -235,6 +235,7 @@ fn periodic_error(e: PeriodicError) -> ServerApiError {
         PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
             ServerApiError::Invalid(e.to_string())
         }
+        PeriodicError::NotLeader => ServerApiError::Unavailable(e.to_string()),
         PeriodicError::Store(e) => ServerApiError::Internal(e.to_string()),
     }
 }
@@ -244,6 +245,7 @@ fn gc_error(e: GcError) -> ServerApiError {
         GcError::Busy => ServerApiError::Unavailable(
             "a garbage collection is already running; retry once it is done".into(),
         ),
+        e @ GcError::NotLeader => ServerApiError::Unavailable(e.to_string()),
         e => ServerApiError::Internal(format!("garbage collection: {e}")),
     }
 }
@@ -267,6 +269,7 @@ fn node_error(e: NodeError) -> ServerApiError {
         NodeError::SecretMismatch => {
             ServerApiError::Forbidden("Permission denied: node secret ID does not match".into())
         }
+        NodeError::NotLeader => ServerApiError::Unavailable(e.to_string()),
         NodeError::Store(s) => ServerApiError::Internal(s.to_string()),
     }
 }
