@@ -304,7 +304,7 @@ pub async fn remove_via_leader(cluster: &Cluster, request: RemoveRequest) -> Res
     }
     let leader = cluster
         .leader()
-        .ok_or_else(|| Refusal::NotLeader { leader: None })?;
+        .ok_or(Refusal::NotLeader { leader: None })?;
     let answer: Result<(), Refusal> = cluster
         .client()
         .call(&leader.addr, REMOVE_PATH, &request)
