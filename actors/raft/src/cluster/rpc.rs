@@ -6,7 +6,7 @@
 
 use super::{Cluster, Member};
 use crate::entry::{LogEntry, WriteResponse};
-use crate::http::{serve_signed, HttpError, MAX_BODY_BYTES};
+use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
 use crate::NodeId;
 use actix_web::{web, HttpRequest, HttpResponse};
 use openraft::error::{ClientWriteError, RaftError};
@@ -28,6 +28,14 @@ pub struct ServerStatus {
     pub name: String,
     pub rpc_addr: String,
     pub version: String,
+    /// Its region, datacenter and `bootstrap_expect` (left out by older
+    /// servers, hence the defaults).
+    #[serde(default)]
+    pub region: String,
+    #[serde(default)]
+    pub datacenter: String,
+    #[serde(default)]
+    pub bootstrap_expect: usize,
     /// Whether it belongs to a cluster (has a membership).
     pub initialized: bool,
     pub leader: Option<Member>,
@@ -218,8 +226,13 @@ fn no_leader() -> HttpError {
 
 /// Asks the server at `addr` about itself.
 pub async fn server_status(cluster: &Cluster, addr: &str) -> Result<ServerStatus, HttpError> {
-    let answer: Result<ServerStatus, Refusal> =
-        cluster.client().call(addr, STATUS_PATH, &()).await?;
+    probe_status(cluster.client(), addr).await
+}
+
+/// Asks the server at `addr` about itself through `client` (the liveness
+/// poller's has a shorter timeout than the cluster's).
+pub async fn probe_status(client: &SignedClient, addr: &str) -> Result<ServerStatus, HttpError> {
+    let answer: Result<ServerStatus, Refusal> = client.call(addr, STATUS_PATH, &()).await?;
     answer.map_err(refusal_error)
 }
 
