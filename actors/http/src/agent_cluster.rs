@@ -73,6 +73,9 @@ async fn ask(cluster: &Cluster, members: Vec<Member>) -> Vec<Known> {
                 .await
                 .ok()
                 .filter(|s| s.id == member.id);
+            cluster
+                .liveness()
+                .note(member.id, status.clone(), std::time::Instant::now());
             Known {
                 alive: status.is_some(),
                 member,

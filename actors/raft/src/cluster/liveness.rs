@@ -65,20 +65,35 @@ impl Liveness {
         let current: BTreeSet<NodeId> = members.iter().map(|m| m.id).collect();
         seen.retain(|id, _| current.contains(id));
         for (id, answer) in answers {
-            let entry = seen.entry(id).or_insert_with(|| MemberHealth {
-                alive: false,
-                status: None,
-                last_contact: now,
-            });
-            match answer.filter(|s| s.id == id) {
-                Some(status) => {
-                    entry.alive = true;
-                    entry.status = Some(status);
-                    entry.last_contact = now;
-                }
-                None => entry.alive = false,
-            }
+            note(&mut seen, id, answer, now);
         }
+    }
+
+    /// Records one answer (or silence) of member `id` heard outside the
+    /// poller's rounds (a member listing asking on the spot).
+    pub fn note(&self, id: NodeId, answer: Option<ServerStatus>, now: Instant) {
+        note(&mut self.lock(), id, answer, now);
+    }
+}
+
+fn note(
+    seen: &mut BTreeMap<NodeId, MemberHealth>,
+    id: NodeId,
+    answer: Option<ServerStatus>,
+    now: Instant,
+) {
+    let entry = seen.entry(id).or_insert_with(|| MemberHealth {
+        alive: false,
+        status: None,
+        last_contact: now,
+    });
+    match answer.filter(|s| s.id == id) {
+        Some(status) => {
+            entry.alive = true;
+            entry.status = Some(status);
+            entry.last_contact = now;
+        }
+        None => entry.alive = false,
     }
 }
 
