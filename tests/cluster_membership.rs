@@ -190,6 +190,10 @@ fn members_show_a_dead_server_which_force_leave_removes_and_join_brings_back() {
         "one leader in {table}"
     );
 
+    let (ok, text) = cli(&first, &["server", "force-leave", "s2"]);
+    assert!(!ok && text.contains("is alive"), "{text}");
+    assert_eq!(peers(&first).len(), 3);
+
     kill_9(servers[2].take().expect("s3 runs"));
     wait_for_members(
         &first,

@@ -60,6 +60,26 @@ pub async fn members(cluster: &Cluster, config: &AgentConfig) -> Vec<Value> {
     listed
 }
 
+/// This server as a member (`/v1/agent/self`'s `member`).
+pub fn own_member(cluster: &Cluster, config: &AgentConfig) -> Value {
+    let member = cluster
+        .members()
+        .into_iter()
+        .find(|m| m.id == cluster.id())
+        .unwrap_or_else(|| Member {
+            id: cluster.id(),
+            addr: cluster.settings().rpc_addr.clone(),
+            voter: false,
+            leader: false,
+        });
+    let known = Known {
+        member,
+        status: Some(cluster.status()),
+        alive: true,
+    };
+    member_json(&known, config)
+}
+
 /// Asks the members the poller has not reached yet, all at once.
 async fn ask(cluster: &Cluster, members: Vec<Member>) -> Vec<Known> {
     if members.is_empty() {
@@ -151,21 +171,29 @@ pub async fn join(cluster: &Cluster, addresses: &[String]) -> Value {
 pub enum ForceLeaveError {
     #[error("no server named {0:?} in the cluster (give its name, as `server members` lists it, or its RPC address)")]
     Unknown(String),
+    #[error("server {0:?} is alive: force-leave removes only failed servers (`operator raft remove-peer` removes a live one)")]
+    Alive(String),
     #[error("{0}")]
     Refused(#[from] rpc::Refusal),
 }
 
-/// `PUT /v1/agent/force-leave?node=`: removes the server with that name
-/// (`s1.global`, or `s1` in this region), RPC address or ID from the Raft
-/// configuration, through the leader.
+/// `PUT /v1/agent/force-leave?node=`: removes the failed server with that
+/// name (`s1.global`, or `s1` in this region), RPC address or ID from the
+/// Raft configuration, through the leader. A server that answers is
+/// refused: Nomad's force-leave only moves failed members out (a live one
+/// rejoins), and a live server taken out of the configuration would keep
+/// running outside the cluster.
 pub async fn force_leave(
     cluster: &Cluster,
     config: &AgentConfig,
     node: &str,
 ) -> Result<(), ForceLeaveError> {
-    let member = find(cluster, config, node)
+    let (member, alive) = find(cluster, config, node)
         .await
         .ok_or_else(|| ForceLeaveError::Unknown(node.to_string()))?;
+    if alive {
+        return Err(ForceLeaveError::Alive(node.to_string()));
+    }
     let request = RemoveRequest {
         id: Some(member.id),
         addr: None,
@@ -174,10 +202,11 @@ pub async fn force_leave(
     Ok(())
 }
 
-async fn find(cluster: &Cluster, config: &AgentConfig, node: &str) -> Option<Member> {
+/// The member `node` names, and whether it is alive.
+async fn find(cluster: &Cluster, config: &AgentConfig, node: &str) -> Option<(Member, bool)> {
     let qualified = format!("{node}.{}", config.region);
     let listed = members(cluster, config).await;
-    let id = listed.iter().find_map(|m| {
+    let (id, alive) = listed.iter().find_map(|m| {
         let names = [m["Name"].as_str(), m["Tags"]["id"].as_str()];
         let addr = format!(
             "{}:{}",
@@ -189,10 +218,11 @@ async fn find(cluster: &Cluster, config: &AgentConfig, node: &str) -> Option<Mem
             .flatten()
             .any(|n| *n == node || *n == qualified)
             || addr == node;
-        hit.then(|| m["Tags"]["id"].as_str().and_then(|i| i.parse::<u64>().ok()))
-            .flatten()
+        let id = m["Tags"]["id"].as_str()?.parse::<u64>().ok()?;
+        hit.then_some((id, m["Status"] == "alive"))
     })?;
-    cluster.members().into_iter().find(|m| m.id == id)
+    let member = cluster.members().into_iter().find(|m| m.id == id)?;
+    Some((member, alive))
 }
 
 /// The `nomad` and `raft` sections of `/v1/agent/self`'s stats, as

@@ -129,7 +129,10 @@ async fn agent_self(info: web::Data<AgentInfo>) -> HttpResponse {
             "Version": {"Version": env!("CARGO_PKG_VERSION"),
                         "Revision": env!("HERDER_GIT_SHA")},
         },
-        "member": member(&info),
+        "member": match cluster_of(&info) {
+            Some(cluster) => agent_cluster::own_member(cluster, &info.config),
+            None => member(&info),
+        },
         "stats": stats(&info),
     }))
 }

@@ -109,7 +109,7 @@ fn members(client: &ApiClient, args: &MembersArgs, out: &mut dyn Write) -> anyho
         Some(Value::Array(list)) => list.clone(),
         _ => Vec::new(),
     };
-    members.sort_by(|a, b| text(a, "Name").cmp(&text(b, "Name")));
+    members.sort_by_key(|m| text(m, "Name"));
     if args.detailed {
         write!(out, "{}", output::members_detailed(&members))?;
         return Ok(0);
