@@ -236,6 +236,9 @@ fn members_show_a_dead_server_which_force_leave_removes_and_join_brings_back() {
     let (ok, peers_table) = cli(&third, &["operator", "raft", "list-peers"]);
     assert!(ok, "{peers_table}");
     assert_eq!(peers_table.lines().count(), 4, "{peers_table}");
+    for name in ["s1.global", "s2.global"] {
+        assert!(peers_table.contains(name), "{peers_table}");
+    }
     let stats = get_json(&third, "/v1/agent/self")["stats"]["raft"].clone();
     assert_eq!(stats["num_peers"], "2", "{stats}");
     assert!(

@@ -64,8 +64,9 @@ async fn leader(info: web::Data<AgentInfo>) -> HttpResponse {
 
 /// `{"Servers": [{"ID", "Node", "Address", "Leader", "Voter",
 /// "RaftProtocol"}], "Index"}` (Nomad's `RaftConfigurationResponse`; the
-/// ID is the address, as in Nomad 1.1 with Raft protocol 2, and so is the
-/// node name of a server other than this one).
+/// ID is the address, as in Nomad 1.1 with Raft protocol 2; another
+/// server's node name is the one it gave the liveness poller, its address
+/// until it has answered).
 async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
     let handle = server(&info)?;
     let own = own_rpc_address(&info);
@@ -76,7 +77,7 @@ async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiEr
             let node = if m.addr == own {
                 own_name.clone()
             } else {
-                m.addr.clone()
+                heard_name(handle.cluster.as_ref(), m.id).unwrap_or_else(|| m.addr.clone())
             };
             json!({
                 "ID": m.addr, "Node": node, "Address": m.addr,
@@ -88,6 +89,11 @@ async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiEr
     // with, at Raft index 1 in Nomad.
     let index = handle.cluster.as_ref().map_or(1, |c| c.membership_index());
     Ok(HttpResponse::Ok().json(json!({ "Servers": entries, "Index": index })))
+}
+
+/// The name member `id` gave when it last answered the liveness poller.
+fn heard_name(cluster: Option<&herder_raft::Cluster>, id: u64) -> Option<String> {
+    cluster?.liveness().get(id)?.status.map(|s| s.name)
 }
 
 /// The voters' RPC addresses (`[]` on a client-only agent, as Nomad's
