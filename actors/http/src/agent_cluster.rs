@@ -60,6 +60,18 @@ pub async fn members(cluster: &Cluster, config: &AgentConfig) -> Vec<Value> {
     listed
 }
 
+/// Each member's name as [`members`] lists it, by ID.
+pub async fn names(cluster: &Cluster, config: &AgentConfig) -> BTreeMap<u64, String> {
+    members(cluster, config)
+        .await
+        .iter()
+        .filter_map(|m| {
+            let id = m["Tags"]["id"].as_str()?.parse().ok()?;
+            Some((id, m["Name"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
 /// This server as a member (`/v1/agent/self`'s `member`).
 pub fn own_member(cluster: &Cluster, config: &AgentConfig) -> Value {
     let member = cluster
