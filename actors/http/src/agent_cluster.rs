@@ -6,17 +6,16 @@
 //! herder has no gossip pool: a member's liveness is what the liveness
 //! poller of herder-raft last heard (a signed status call each second), so
 //! a listing never waits on a dead server; a member the poller has not
-//! asked yet is asked on the spot, with the poller's short timeout.
+//! asked yet is asked on the spot, with the cluster's quick client (1 s).
 //! Servers are addressed by their RPC address, so a member's `Addr`,
 //! `Port` and `port` tag name that address (Nomad's CLI finds the leader
 //! by `Addr:port` tag).
 
 use herder_common::config::AgentConfig;
 use herder_raft::cluster::bootstrap;
-use herder_raft::cluster::liveness::PROBE_TIMEOUT;
 use herder_raft::cluster::rpc::{self, RemoveRequest, ServerStatus};
 use herder_raft::cluster::RaftState;
-use herder_raft::{Cluster, Member, SignedClient};
+use herder_raft::{Cluster, Member};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -97,22 +96,18 @@ async fn ask(cluster: &Cluster, members: Vec<Member>) -> Vec<Known> {
     if members.is_empty() {
         return Vec::new();
     }
-    let client = SignedClient::new(cluster.settings().key.clone(), PROBE_TIMEOUT);
-    let calls = members.into_iter().map(|member| {
-        let client = client.clone();
-        async move {
-            let status = rpc::probe_status(&client, &member.addr)
-                .await
-                .ok()
-                .filter(|s| s.id == member.id);
-            cluster
-                .liveness()
-                .note(member.id, status.clone(), std::time::Instant::now());
-            Known {
-                alive: status.is_some(),
-                member,
-                status,
-            }
+    let calls = members.into_iter().map(|member| async move {
+        let status = rpc::probe_status(cluster.quick_client(), &member.addr)
+            .await
+            .ok()
+            .filter(|s| s.id == member.id);
+        cluster
+            .liveness()
+            .note(member.id, status.clone(), std::time::Instant::now());
+        Known {
+            alive: status.is_some(),
+            member,
+            status,
         }
     });
     futures::future::join_all(calls).await

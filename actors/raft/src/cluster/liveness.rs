@@ -1,6 +1,7 @@
 //! Which cluster members answer: every server asks each other member of
-//! the Raft configuration for its status (the signed status call) once a
-//! second, with a short timeout, and keeps what it last heard.
+//! the Raft configuration for its status (the signed status call, with
+//! the cluster's quick client) once a second, and keeps what it last
+//! heard.
 //!
 //! Nomad learns this from its gossip pool; herder has none, so this poller
 //! stands in for it. Keeping the answers in a cache means
@@ -11,17 +12,15 @@
 
 use super::rpc::{self, ServerStatus};
 use super::{autopilot, Cluster, Member};
-use crate::http::SignedClient;
 use crate::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Pause between two rounds of status calls.
+/// Pause between two rounds of status calls (each bounded by the
+/// cluster's quick client's timeout, 1 s: a member slower than that
+/// counts as failed for the round).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// How long one status call may take: a member slower than this to
-/// answer counts as failed for the round.
-pub const PROBE_TIMEOUT: Duration = Duration::from_millis(800);
 
 /// What this server last heard from one member.
 #[derive(Clone, Debug)]
@@ -100,11 +99,10 @@ fn note(
 /// Polls the members until the cluster stops; on the leader, each round
 /// ends with the dead server cleanup.
 pub async fn watch(cluster: Cluster) {
-    let client = SignedClient::new(cluster.settings().key.clone(), PROBE_TIMEOUT);
     let mut stopping = cluster.stopping();
     let mut cleanup = autopilot::Cleanup::default();
     loop {
-        probe_round(&cluster, &client).await;
+        probe_round(&cluster).await;
         cleanup.round(&cluster).await;
         tokio::select! {
             _ = tokio::time::sleep(POLL_INTERVAL) => {}
@@ -114,7 +112,8 @@ pub async fn watch(cluster: Cluster) {
 }
 
 /// Asks every other member for its status, all at once.
-async fn probe_round(cluster: &Cluster, client: &SignedClient) {
+async fn probe_round(cluster: &Cluster) {
+    let client = cluster.quick_client();
     let members = cluster.members();
     let calls = members
         .iter()

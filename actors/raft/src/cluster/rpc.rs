@@ -205,7 +205,7 @@ pub async fn read_index(cluster: &Cluster) -> Result<u64, HttpError> {
     }
     let leader = cluster.leader().ok_or_else(no_leader)?;
     let answer: Result<u64, Refusal> = cluster
-        .client()
+        .quick_client()
         .call(&leader.addr, READ_INDEX_PATH, &())
         .await?;
     answer.map_err(refusal_error)
@@ -227,11 +227,10 @@ fn no_leader() -> HttpError {
 
 /// Asks the server at `addr` about itself.
 pub async fn server_status(cluster: &Cluster, addr: &str) -> Result<ServerStatus, HttpError> {
-    probe_status(cluster.client(), addr).await
+    probe_status(cluster.quick_client(), addr).await
 }
 
-/// Asks the server at `addr` about itself through `client` (the liveness
-/// poller's has a shorter timeout than the cluster's).
+/// Asks the server at `addr` about itself through `client`.
 pub async fn probe_status(client: &SignedClient, addr: &str) -> Result<ServerStatus, HttpError> {
     let answer: Result<ServerStatus, Refusal> = client.call(addr, STATUS_PATH, &()).await?;
     answer.map_err(refusal_error)
