@@ -4,15 +4,19 @@
 //! map), `member` (the gossip member) and `stats`, a map of sections whose
 //! values are all strings (`map[string]map[string]string` in Nomad's Go
 //! API; `nomad agent-info` and `nomad node status -self` decode it).
-//! herder has no gossip pool: `join` joins nobody and `force-leave` has
-//! nobody to remove, both answered as Nomad answers a join that failed and
-//! a leave of an unknown member.
+//! A single server (no Raft) has no gossip pool: `join` joins nobody and
+//! `force-leave` has nobody to remove, both answered as Nomad answers a
+//! join that failed and a leave of an unknown member. A cluster member
+//! answers them, `members` and the Raft stats from its cluster
+//! ([`super::agent_cluster`]).
 
+use super::agent_cluster;
 use super::body::Body;
 use super::query::QueryOptions;
 use super::ApiError;
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
+use herder_raft::Cluster;
 use herder_server::server_api::{ServerApi, SetWorkerConfig};
 use serde::Deserialize;
 use serde_json::json;
@@ -125,7 +129,10 @@ async fn agent_self(info: web::Data<AgentInfo>) -> HttpResponse {
             "Version": {"Version": env!("CARGO_PKG_VERSION"),
                         "Revision": env!("HERDER_GIT_SHA")},
         },
-        "member": member(&info),
+        "member": match cluster_of(&info) {
+            Some(cluster) => agent_cluster::own_member(cluster, &info.config),
+            None => member(&info),
+        },
         "stats": stats(&info),
     }))
 }
@@ -157,7 +164,11 @@ fn stats(info: &AgentInfo) -> BTreeMap<&'static str, BTreeMap<&'static str, Stri
             ("max_procs", cpus.to_string()),
         ]),
     );
-    if let Some(server) = &info.server {
+    if let Some(cluster) = cluster_of(info) {
+        let (nomad, raft) = agent_cluster::stats(cluster);
+        stats.insert("nomad", nomad);
+        stats.insert("raft", raft);
+    } else if let Some(server) = &info.server {
         let address = peer_address(info);
         stats.insert(
             "nomad",
@@ -225,8 +236,9 @@ async fn servers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(client_servers(&info)))
 }
 
-/// `PUT /v1/agent/join?address=...`: `{"num_joined": 0, "error"}`, as
-/// Nomad answers a join that reached nobody.
+/// `PUT /v1/agent/join?address=...`: `{"num_joined", "error"}`. A cluster
+/// member joins the cluster of the servers named; a single server answers
+/// as Nomad answers a join that reached nobody.
 async fn join(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     if !info.config.server.enabled {
         return Err(ApiError::NotImplemented("Invalid method".into()));
@@ -234,6 +246,9 @@ async fn join(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpRespon
     let addresses: Vec<String> = query_values(&req, "address")?;
     if addresses.is_empty() {
         return Err(ApiError::BadRequest("missing address to join".into()));
+    }
+    if let Some(cluster) = cluster_of(&info) {
+        return Ok(HttpResponse::Ok().json(agent_cluster::join(cluster, &addresses).await));
     }
     Ok(HttpResponse::Ok().json(json!({
         "num_joined": 0,
@@ -244,8 +259,9 @@ async fn join(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpRespon
     })))
 }
 
-/// `PUT /v1/agent/force-leave?node=...`: 200 with an empty body; there is
-/// no other member to remove.
+/// `PUT /v1/agent/force-leave?node=...`: 200 with an empty body. A
+/// cluster member removes that server from the Raft configuration; a
+/// single server has no other member to remove.
 async fn force_leave(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
@@ -254,8 +270,13 @@ async fn force_leave(
         return Err(ApiError::NotImplemented("Invalid method".into()));
     }
     let q = QueryOptions::from_request(&req)?;
-    if q.param("node").is_none_or(str::is_empty) {
+    let Some(node) = q.param("node").filter(|n| !n.is_empty()) else {
         return Err(ApiError::BadRequest("missing node to force leave".into()));
+    };
+    if let Some(cluster) = cluster_of(&info) {
+        agent_cluster::force_leave(cluster, &info.config, node)
+            .await
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     }
     Ok(HttpResponse::Ok().finish())
 }
@@ -279,10 +300,18 @@ pub fn peer_address(info: &AgentInfo) -> String {
         .unwrap_or_default()
 }
 
-/// The gossip members: a single agent knows only itself. Servers carry
-/// Nomad's tags so that clients can tell servers, regions and DCs apart.
+/// This agent's cluster, when it is a member of one.
+fn cluster_of(info: &AgentInfo) -> Option<&Cluster> {
+    info.server.as_ref().and_then(|s| s.cluster.as_ref())
+}
+
+/// The gossip members: every server of a cluster, or a single agent
+/// alone. Servers carry Nomad's tags so that clients can tell servers,
+/// regions and DCs apart.
 async fn members(info: web::Data<AgentInfo>) -> HttpResponse {
-    let members = if info.config.server.enabled {
+    let members = if let Some(cluster) = cluster_of(&info) {
+        agent_cluster::members(cluster, &info.config).await
+    } else if info.config.server.enabled {
         vec![member(&info)]
     } else {
         vec![]

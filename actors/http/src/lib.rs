@@ -4,6 +4,7 @@
 //! store or an actor, and encode the answer. Bad input is a 4xx with a
 //! message that says what to fix; a handler never panics on user input.
 
+mod agent_cluster;
 mod agent_info;
 mod agent_routes;
 mod body;

@@ -64,19 +64,24 @@ async fn leader(info: web::Data<AgentInfo>) -> HttpResponse {
 
 /// `{"Servers": [{"ID", "Node", "Address", "Leader", "Voter",
 /// "RaftProtocol"}], "Index"}` (Nomad's `RaftConfigurationResponse`; the
-/// ID is the address, as in Nomad 1.1 with Raft protocol 2, and so is the
-/// node name of a server other than this one).
+/// ID is the address, as in Nomad 1.1 with Raft protocol 2; a server's
+/// node name is the one `/v1/agent/members` lists, its address while it
+/// has never answered).
 async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
     let handle = server(&info)?;
     let own = own_rpc_address(&info);
     let own_name = format!("{}.{}", info.config.name_or_hostname(), info.config.region);
+    let names = match handle.cluster.as_ref() {
+        Some(cluster) => super::agent_cluster::names(cluster, &info.config).await,
+        None => Default::default(),
+    };
     let entries: Vec<_> = servers(&info)
         .into_iter()
         .map(|m| {
             let node = if m.addr == own {
                 own_name.clone()
             } else {
-                m.addr.clone()
+                names.get(&m.id).cloned().unwrap_or_else(|| m.addr.clone())
             };
             json!({
                 "ID": m.addr, "Node": node, "Address": m.addr,

@@ -62,6 +62,8 @@ pub async fn start_replica(
     .map_err(|e| ServerError::Cluster(format!("raft settings: {e}")))?;
     let settings = ClusterSettings {
         name: format!("{}.{}", config.name_or_hostname(), config.region),
+        region: config.region.clone(),
+        datacenter: config.datacenter.clone(),
         rpc_addr: config.rpc_advertise(port),
         version: env!("CARGO_PKG_VERSION").to_string(),
         bootstrap_expect: config.server.bootstrap_expect,
@@ -71,6 +73,7 @@ pub async fn start_replica(
             .iter()
             .map(|a| with_rpc_port(a))
             .collect(),
+        dead_server_cleanup: config.server.dead_server_cleanup,
         key,
         raft: Arc::new(raft),
     };
@@ -81,7 +84,7 @@ pub async fn start_replica(
 }
 
 /// A `retry_join` entry with Nomad's default RPC port when it names none.
-fn with_rpc_port(addr: &str) -> String {
+pub fn with_rpc_port(addr: &str) -> String {
     let addr = addr.trim();
     if addr.parse::<std::net::SocketAddr>().is_ok()
         || addr

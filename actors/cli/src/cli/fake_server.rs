@@ -13,8 +13,10 @@ use std::sync::{Arc, Mutex};
 pub struct Seen {
     pub method: String,
     pub path: String,
-    /// Decoded query parameters.
+    /// Decoded query parameters (the last of a repeated one).
     pub query: BTreeMap<String, String>,
+    /// The query string as sent, for parameters that repeat.
+    pub raw_query: String,
     /// Header names lowercased.
     pub headers: BTreeMap<String, String>,
     pub body: String,
@@ -125,10 +127,12 @@ fn serve(stream: TcpStream, router: &Router, log: &Mutex<Vec<Seen>>) {
         let mut body = vec![0; length];
         reader.read_exact(&mut body).unwrap();
         let (path, query) = split_target(&target);
+        let raw_query = target.split_once('?').map_or("", |(_, q)| q).to_string();
         let seen = Seen {
             method,
             path,
             query,
+            raw_query,
             headers,
             body: String::from_utf8(body).unwrap(),
         };

@@ -17,6 +17,7 @@ pub mod job;
 pub mod monitor;
 pub mod node;
 pub mod operator;
+pub mod operator_raft;
 pub mod output;
 pub mod server;
 pub mod sim;
@@ -57,9 +58,11 @@ pub enum Command {
     Eval(eval::EvalArgs),
     /// Inspect and stop allocations.
     Alloc(alloc::AllocArgs),
-    /// Cluster-wide settings (the scheduler configuration).
+    /// Cluster-wide settings: the scheduler configuration, the Raft
+    /// peers, the cluster key.
     Operator(operator::OperatorArgs),
-    /// The server's scheduling workers.
+    /// The cluster's servers (members, join, force-leave) and this
+    /// server's scheduling workers.
     Server(server::ServerArgs),
     /// Cluster-wide maintenance (`system gc`).
     System(system::SystemArgs),

@@ -1,7 +1,9 @@
 //! `herder operator scheduler get-config|set-config`: the cluster-wide
 //! scheduler configuration (algorithm, preemption, broker pause, job
-//! registration), with check-and-set.
+//! registration), with check-and-set; and the `raft` and `gossip` verbs
+//! ([`super::operator_raft`]).
 
+use super::operator_raft::{self, GossipCommand, RaftCommand};
 use super::views::SchedulerConfigView;
 use super::{output, ApiFlags};
 use anyhow::{bail, Context};
@@ -25,6 +27,14 @@ pub enum OperatorCommand {
     /// The scheduler configuration.
     #[command(subcommand)]
     Scheduler(SchedulerCommand),
+    /// The servers of the Raft configuration.
+    #[command(subcommand)]
+    Raft(RaftCommand),
+    /// The cluster key (`server { encrypt }`).
+    #[command(subcommand)]
+    Gossip(GossipCommand),
+    /// Print a new cluster key (Nomad 1.1's `operator keygen`).
+    Keygen,
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,10 +79,24 @@ pub struct SetConfigArgs {
 
 /// Runs one operator verb and returns its exit status.
 pub fn run(args: OperatorArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let client = args.api.client()?;
+    // Keygen asks no agent, so a client is made only for the other verbs.
+    let client = || args.api.client();
     match args.command {
-        OperatorCommand::Scheduler(SchedulerCommand::GetConfig(a)) => get_config(&client, &a, out),
-        OperatorCommand::Scheduler(SchedulerCommand::SetConfig(a)) => set_config(&client, &a, out),
+        OperatorCommand::Scheduler(SchedulerCommand::GetConfig(a)) => {
+            get_config(&client()?, &a, out)
+        }
+        OperatorCommand::Scheduler(SchedulerCommand::SetConfig(a)) => {
+            set_config(&client()?, &a, out)
+        }
+        OperatorCommand::Raft(RaftCommand::ListPeers(a)) => {
+            operator_raft::list_peers(&client()?, &a, out)
+        }
+        OperatorCommand::Raft(RaftCommand::RemovePeer(a)) => {
+            operator_raft::remove_peer(&client()?, &a, out)
+        }
+        OperatorCommand::Keygen | OperatorCommand::Gossip(GossipCommand::Keygen) => {
+            operator_raft::keygen(out)
+        }
     }
 }
 

@@ -740,6 +740,98 @@ pub fn scheduler_config(config: &SchedulerConfigView) -> String {
     ])
 }
 
+/// `herder server members`: Nomad's columns; a member leads when its
+/// `Addr:port` tag is its region's leader address.
+pub fn members(members: &[Value], leaders: &BTreeMap<String, String>) -> String {
+    let rows: Vec<Vec<String>> = members
+        .iter()
+        .map(|m| {
+            let tag = |key: &str| m["Tags"][key].as_str().unwrap_or_default().to_string();
+            let addr = m["Addr"].as_str().unwrap_or_default();
+            let leader = leaders
+                .get(&tag("region"))
+                .is_some_and(|l| *l == format!("{addr}:{}", tag("port")));
+            vec![
+                m["Name"].as_str().unwrap_or_default().to_string(),
+                addr.to_string(),
+                m["Port"].as_u64().unwrap_or(0).to_string(),
+                m["Status"].as_str().unwrap_or_default().to_string(),
+                leader.to_string(),
+                m["ProtocolCur"].as_u64().unwrap_or(0).to_string(),
+                tag("build"),
+                tag("dc"),
+                tag("region"),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "Name",
+            "Address",
+            "Port",
+            "Status",
+            "Leader",
+            "Protocol",
+            "Build",
+            "Datacenter",
+            "Region",
+        ],
+        &rows,
+    )
+}
+
+/// `herder server members -detailed`: every tag, `key=value` sorted.
+pub fn members_detailed(members: &[Value]) -> String {
+    let rows: Vec<Vec<String>> = members
+        .iter()
+        .map(|m| {
+            let tags: Vec<String> = m["Tags"]
+                .as_object()
+                .map(|t| {
+                    t.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            vec![
+                m["Name"].as_str().unwrap_or_default().to_string(),
+                m["Addr"].as_str().unwrap_or_default().to_string(),
+                m["Port"].as_u64().unwrap_or(0).to_string(),
+                tags.join(","),
+            ]
+        })
+        .collect();
+    table(&["Name", "Address", "Port", "Tags"], &rows)
+}
+
+/// `herder operator raft list-peers`: Nomad's columns, sorted by node.
+pub fn raft_peers(servers: &[Value]) -> String {
+    let mut rows: Vec<Vec<String>> = servers
+        .iter()
+        .map(|s| {
+            let field = |key: &str| s[key].as_str().unwrap_or_default().to_string();
+            let state = if s["Leader"].as_bool() == Some(true) {
+                "leader"
+            } else {
+                "follower"
+            };
+            vec![
+                field("Node"),
+                field("ID"),
+                field("Address"),
+                state.to_string(),
+                s["Voter"].as_bool().unwrap_or(false).to_string(),
+                field("RaftProtocol"),
+            ]
+        })
+        .collect();
+    rows.sort_by(|a, b| a[0].cmp(&b[0]));
+    table(
+        &["Node", "ID", "Address", "State", "Voter", "RaftProtocol"],
+        &rows,
+    )
+}
+
 /// `herder server workers`.
 pub fn workers(view: &WorkersView, verbose: bool) -> String {
     let mut out = format!("Server ID = {}\n\n", or_none(&view.server_id));

@@ -1,12 +1,14 @@
-//! `herder server workers [set N]`: the agent's scheduling workers, read
-//! and resized live through Nomad's snake_case worker API.
+//! `herder server ...`: the agent's scheduling workers (`workers [set N]`,
+//! read and resized live through Nomad's snake_case worker API) and the
+//! cluster's servers (`members`, `join`, `force-leave`, as Nomad's
+//! `server` verbs).
 
 use super::views::{WorkerConfigView, WorkersView};
 use super::{output, ApiFlags, ViewFlags};
-use anyhow::Context;
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use herder_api_client::ApiClient;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::io::Write;
 
 const CONFIG_PATH: &str = "/v1/agent/schedulers/config";
@@ -23,6 +25,36 @@ pub struct ServerArgs {
 pub enum ServerCommand {
     /// List the scheduling workers, or resize them with `set N`.
     Workers(WorkersArgs),
+    /// List the cluster's servers and their status.
+    Members(MembersArgs),
+    /// Make the agent's server join the cluster of the servers at ADDR
+    /// (their RPC address, `host:port`).
+    Join(JoinArgs),
+    /// Remove a server from the cluster's Raft configuration.
+    ForceLeave(ForceLeaveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MembersArgs {
+    /// Every member's tags instead of the status table.
+    #[arg(long)]
+    pub detailed: bool,
+    /// Print the API's raw JSON answer.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JoinArgs {
+    /// Servers' RPC addresses (`host:port`; port 4647 when left out).
+    #[arg(required = true, value_name = "ADDR")]
+    pub addresses: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ForceLeaveArgs {
+    /// The server's name (as `server members` lists it) or RPC address.
+    pub node: String,
 }
 
 #[derive(Debug, Args)]
@@ -52,11 +84,96 @@ pub struct SetWorkersArgs {
 /// Runs one server verb and returns its exit status.
 pub fn run(args: ServerArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     let client = args.api.client()?;
-    let ServerCommand::Workers(workers) = args.command;
-    match &workers.action {
-        None => list(&client, &workers.view, out),
-        Some(WorkersAction::Set(set)) => set_workers(&client, set, &workers.view, out),
+    match args.command {
+        ServerCommand::Workers(workers) => match &workers.action {
+            None => list(&client, &workers.view, out),
+            Some(WorkersAction::Set(set)) => set_workers(&client, set, &workers.view, out),
+        },
+        ServerCommand::Members(a) => members(&client, &a, out),
+        ServerCommand::Join(a) => join(&client, &a, out),
+        ServerCommand::ForceLeave(a) => force_leave(&client, &a),
     }
+}
+
+/// `server members`: Nomad's table, the leader found as Nomad's CLI finds
+/// it (the region's leader address against each member's `Addr:port`).
+fn members(client: &ApiClient, args: &MembersArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let answer = client
+        .get("/v1/agent/members", &[])
+        .context("Error querying servers")?;
+    if args.json {
+        write!(out, "{}", output::json(&answer.body))?;
+        return Ok(0);
+    }
+    let mut members: Vec<Value> = match answer.body.get("Members") {
+        Some(Value::Array(list)) => list.clone(),
+        _ => Vec::new(),
+    };
+    members.sort_by_key(|m| text(m, "Name"));
+    if args.detailed {
+        write!(out, "{}", output::members_detailed(&members))?;
+        return Ok(0);
+    }
+    let leaders = region_leaders(client, &members)?;
+    write!(out, "{}", output::members(&members, &leaders))?;
+    Ok(0)
+}
+
+fn text(value: &Value, key: &str) -> String {
+    value[key].as_str().unwrap_or_default().to_string()
+}
+
+/// Each region's leader address; a region without a leader is left out.
+fn region_leaders(
+    client: &ApiClient,
+    members: &[Value],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let regions: std::collections::BTreeSet<String> = members
+        .iter()
+        .filter_map(|m| m["Tags"]["region"].as_str().map(str::to_string))
+        .collect();
+    let mut leaders = std::collections::BTreeMap::new();
+    for region in regions {
+        let answer = client
+            .get("/v1/status/leader", &[("region", region.clone())])
+            .context("Error determining leaders")?;
+        if let Some(leader) = answer.body.as_str().filter(|l| !l.is_empty()) {
+            leaders.insert(region, leader.to_string());
+        }
+    }
+    Ok(leaders)
+}
+
+/// `server join ADDR...`: Nomad's answer is a count and an error text;
+/// any error fails the verb, as Nomad's CLI does.
+fn join(client: &ApiClient, args: &JoinArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
+    let query: Vec<(&str, String)> = args
+        .addresses
+        .iter()
+        .map(|a| ("address", a.clone()))
+        .collect();
+    let answer = client
+        .put("/v1/agent/join", &query, &Value::Null)
+        .context("Error joining")?;
+    let error = answer.body["error"].as_str().unwrap_or_default();
+    if !error.is_empty() {
+        bail!("Error joining: {error}");
+    }
+    let joined = answer.body["num_joined"].as_u64().unwrap_or(0);
+    writeln!(out, "Joined {joined} servers successfully")?;
+    Ok(0)
+}
+
+/// `server force-leave NODE`: silent on success, as Nomad.
+fn force_leave(client: &ApiClient, args: &ForceLeaveArgs) -> anyhow::Result<u8> {
+    client
+        .put(
+            "/v1/agent/force-leave",
+            &[("node", args.node.clone())],
+            &Value::Null,
+        )
+        .with_context(|| format!("Error force-leaving server {}", args.node))?;
+    Ok(0)
 }
 
 fn list(client: &ApiClient, view: &ViewFlags, out: &mut dyn Write) -> anyhow::Result<u8> {

@@ -147,6 +147,25 @@ fn every_verb_parses_in_nomad_spelling() {
             "5",
         ],
         &["server", "workers"],
+        &["server", "members", "-detailed"],
+        &["server", "join", "10.0.0.1:4647", "10.0.0.2"],
+        &["server", "force-leave", "s3.global"],
+        &["operator", "raft", "list-peers", "-stale"],
+        &[
+            "operator",
+            "raft",
+            "remove-peer",
+            "-peer-address=10.0.0.3:4647",
+        ],
+        &[
+            "operator",
+            "raft",
+            "remove-peer",
+            "-peer-id",
+            "10.0.0.3:4647",
+        ],
+        &["operator", "gossip", "keygen"],
+        &["operator", "keygen"],
         &[
             "server",
             "workers",
@@ -242,6 +261,16 @@ fn invalid_flag_combinations_are_refused() {
             "maybe",
         ],
         &["server", "workers", "set", "-1"],
+        &["server", "join"],
+        &["server", "force-leave"],
+        &["operator", "raft", "remove-peer"],
+        &[
+            "operator",
+            "raft",
+            "remove-peer",
+            "-peer-address=a:1",
+            "-peer-id=b",
+        ],
     ];
     for case in refused {
         let words = std::iter::once("herder").chain(case.iter().copied());
@@ -1365,4 +1394,159 @@ fn go_templates_render_field_paths_and_refuse_the_rest() {
     ] {
         assert!(output::go_template(bad, &value).is_err(), "{bad}");
     }
+}
+
+/// Three servers as `/v1/agent/members` lists them in a cluster: s2 leads,
+/// s3 has stopped answering.
+const CLUSTER_MEMBERS: &str = r#"{"ServerName":"s1","ServerRegion":"global","ServerDC":"dc1","Members":[
+ {"Name":"s3.global","Addr":"127.0.0.1","Port":4649,"Status":"failed","ProtocolCur":2,
+  "Tags":{"role":"nomad","region":"global","dc":"dc2","build":"0.1.0","port":"4649","expect":"3"}},
+ {"Name":"s1.global","Addr":"127.0.0.1","Port":4647,"Status":"alive","ProtocolCur":2,
+  "Tags":{"role":"nomad","region":"global","dc":"dc1","build":"0.1.0","port":"4647","expect":"3"}},
+ {"Name":"s2.global","Addr":"127.0.0.1","Port":4648,"Status":"alive","ProtocolCur":2,
+  "Tags":{"role":"nomad","region":"global","dc":"dc1","build":"0.1.0","port":"4648","expect":"3"}}]}"#;
+
+#[test]
+fn server_members_prints_nomads_table_with_the_regions_leader() {
+    let server = FakeServer::start(|req| match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/v1/agent/members") => Reply::ok(CLUSTER_MEMBERS, 0),
+        ("GET", "/v1/status/leader") => Reply::ok(r#""127.0.0.1:4648""#, 0),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["server", "members"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out,
+        "Name       Address    Port  Status  Leader  Protocol  Build  Datacenter  Region\n\
+         s1.global  127.0.0.1  4647  alive   false   2         0.1.0  dc1         global\n\
+         s2.global  127.0.0.1  4648  alive   true    2         0.1.0  dc1         global\n\
+         s3.global  127.0.0.1  4649  failed  false   2         0.1.0  dc2         global\n"
+    );
+    assert_eq!(
+        server.request("GET", "/v1/status/leader").query["region"],
+        "global"
+    );
+    let (result, out) = run_against(&server, &["server", "members", "-detailed"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(
+        out.contains("s3.global  127.0.0.1  4649  build=0.1.0,dc=dc2,expect=3,port=4649"),
+        "{out}"
+    );
+}
+
+#[test]
+fn server_join_sends_every_address_and_fails_on_the_agents_error() {
+    let server = FakeServer::start(|req| match (req.method.as_str(), req.path.as_str()) {
+        ("PUT", "/v1/agent/join") if req.raw_query.contains("bad") => Reply::ok(
+            r#"{"num_joined":1,"error":"bad:4647: the server at bad:4647 belongs to no cluster yet"}"#,
+            0,
+        ),
+        ("PUT", "/v1/agent/join") => Reply::ok(r#"{"num_joined":2,"error":""}"#, 0),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["server", "join", "10.0.0.1:4647", "10.0.0.2"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "Joined 2 servers successfully\n");
+    assert_eq!(
+        server.request("PUT", "/v1/agent/join").raw_query,
+        "address=10.0.0.1%3A4647&address=10.0.0.2"
+    );
+    let (result, _) = run_against(&server, &["server", "join", "10.0.0.1", "bad"]);
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("Error joining: bad:4647: the server at bad:4647 belongs to no cluster yet"),
+        "{err}"
+    );
+}
+
+#[test]
+fn server_force_leave_names_the_node_and_reports_a_refusal() {
+    let server = FakeServer::start(|req| match req.query.get("node").map(String::as_str) {
+        Some("s3.global") => Reply::ok("", 0),
+        _ => Reply::status(400, "no server named \"s9\" in the cluster"),
+    });
+    let (result, out) = run_against(&server, &["server", "force-leave", "s3.global"]);
+    assert_eq!((result.unwrap(), out.as_str()), (0, ""));
+    let seen = server.request("PUT", "/v1/agent/force-leave");
+    assert_eq!(seen.query["node"], "s3.global");
+    let (result, _) = run_against(&server, &["server", "force-leave", "s9"]);
+    let err = format!("{:#}", result.unwrap_err());
+    assert!(err.contains("Error force-leaving server s9"), "{err}");
+    assert!(err.contains("no server named"), "{err}");
+}
+
+#[test]
+fn operator_raft_list_peers_prints_nomads_table_sorted_by_node() {
+    let server = FakeServer::start(|req| match req.path.as_str() {
+        "/v1/operator/raft/configuration" => Reply::ok(
+            r#"{"Index":12,"Servers":[
+              {"ID":"127.0.0.1:4648","Node":"s2.global","Address":"127.0.0.1:4648","Leader":false,"Voter":true,"RaftProtocol":"2"},
+              {"ID":"127.0.0.1:4647","Node":"s1.global","Address":"127.0.0.1:4647","Leader":true,"Voter":true,"RaftProtocol":"2"},
+              {"ID":"127.0.0.1:4649","Node":"s3.global","Address":"127.0.0.1:4649","Leader":false,"Voter":false,"RaftProtocol":"2"}]}"#,
+            12,
+        ),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["operator", "raft", "list-peers"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out,
+        "Node       ID              Address         State     Voter  RaftProtocol\n\
+         s1.global  127.0.0.1:4647  127.0.0.1:4647  leader    true   2\n\
+         s2.global  127.0.0.1:4648  127.0.0.1:4648  follower  true   2\n\
+         s3.global  127.0.0.1:4649  127.0.0.1:4649  follower  false  2\n"
+    );
+    assert!(!server.requests()[0].query.contains_key("stale"));
+    let (result, _) = run_against(&server, &["operator", "raft", "list-peers", "-stale"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(server.requests()[1].query.contains_key("stale"));
+}
+
+#[test]
+fn operator_raft_remove_peer_deletes_by_address_or_id() {
+    let server = FakeServer::start(|req| match (req.method.as_str(), req.path.as_str()) {
+        ("DELETE", "/v1/operator/raft/peer") => Reply::ok("", 0),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(
+        &server,
+        &[
+            "operator",
+            "raft",
+            "remove-peer",
+            "-peer-address=10.0.0.3:4647",
+        ],
+    );
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "Removed peer with address \"10.0.0.3:4647\"\n");
+    let (result, _) = run_against(
+        &server,
+        &["operator", "raft", "remove-peer", "-peer-id", "42"],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let seen = server.requests();
+    assert_eq!(seen[0].query["address"], "10.0.0.3:4647");
+    assert_eq!(seen[1].query["id"], "42");
+    assert!(!seen[1].query.contains_key("address"));
+}
+
+#[test]
+fn operator_gossip_keygen_prints_a_fresh_key_the_cluster_accepts() {
+    use base64::Engine as _;
+    let mut keys = Vec::new();
+    for words in [
+        &["operator", "gossip", "keygen"][..],
+        &["operator", "keygen"],
+    ] {
+        let mut out = Vec::new();
+        assert_eq!(run(parse(words).command, &mut out).unwrap(), 0);
+        let key = String::from_utf8(out).unwrap();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(key.trim())
+            .unwrap();
+        assert_eq!(bytes.len(), operator_raft::KEY_BYTES);
+        assert!(herder_raft::ClusterKey::from_base64(&key).is_ok(), "{key}");
+        keys.push(key);
+    }
+    assert_ne!(keys[0], keys[1]);
 }

@@ -17,9 +17,14 @@
 //!
 //! A server restarted with its data dir holds its membership in its log
 //! and skips all of this.
+//!
+//! [`join`] is the same first step on demand (`PUT /v1/agent/join`,
+//! `herder server join ADDR`): ask one server for its status and its
+//! cluster's leader for a place.
 
 use super::rpc::{self, JoinRequest, Refusal, ServerStatus};
 use super::Cluster;
+use crate::http::HttpError;
 use openraft::BasicNode;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,7 +64,9 @@ async fn round(cluster: &Cluster) -> Result<(), String> {
         .values()
         .find_map(|s| s.leader.clone().filter(|_| s.initialized))
     {
-        return ask_to_join(cluster, &leader.addr).await;
+        return ask_to_join(cluster, &leader.addr)
+            .await
+            .map_err(|e| e.to_string());
     }
     // Learners get their membership from the leader: a server that is
     // already in a membership as a learner waits for the leader's call.
@@ -115,16 +122,53 @@ async fn reachable_peers(cluster: &Cluster) -> BTreeMap<u64, ServerStatus> {
     peers
 }
 
+/// Why [`join`] did not make this server a member.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(transparent)]
+    Unreachable(#[from] HttpError),
+    #[error("{addr} is this server")]
+    Itself { addr: String },
+    #[error("the server at {addr} belongs to no cluster yet")]
+    NoCluster { addr: String },
+    #[error("the server at {addr} knows no cluster leader")]
+    NoLeader { addr: String },
+    #[error("this server already belongs to another cluster (its leader is not {leader})")]
+    OtherCluster { leader: String },
+    #[error("the leader refused: {0}")]
+    Refused(#[from] Refusal),
+}
+
+/// Joins the cluster the server at `addr` belongs to: asks it for its
+/// status, then its leader to make this server a voter. Joining the
+/// cluster this server already votes in succeeds at once.
+pub async fn join(cluster: &Cluster, addr: &str) -> Result<(), JoinError> {
+    let status = rpc::server_status(cluster, addr).await?;
+    if status.id == cluster.id() {
+        return Err(JoinError::Itself { addr: addr.into() });
+    }
+    if !status.initialized {
+        return Err(JoinError::NoCluster { addr: addr.into() });
+    }
+    let leader = status
+        .leader
+        .ok_or_else(|| JoinError::NoLeader { addr: addr.into() })?;
+    let members = cluster.members();
+    let in_a_cluster = members.iter().any(|m| m.voter && m.id != cluster.id());
+    if in_a_cluster && !members.iter().any(|m| m.id == leader.id) {
+        return Err(JoinError::OtherCluster {
+            leader: leader.addr,
+        });
+    }
+    ask_to_join(cluster, &leader.addr).await
+}
+
 /// Asks the leader at `addr` to make this server a voter.
-async fn ask_to_join(cluster: &Cluster, addr: &str) -> Result<(), String> {
+async fn ask_to_join(cluster: &Cluster, addr: &str) -> Result<(), JoinError> {
     let join = JoinRequest {
         id: cluster.id(),
         addr: cluster.settings().rpc_addr.clone(),
     };
-    let answer: Result<(), Refusal> = cluster
-        .client()
-        .call(addr, rpc::JOIN_PATH, &join)
-        .await
-        .map_err(|e| e.to_string())?;
-    answer.map_err(|e| e.to_string())
+    let answer: Result<(), Refusal> = cluster.client().call(addr, rpc::JOIN_PATH, &join).await?;
+    Ok(answer?)
 }

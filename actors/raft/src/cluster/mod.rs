@@ -9,7 +9,9 @@
 //! this server leads (the server crate starts and stops the leader's
 //! duties on it), and a read barrier for consistent reads on a follower.
 
+pub mod autopilot;
 pub mod bootstrap;
+pub mod liveness;
 pub mod replicator;
 pub mod rpc;
 
@@ -41,6 +43,10 @@ const BARRIER_RETRY: Duration = Duration::from_millis(100);
 pub struct ClusterSettings {
     /// This server's name (`<node>.<region>`, as Nomad names servers).
     pub name: String,
+    /// Its region and datacenter, advertised to the other servers (the
+    /// `region` and `dc` tags of `/v1/agent/members`).
+    pub region: String,
+    pub datacenter: String,
     /// The address other servers reach this one's RPC port at.
     pub rpc_addr: String,
     /// herder's version, advertised to the other servers.
@@ -49,6 +55,9 @@ pub struct ClusterSettings {
     pub bootstrap_expect: usize,
     /// Other servers' RPC addresses to contact.
     pub retry_join: Vec<String>,
+    /// The leader removes a server unreachable this long from the Raft
+    /// configuration ([`autopilot`]); zero never.
+    pub dead_server_cleanup: Duration,
     pub key: ClusterKey,
     pub raft: Arc<Config>,
 }
@@ -112,6 +121,7 @@ struct Inner {
     client: SignedClient,
     quick: SignedClient,
     settings: ClusterSettings,
+    liveness: liveness::Liveness,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -174,11 +184,13 @@ impl Cluster {
                 client: SignedClient::new(settings.key.clone(), RPC_TIMEOUT),
                 quick: SignedClient::new(settings.key.clone(), QUICK_TIMEOUT),
                 settings,
+                liveness: liveness::Liveness::default(),
                 stop,
             }),
         };
         store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
         cluster.spawn(bootstrap::form_or_join(cluster.clone()));
+        cluster.spawn(liveness::watch(cluster.clone()));
         tracing::info!(id, rpc = %cluster.inner.settings.rpc_addr, "raft replica started");
         Ok(cluster)
     }
@@ -215,6 +227,11 @@ impl Cluster {
 
     pub fn store(&self) -> &StateStore {
         &self.inner.store
+    }
+
+    /// Which members answer, as the liveness poller last saw them.
+    pub fn liveness(&self) -> &liveness::Liveness {
+        &self.inner.liveness
     }
 
     /// The signed client other cluster calls (the server's own RPCs) use.
@@ -314,6 +331,9 @@ impl Cluster {
             name: self.inner.settings.name.clone(),
             rpc_addr: self.inner.settings.rpc_addr.clone(),
             version: self.inner.settings.version.clone(),
+            region: self.inner.settings.region.clone(),
+            datacenter: self.inner.settings.datacenter.clone(),
+            bootstrap_expect: self.inner.settings.bootstrap_expect,
             initialized,
             leader,
             last_applied: m.last_applied.map_or(0, |l| l.index),

@@ -6,13 +6,14 @@
 
 use super::{Cluster, Member};
 use crate::entry::{LogEntry, WriteResponse};
-use crate::http::{serve_signed, HttpError, MAX_BODY_BYTES};
+use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
 use crate::NodeId;
 use actix_web::{web, HttpRequest, HttpResponse};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 pub const STATUS_PATH: &str = "/v1/raft/status";
 pub const WRITE_PATH: &str = "/v1/raft/write";
@@ -28,6 +29,14 @@ pub struct ServerStatus {
     pub name: String,
     pub rpc_addr: String,
     pub version: String,
+    /// Its region, datacenter and `bootstrap_expect` (left out by older
+    /// servers, hence the defaults).
+    #[serde(default)]
+    pub region: String,
+    #[serde(default)]
+    pub datacenter: String,
+    #[serde(default)]
+    pub bootstrap_expect: usize,
     /// Whether it belongs to a cluster (has a membership).
     pub initialized: bool,
     pub leader: Option<Member>,
@@ -218,8 +227,12 @@ fn no_leader() -> HttpError {
 
 /// Asks the server at `addr` about itself.
 pub async fn server_status(cluster: &Cluster, addr: &str) -> Result<ServerStatus, HttpError> {
-    let answer: Result<ServerStatus, Refusal> =
-        cluster.quick_client().call(addr, STATUS_PATH, &()).await?;
+    probe_status(cluster.quick_client(), addr).await
+}
+
+/// Asks the server at `addr` about itself through `client`.
+pub async fn probe_status(client: &SignedClient, addr: &str) -> Result<ServerStatus, HttpError> {
+    let answer: Result<ServerStatus, Refusal> = client.call(addr, STATUS_PATH, &()).await?;
     answer.map_err(refusal_error)
 }
 
@@ -296,19 +309,60 @@ fn describe(request: &RemoveRequest) -> String {
     }
 }
 
+/// How long a membership call waits for a leader that answers: removing
+/// a dead server often follows the leader's own death, and the election
+/// takes a second or two.
+pub const LEADER_WAIT: Duration = Duration::from_secs(8);
+
 /// Sends a membership call to the leader (or handles it here when this
-/// server leads).
+/// server leads), waiting up to [`LEADER_WAIT`] while no leader is known,
+/// the one known does not answer, or it no longer leads.
 pub async fn remove_via_leader(cluster: &Cluster, request: RemoveRequest) -> Result<(), Refusal> {
+    let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+    loop {
+        let outcome = remove_once(cluster, &request).await;
+        let retry = matches!(outcome, Err(Attempt::NoLeader(_)));
+        if !retry || tokio::time::Instant::now() >= deadline {
+            return outcome.map_err(Attempt::into_refusal);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Why one attempt to reach the leader did not settle the call.
+enum Attempt {
+    /// Worth another try once a leader is elected.
+    NoLeader(Refusal),
+    Final(Refusal),
+}
+
+impl Attempt {
+    fn into_refusal(self) -> Refusal {
+        match self {
+            Attempt::NoLeader(r) | Attempt::Final(r) => r,
+        }
+    }
+}
+
+async fn remove_once(cluster: &Cluster, request: &RemoveRequest) -> Result<(), Attempt> {
     if cluster.is_leader() {
-        return remove_member(cluster, request).await;
+        return remove_member(cluster, request.clone())
+            .await
+            .map_err(|r| match r {
+                Refusal::NotLeader { .. } => Attempt::NoLeader(r),
+                other => Attempt::Final(other),
+            });
     }
     let leader = cluster
         .leader()
-        .ok_or(Refusal::NotLeader { leader: None })?;
+        .ok_or(Attempt::NoLeader(Refusal::NotLeader { leader: None }))?;
     let answer: Result<(), Refusal> = cluster
         .client()
-        .call(&leader.addr, REMOVE_PATH, &request)
+        .call(&leader.addr, REMOVE_PATH, request)
         .await
-        .map_err(|e| Refusal::Failed(e.to_string()))?;
-    answer
+        .map_err(|e| Attempt::NoLeader(Refusal::Failed(e.to_string())))?;
+    answer.map_err(|r| match r {
+        Refusal::NotLeader { .. } => Attempt::NoLeader(r),
+        other => Attempt::Final(other),
+    })
 }
