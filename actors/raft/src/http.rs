@@ -36,6 +36,9 @@ use std::time::Duration;
 pub const APPEND_PATH: &str = "/v1/raft/append";
 pub const VOTE_PATH: &str = "/v1/raft/vote";
 pub const SNAPSHOT_PATH: &str = "/v1/raft/snapshot";
+/// The query parameter naming the server a Raft RPC is meant for.
+pub const TARGET_PARAM: &str = "target";
+
 /// The header that carries a message's signature under the cluster key.
 pub const AUTH_HEADER: &str = "X-Herder-Cluster-Auth";
 /// The largest body either side reads: a batch of entries (openraft sends
@@ -132,11 +135,29 @@ pub fn configure(raft: Raft<TypeConfig>, key: ClusterKey) -> impl FnOnce(&mut we
     }
 }
 
+/// A refusal when a Raft RPC names another server than this one.
+fn misaddressed(service: &RaftService, request: &HttpRequest) -> Option<HttpResponse> {
+    let me = service.raft.metrics().borrow().id;
+    let target = request
+        .query_string()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(TARGET_PARAM)?.strip_prefix('='))?;
+    if target == me.to_string() {
+        return None;
+    }
+    Some(HttpResponse::MisdirectedRequest().body(format!(
+        "this is server {me}, not {target} (its data dir was replaced?)"
+    )))
+}
+
 async fn append(
     service: web::Data<RaftService>,
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
+    if let Some(refusal) = misaddressed(&service, &request) {
+        return refusal;
+    }
     let raft = service.raft.clone();
     serve_signed(
         &service.key,
@@ -153,6 +174,9 @@ async fn vote(
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
+    if let Some(refusal) = misaddressed(&service, &request) {
+        return refusal;
+    }
     let raft = service.raft.clone();
     serve_signed(
         &service.key,
@@ -169,6 +193,9 @@ async fn install_snapshot(
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
+    if let Some(refusal) = misaddressed(&service, &request) {
+        return refusal;
+    }
     let raft = service.raft.clone();
     serve_signed(
         &service.key,
@@ -276,7 +303,43 @@ impl SignedClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let url = format!("http://{addr}{path}");
+        self.send(format!("http://{addr}{path}"), path, request)
+            .await
+    }
+
+    /// [`call`](Self::call) for a Raft RPC meant for server `target`: the
+    /// server at `addr` refuses it unless it is that server (a member whose
+    /// data dir was wiped comes back at the same address under a new ID,
+    /// and must not answer for the old one).
+    pub async fn call_member<Req, Resp>(
+        &self,
+        addr: &str,
+        target: NodeId,
+        path: &'static str,
+        request: &Req,
+    ) -> Result<Resp, HttpError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        self.send(
+            format!("http://{addr}{path}?{TARGET_PARAM}={target}"),
+            path,
+            request,
+        )
+        .await
+    }
+
+    async fn send<Req, Resp>(
+        &self,
+        url: String,
+        path: &'static str,
+        request: &Req,
+    ) -> Result<Resp, HttpError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
         let body = serde_json::to_vec(request).map_err(|e| HttpError::Body {
             url: url.clone(),
             reason: e.to_string(),
@@ -326,14 +389,14 @@ impl HttpTransport {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let answer: Result<Resp, E> =
-            self.client
-                .call(&node.addr, path, rpc)
-                .await
-                .map_err(|e| match e {
-                    HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
-                    _ => RPCError::Network(NetworkError::new(&e)),
-                })?;
+        let answer: Result<Resp, E> = self
+            .client
+            .call_member(&node.addr, target, path, rpc)
+            .await
+            .map_err(|e| match e {
+                HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+                _ => RPCError::Network(NetworkError::new(&e)),
+            })?;
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
     }
 }
