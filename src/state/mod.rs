@@ -35,13 +35,14 @@ pub use persist::FORMAT_VERSION;
 pub use quarantine::{QuarantineSource, QuarantinedRecord};
 pub use snapshot::StateSnapshot;
 pub use store::{
-    node_allocs_index, ApplyOutcome, BatchOutcome, StateStore, StoreOptions, Subscription,
+    node_allocs_index, ApplyOutcome, BatchOutcome, Replicator, StateStore, StoreOptions,
+    Subscription,
 };
 
 use crate::structs::NodeId;
 
 /// Why a command was rejected. A rejected command changes nothing.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ApplyError {
     #[error("index {index} is not after the latest applied index {latest}")]
     StaleIndex { index: u64, latest: u64 },
@@ -96,6 +97,11 @@ pub enum StoreError {
     Failed(String),
     #[error("state checkpoint archive: {0}")]
     Checkpoint(String),
+    /// A replica's write that the replicated log did not commit (no
+    /// leader, the leader unreachable, this server shutting down); it may
+    /// be retried.
+    #[error("the write was not committed: {0}")]
+    NotCommitted(String),
     #[error("a checkpoint at index {index} cannot replace the state at index {latest}: only a newer one can")]
     ImportBehind { index: u64, latest: u64 },
 }

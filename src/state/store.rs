@@ -336,6 +336,36 @@ struct Handle {
     shared: Arc<Shared>,
     sender: Mutex<Option<mpsc::Sender<Request>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Set when the store is a replica of a replicated log: `submit`
+    /// proposes there instead of applying here.
+    replicator: std::sync::RwLock<Option<Arc<dyn Replicator>>>,
+}
+
+/// Where a replica's writes go: the replicated log that numbers and
+/// commits them, then applies them to every replica's store through
+/// [`StateStore::submit_batch_at`] (herder-raft implements it).
+///
+/// The answer is the same as the store's own: once the command is
+/// committed and applied on this server (its [`ApplyOutcome`] carries the
+/// index and no changed rows: subscribers see those), or why not.
+pub trait Replicator: Send + Sync {
+    fn propose(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>>;
+}
+
+impl ApplyOutcome {
+    /// The outcome of a command committed through a [`Replicator`]: its
+    /// index, without the changed rows (the change feed has them).
+    pub fn committed(index: u64, command: &'static str) -> ApplyOutcome {
+        ApplyOutcome {
+            index,
+            changes: Arc::new(AppliedChanges {
+                index,
+                command,
+                tables: TableSet::default(),
+                changes: Vec::new(),
+            }),
+        }
+    }
 }
 
 impl Drop for Handle {
@@ -346,6 +376,12 @@ impl Drop for Handle {
 
 impl Handle {
     fn close(&self) {
+        // The replicator holds the log, which holds this store: let go of
+        // it so the cycle ends.
+        self.replicator
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(sender);
         let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -443,6 +479,7 @@ impl StateStore {
                 shared,
                 sender: Mutex::new(sender),
                 writer: Mutex::new(thread),
+                replicator: std::sync::RwLock::new(None),
             }),
         }
     }
@@ -451,9 +488,40 @@ impl StateStore {
         &self.handle.shared
     }
 
+    /// Makes this store a replica of `replicator`'s log: from now on
+    /// `submit` proposes commands there, and only the log applies them
+    /// (through [`Self::submit_batch_at`]). Set once, before any write.
+    pub fn set_replicator(&self, replicator: Arc<dyn Replicator>) {
+        *self
+            .handle
+            .replicator
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(replicator);
+    }
+
+    /// Whether writes go through a replicated log.
+    pub fn is_replica(&self) -> bool {
+        self.handle
+            .replicator
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// Queues a command; the receiver gets the outcome once the command is
-    /// durable and visible (or its rejection).
+    /// durable and visible (or its rejection). On a replica the command is
+    /// proposed to the replicated log instead and answered once committed
+    /// and applied here.
     pub fn submit(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
+        let replicator = self
+            .handle
+            .replicator
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(replicator) = replicator {
+            return replicator.propose(command);
+        }
         let (reply, receiver) = oneshot::channel();
         let sender = self.handle.sender.lock().unwrap_or_else(|e| e.into_inner());
         let request = Request::One { command, reply };

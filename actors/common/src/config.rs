@@ -51,6 +51,8 @@ pub struct AgentConfig {
     /// Bind the HTTP API to 127.0.0.1 whatever `bind_addr` says.
     pub sidecar: bool,
     pub ports: Ports,
+    /// Addresses other agents reach this one at.
+    pub advertise: Advertise,
     /// Bounds on requests and jobs (`[limits]`).
     pub limits: Limits,
     pub server: ServerConfig,
@@ -63,6 +65,17 @@ pub struct AgentConfig {
 pub struct Ports {
     /// The HTTP API's port; 0 picks a free one (`Agent::http_addr` tells).
     pub http: u16,
+    /// The server-to-server port of a server in a cluster.
+    pub rpc: u16,
+}
+
+/// Addresses other agents reach this one at (`[advertise]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Advertise {
+    /// The RPC address other servers dial; empty derives it from
+    /// `bind_addr` ([`AgentConfig::rpc_advertise`]).
+    pub rpc: String,
 }
 
 /// Bounds on what a request or a job may cost (`[limits]` in
@@ -186,6 +199,26 @@ pub struct ServerConfig {
     pub node_gc_threshold: Duration,
     #[serde(with = "humantime_serde")]
     pub gc_interval: Duration,
+    /// Servers the cluster forms with (Raft); 0 or 1 with no `retry_join`
+    /// is a single server without Raft.
+    pub bootstrap_expect: usize,
+    /// Other servers' RPC addresses to join.
+    pub retry_join: Vec<String>,
+    /// The cluster key (base64); required in a cluster.
+    pub encrypt: String,
+    pub raft_snapshot_threshold: u64,
+    pub raft_trailing_logs: u64,
+    #[serde(with = "humantime_serde")]
+    pub dead_server_cleanup: Duration,
+}
+
+impl ServerConfig {
+    /// Whether this server runs in a Raft cluster (see `config/default.toml`,
+    /// `[server] bootstrap_expect`). A data dir that already holds a Raft
+    /// log is a cluster member whatever this says (the agent checks that).
+    pub fn clustered(&self) -> bool {
+        self.enabled && (self.bootstrap_expect > 1 || !self.retry_join.is_empty())
+    }
 }
 
 /// The client role (`[client]` in `config/default.toml`, which documents
@@ -346,6 +379,16 @@ impl AgentConfig {
             return bad("server.eval_delivery_limit: must be at least 1".into());
         }
         self.limits.check().map_err(ConfigError::Invalid)?;
+        if self.server.clustered() && self.server.encrypt.trim().is_empty() {
+            return bad(
+                "server.encrypt: a server in a cluster (bootstrap_expect > 1 or retry_join) needs the \
+                 cluster key (-encrypt; `herder operator gossip keygen` prints one)"
+                    .into(),
+            );
+        }
+        if self.server.raft_snapshot_threshold == 0 {
+            return bad("server.raft_snapshot_threshold: must be at least 1".into());
+        }
         if !self.server.enabled && !self.client.enabled {
             return bad(
                 "neither server.enabled nor client.enabled is set: give -server, -client or -dev"
@@ -371,6 +414,30 @@ impl AgentConfig {
         (host, self.ports.http)
     }
 
+    /// The address other servers reach this server's RPC port at, given the
+    /// port actually bound: `advertise.rpc` (its port, if it names one,
+    /// wins), else `bind_addr`, else (bound to every interface) the
+    /// address this machine routes outside traffic from.
+    pub fn rpc_advertise(&self, bound_port: u16) -> String {
+        let configured = self.advertise.rpc.trim();
+        if !configured.is_empty() {
+            if configured.parse::<std::net::SocketAddr>().is_ok() || configured.contains(':') {
+                return configured.to_string();
+            }
+            return format!("{configured}:{bound_port}");
+        }
+        let (host, _) = self.http_bind();
+        let ip: std::net::IpAddr = host
+            .parse()
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let ip = if ip.is_unspecified() {
+            outbound_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+        } else {
+            ip
+        };
+        std::net::SocketAddr::new(ip, bound_port).to_string()
+    }
+
     /// This agent's name: `name`, or the machine's hostname when empty.
     pub fn name_or_hostname(&self) -> String {
         if !self.name.is_empty() {
@@ -389,6 +456,14 @@ impl AgentConfig {
             .num_schedulers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
+}
+
+/// The local address outside traffic leaves from (no packet is sent: a UDP
+/// socket's `connect` only picks the route).
+fn outbound_ip() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    Some(socket.local_addr().ok()?.ip())
 }
 
 /// The message naming ignored environment variables.

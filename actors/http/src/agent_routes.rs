@@ -10,7 +10,6 @@
 
 use super::body::Body;
 use super::query::QueryOptions;
-use super::raft_routes::peer_address;
 use super::ApiError;
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -34,7 +33,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::put().to(force_leave))
                 .route(web::post().to(force_leave)),
         )
-        .route("/v1/status/leader", web::get().to(leader))
         .route("/v1/agent/schedulers", web::get().to(workers))
         .route("/v1/agent/schedulers/config", web::get().to(worker_config))
         .route(
@@ -273,13 +271,12 @@ fn query_values(req: &HttpRequest, name: &str) -> Result<Vec<String>, ApiError> 
         .collect())
 }
 
-/// A single server is always its own leader.
-async fn leader(info: web::Data<AgentInfo>) -> HttpResponse {
-    if info.config.server.enabled {
-        HttpResponse::Ok().json(peer_address(&info))
-    } else {
-        HttpResponse::Ok().json("")
-    }
+/// This agent's HTTP address (`host:port`), once the API is bound.
+pub fn peer_address(info: &AgentInfo) -> String {
+    info.http_addr
+        .get()
+        .map(|a| a.to_string())
+        .unwrap_or_default()
 }
 
 /// The gossip members: a single agent knows only itself. Servers carry

@@ -7,7 +7,7 @@
 //! kind that only newer servers understand can be held back until every
 //! server runs such a version (`version_gate`).
 
-use herder::state::{Command, COMMAND_VERSION};
+use herder::state::{ApplyError, Command, COMMAND_VERSION};
 use serde::{Deserialize, Serialize};
 
 /// The kind of a log entry: what a server must understand to apply it.
@@ -62,13 +62,13 @@ impl LogEntry {
 }
 
 /// What became of one command of an applied entry. A rejected command
-/// changed nothing (the store's `ApplyError`, as text: it crosses the
-/// network back to the writer).
+/// changed nothing (the store's `ApplyError`, typed: a forwarded write's
+/// writer classifies it as if it had applied the command itself).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub enum CommandResult {
     Applied,
-    Rejected(String),
+    Rejected(ApplyError),
 }
 
 /// The answer to a write: the index the entry was applied at and the

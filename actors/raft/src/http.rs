@@ -138,7 +138,7 @@ async fn append(
     body: web::Bytes,
 ) -> HttpResponse {
     let raft = service.raft.clone();
-    serve(
+    serve_signed(
         &service.key,
         APPEND_PATH,
         &request,
@@ -154,7 +154,7 @@ async fn vote(
     body: web::Bytes,
 ) -> HttpResponse {
     let raft = service.raft.clone();
-    serve(
+    serve_signed(
         &service.key,
         VOTE_PATH,
         &request,
@@ -170,7 +170,7 @@ async fn install_snapshot(
     body: web::Bytes,
 ) -> HttpResponse {
     let raft = service.raft.clone();
-    serve(
+    serve_signed(
         &service.key,
         SNAPSHOT_PATH,
         &request,
@@ -181,8 +181,9 @@ async fn install_snapshot(
 }
 
 /// Checks the signature, decodes the request, runs it, and answers with
-/// the signed JSON of its `Result`.
-async fn serve<Req, Resp, E, F, Fut>(
+/// the signed JSON of its answer (every RPC answers a `Result`, so the
+/// caller tells a refusal from a failure to reach the server).
+pub async fn serve_signed<Req, Answer, F, Fut>(
     key: &ClusterKey,
     path: &str,
     request: &HttpRequest,
@@ -191,10 +192,9 @@ async fn serve<Req, Resp, E, F, Fut>(
 ) -> HttpResponse
 where
     Req: DeserializeOwned,
-    Resp: Serialize,
-    E: Serialize,
+    Answer: Serialize,
     F: FnOnce(Req) -> Fut,
-    Fut: Future<Output = Result<Resp, E>>,
+    Fut: Future<Output = Answer>,
 {
     let signature = request
         .headers()
@@ -222,8 +222,12 @@ where
 /// Why an HTTP exchange failed, before openraft's classification.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
+    /// The request never reached the server (no connection).
     #[error("cannot reach {url}: {reason}")]
     Unreachable { url: String, reason: String },
+    /// The exchange broke after the request may have arrived.
+    #[error("{url}: no answer: {reason}")]
+    Lost { url: String, reason: String },
     #[error("{url} answered {status}: {body}")]
     Status {
         url: String,
@@ -236,25 +240,77 @@ pub enum HttpError {
     Body { url: String, reason: String },
 }
 
-/// The client side: sends Raft RPCs to `http://<node addr><path>`.
+/// The client side of every signed exchange on the RPC port (the Raft
+/// RPCs, forwarded writes, status and membership calls): posts JSON to
+/// `http://<addr><path>` from a blocking thread and checks the answer's
+/// signature before decoding it.
 #[derive(Clone)]
-pub struct HttpTransport {
+pub struct SignedClient {
     agent: ureq::Agent,
     key: Arc<ClusterKey>,
 }
 
-impl HttpTransport {
+impl SignedClient {
     /// A client that gives up on an exchange after `timeout` (connect,
     /// send and answer each).
-    pub fn new(key: ClusterKey, timeout: Duration) -> HttpTransport {
+    pub fn new(key: ClusterKey, timeout: Duration) -> SignedClient {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(timeout)
             .timeout_read(timeout)
             .timeout_write(timeout)
             .build();
-        HttpTransport {
+        SignedClient {
             agent,
             key: Arc::new(key),
+        }
+    }
+
+    /// Sends `request` to the server at `addr` and decodes its answer.
+    pub async fn call<Req, Resp>(
+        &self,
+        addr: &str,
+        path: &'static str,
+        request: &Req,
+    ) -> Result<Resp, HttpError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let url = format!("http://{addr}{path}");
+        let body = serde_json::to_vec(request).map_err(|e| HttpError::Body {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        let signature = self.key.sign(Direction::Request, path, &body);
+        let agent = self.agent.clone();
+        let key = self.key.clone();
+        let target = url.clone();
+        let exchange = move || post_signed(&agent, &key, &target, path, &signature, &body);
+        let bytes =
+            tokio::task::spawn_blocking(exchange)
+                .await
+                .map_err(|e| HttpError::Unreachable {
+                    url: url.clone(),
+                    reason: format!("the sending thread ended: {e}"),
+                })??;
+        serde_json::from_slice(&bytes).map_err(|e| HttpError::Body {
+            url,
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// The Raft RPCs over [`SignedClient`].
+#[derive(Clone)]
+pub struct HttpTransport {
+    client: SignedClient,
+}
+
+impl HttpTransport {
+    /// A transport that gives up on an exchange after `timeout`.
+    pub fn new(key: ClusterKey, timeout: Duration) -> HttpTransport {
+        HttpTransport {
+            client: SignedClient::new(key, timeout),
         }
     }
 
@@ -270,22 +326,15 @@ impl HttpTransport {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = format!("http://{}{}", node.addr, path);
-        let body = serde_json::to_vec(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let signature = self.key.sign(Direction::Request, path, &body);
-        let agent = self.agent.clone();
-        let key = self.key.clone();
-        let exchange = move || post_signed(&agent, &key, &url, path, &signature, &body);
-        let answer = tokio::task::spawn_blocking(exchange)
-            .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let bytes = answer.map_err(|e| match e {
-            HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
-            _ => RPCError::Network(NetworkError::new(&e)),
-        })?;
-        let result: Result<Resp, E> =
-            serde_json::from_slice(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
+        let answer: Result<Resp, E> =
+            self.client
+                .call(&node.addr, path, rpc)
+                .await
+                .map_err(|e| match e {
+                    HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+                    _ => RPCError::Network(NetworkError::new(&e)),
+                })?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
     }
 }
 
@@ -314,8 +363,21 @@ fn post_signed(
                 body,
             });
         }
-        Err(ureq::Error::Transport(e)) => {
+        // Only a failed connection proves the request never arrived; any
+        // later failure may have been received and acted on.
+        Err(ureq::Error::Transport(e))
+            if matches!(
+                e.kind(),
+                ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Dns
+            ) =>
+        {
             return Err(HttpError::Unreachable {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })
+        }
+        Err(ureq::Error::Transport(e)) => {
+            return Err(HttpError::Lost {
                 url: url.to_string(),
                 reason: e.to_string(),
             })

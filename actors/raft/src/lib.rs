@@ -139,6 +139,7 @@
 // boxing them only to unbox at the trait boundary.
 #![allow(clippy::result_large_err)]
 
+pub mod cluster;
 pub mod entry;
 pub mod http;
 pub mod log_store;
@@ -150,11 +151,12 @@ pub mod store_target;
 pub mod transport;
 pub mod version_gate;
 
+pub use cluster::{Cluster, ClusterError, ClusterSettings, Member};
 pub use entry::{CommandResult, EntryKind, LogEntry, WriteResponse};
-pub use http::{ClusterKey, HttpTransport, KeyError};
+pub use http::{ClusterKey, HttpError, HttpTransport, KeyError, SignedClient};
 pub use log_store::SledLogStore;
 pub use memory_target::{AppliedBatch, MemoryTarget};
-pub use node::{default_config, RaftNode, StartError, WriteError, LOG_DIR};
+pub use node::{config_with, default_config, RaftNode, StartError, WriteError, LOG_DIR};
 pub use router::{Router, RouterError};
 pub use state_machine::{
     BatchToApply, Position, StateMachineAdapter, StateMachineTarget, TargetError, TargetSnapshot,

@@ -41,13 +41,20 @@ pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
 /// A snapshot every 8,192 entries; 1,024 entries are kept behind it so a
 /// follower that is briefly behind catches up from the log.
 pub fn default_config() -> Result<Config, ConfigError> {
+    config_with(8192, 1024)
+}
+
+/// [`default_config`] with a snapshot every `snapshot_threshold` entries
+/// and `trailing_logs` entries kept behind it (`server {
+/// raft_snapshot_threshold, raft_trailing_logs }`).
+pub fn config_with(snapshot_threshold: u64, trailing_logs: u64) -> Result<Config, ConfigError> {
     Config {
         cluster_name: "herder".to_string(),
         heartbeat_interval: 100,
         election_timeout_min: 500,
         election_timeout_max: 1000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(8192),
-        max_in_snapshot_log_to_keep: 1024,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_threshold),
+        max_in_snapshot_log_to_keep: trailing_logs,
         ..Config::default()
     }
     .validate()

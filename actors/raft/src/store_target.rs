@@ -23,7 +23,7 @@ fn command_results(
         .into_iter()
         .map(|outcome| match outcome {
             Ok(_) => CommandResult::Applied,
-            Err(rejected) => CommandResult::Rejected(rejected.to_string()),
+            Err(rejected) => CommandResult::Rejected(rejected),
         })
         .collect())
 }

@@ -65,7 +65,7 @@ pub enum GcError {
 }
 
 /// What one pass removed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GcReport {
     pub evals: usize,
     pub allocs: usize,

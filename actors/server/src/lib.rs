@@ -3,10 +3,14 @@
 //! applier), the ones that watch nodes and time (node tracker and
 //! lifecycle, drainer, periodic launcher, GC), the event stream, and
 //! [`server_api::ServerApi`], the typed front door every write goes
-//! through. Knows nothing of HTTP, the client agent or the CLI.
+//! through; and, on a server that is one of several, its place in the
+//! cluster ([`cluster_member`]: the replica, the RPC port the servers talk
+//! to each other on, the leader's duties following leadership). Knows
+//! nothing of the HTTP API, the client agent or the CLI.
 
 pub mod blocked_evals;
 pub mod broker;
+pub mod cluster_member;
 pub mod eval_router;
 pub mod eval_writer;
 pub mod events;

@@ -62,7 +62,7 @@ pub struct UpdateAllocs {
 }
 
 /// What a node is told after registering or heartbeating.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NodeReply {
     pub heartbeat_ttl: Duration,
     pub node_modify_index: u64,

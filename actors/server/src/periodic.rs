@@ -68,7 +68,7 @@ pub struct ForceLaunch {
 }
 
 /// A registered child.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Launched {
     pub job_id: String,
     pub eval_id: EvalId,

@@ -9,6 +9,7 @@
 
 use crate::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
 use crate::broker::{self, BrokerConfig, EvalBroker};
+use crate::cluster_member;
 use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
 use crate::gc::{GarbageCollector, GcConfig, StopGc};
@@ -44,6 +45,14 @@ pub enum ServerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// This server could not take its place in the cluster.
+    #[error("cluster: {0}")]
+    Cluster(String),
+    #[error("RPC port {addr}")]
+    RpcBind {
+        addr: String,
+        source: std::io::Error,
+    },
 }
 
 /// What the HTTP API and the agent use to reach the server's parts.
@@ -63,6 +72,9 @@ pub struct ServerHandle {
     /// Where the server publishes its Nomad-named figures (job summaries,
     /// job statuses) for `/v1/metrics`.
     pub nomad_metrics: Board,
+    /// This server's place in a cluster of servers; `None` for a single
+    /// server without Raft.
+    pub cluster: Option<herder_raft::Cluster>,
 }
 
 /// A running server.
@@ -71,6 +83,8 @@ pub struct Server {
     router: Addr<EvalRouter>,
     drainer: Addr<NodeDrainer>,
     metrics: Addr<ServerMetrics>,
+    /// A cluster member's RPC port.
+    rpc: Option<actix_web::dev::ServerHandle>,
 }
 
 /// The node lifecycle's timings from the agent configuration.
@@ -126,6 +140,14 @@ impl Server {
         )?;
         let path = data_dir.join("server");
         let store = open_store(path).await?;
+        // A cluster member's writes go through the log from here on, so the
+        // replica starts before any actor can write.
+        let replica = if cluster_member::is_member(config, data_dir) {
+            Some(cluster_member::start_replica(config, data_dir, &store).await?)
+        } else {
+            None
+        };
+        let leader_at_start = replica.is_none();
         let writer = EvalWriter::new(store.clone()).start();
         let (broker, blocked) = broker::start_with_blocked_evals(
             broker_config(config),
@@ -135,9 +157,13 @@ impl Server {
         let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
         let in_flight_view = plan_applier.in_flight_view();
         let plan_applier = plan_applier.start();
-        // Leadership: a single server always leads.
-        let _ = broker.send(broker::SetEnabled(true)).await;
-        let _ = blocked.send(broker::SetEnabled(true)).await;
+        // Leadership: a single server always leads; a cluster member waits
+        // to be elected.
+        let _ = plan_applier
+            .send(plan_applier::SetEnabled(leader_at_start))
+            .await;
+        let _ = broker.send(broker::SetEnabled(leader_at_start)).await;
+        let _ = blocked.send(broker::SetEnabled(leader_at_start)).await;
         let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
         let nodes = NodeTracker::new(store.clone(), tracker_config(config)).start();
         let deps = WorkerDeps {
@@ -174,22 +200,40 @@ impl Server {
         )
         .start();
         tracing::info!(index = store.latest_index(), "server started");
+        let handle = ServerHandle {
+            store,
+            broker,
+            blocked,
+            plan_applier,
+            nodes,
+            workers,
+            periodic,
+            gc,
+            job_limits: config.limits.job_limits(),
+            nomad_metrics,
+            cluster: replica.as_ref().map(|r| r.cluster.clone()),
+        };
+        let rpc = match replica {
+            Some(replica) => {
+                let rpc = cluster_member::serve_rpc(
+                    replica.rpc,
+                    replica.cluster.clone(),
+                    handle.clone(),
+                )?;
+                actix_rt::spawn(cluster_member::follow_leadership(
+                    replica.cluster,
+                    leadership_switch(&handle),
+                ));
+                Some(rpc)
+            }
+            None => None,
+        };
         Ok(Server {
-            handle: ServerHandle {
-                store,
-                broker,
-                blocked,
-                plan_applier,
-                nodes,
-                workers,
-                periodic,
-                gc,
-                job_limits: config.limits.job_limits(),
-                nomad_metrics,
-            },
+            handle,
             router,
             drainer,
             metrics,
+            rpc,
         })
     }
 
@@ -200,6 +244,14 @@ impl Server {
     /// Stops routing and scheduling, then flushes and closes the store.
     pub async fn stop(self) {
         let h = self.handle;
+        if let Some(rpc) = &self.rpc {
+            rpc.stop(true).await;
+        }
+        if let Some(cluster) = &h.cluster {
+            // Ends the replica (and with it the leadership follower, which
+            // stops the leader's duties) before the store closes.
+            cluster.shutdown().await;
+        }
         let _ = self.router.send(StopRouting).await;
         let _ = self.drainer.send(StopDrainer).await;
         self.metrics.do_send(StopMetrics);
@@ -219,6 +271,19 @@ impl Server {
         }
         tracing::info!("server stopped");
     }
+}
+
+/// Starts and stops the leader's duties as leadership comes and goes.
+fn leadership_switch(handle: &ServerHandle) -> cluster_member::OnLeadership {
+    let handle = handle.clone();
+    Box::new(move |leader| {
+        let h = handle.clone();
+        Box::pin(async move {
+            let _ = h.plan_applier.send(plan_applier::SetEnabled(leader)).await;
+            let _ = h.broker.send(broker::SetEnabled(leader)).await;
+            let _ = h.blocked.send(broker::SetEnabled(leader)).await;
+        })
+    })
 }
 
 /// Opening reads the whole state into memory: off the async executor.

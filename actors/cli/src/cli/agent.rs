@@ -40,6 +40,19 @@ pub struct AgentArgs {
     /// Bind loopback only (sidecar next to an application).
     #[arg(long)]
     pub sidecar: bool,
+    /// Servers the cluster forms with (Raft); see `[server]
+    /// bootstrap_expect` in config/default.toml.
+    #[arg(long = "bootstrap-expect", value_name = "N")]
+    pub bootstrap_expect: Option<usize>,
+    /// Another server's RPC address to join (repeatable).
+    #[arg(long = "retry-join", value_name = "HOST:PORT")]
+    pub retry_join: Vec<String>,
+    /// The server-to-server port (default 4647).
+    #[arg(long = "rpc-port", value_name = "PORT")]
+    pub rpc_port: Option<u16>,
+    /// The cluster key (base64; `herder operator gossip keygen`).
+    #[arg(long = "encrypt", value_name = "KEY")]
+    pub encrypt: Option<String>,
     /// Log level: trace, debug, info, warn, error.
     #[arg(long = "log-level", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -60,8 +73,22 @@ impl AgentArgs {
         if let Some(p) = self.http_port {
             flags.ports.insert("http".into(), p);
         }
+        if let Some(p) = self.rpc_port {
+            flags.ports.insert("rpc".into(), p);
+        }
         if self.server {
             flags.server.insert("enabled".into(), true.into());
+        }
+        if let Some(n) = self.bootstrap_expect {
+            flags.server.insert("bootstrap_expect".into(), n.into());
+        }
+        if !self.retry_join.is_empty() {
+            flags
+                .server
+                .insert("retry_join".into(), serde_json::json!(self.retry_join));
+        }
+        if let Some(key) = &self.encrypt {
+            flags.server.insert("encrypt".into(), key.clone().into());
         }
         if self.client {
             flags.client.insert("enabled".into(), true.into());

@@ -3,7 +3,6 @@
 //! `Periodic.Force`, with the checks every transport shares.
 
 use super::{unix_nanos, ServerApi, ServerApiError};
-use crate::periodic::PeriodicError;
 use herder::state::{Command, StateSnapshot};
 use herder::structs::job::{MAX_PRIORITY, MIN_PRIORITY};
 use herder::structs::validate::JobLimits;
@@ -468,20 +467,9 @@ impl ServerApi {
         if self.snapshot().job(namespace, job_id).is_none() {
             return Err(ServerApiError::NotFound("job not found".into()));
         }
-        let launched = self
-            .writes
+        self.writes
             .force_periodic(namespace.to_string(), job_id.to_string())
-            .await?;
-        launched.map_err(|e| match e {
-            PeriodicError::NotFound(_) => ServerApiError::NotFound("job not found".into()),
-            PeriodicError::NotPeriodic(_) => {
-                ServerApiError::Invalid("can't force launch non-periodic job".into())
-            }
-            PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
-                ServerApiError::Invalid(e.to_string())
-            }
-            PeriodicError::Store(e) => ServerApiError::Internal(e.to_string()),
-        })
+            .await
     }
 }
 

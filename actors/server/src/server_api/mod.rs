@@ -31,6 +31,7 @@
 //! this process's own and does not cross it either.
 
 pub mod allocs_evals;
+pub mod forward;
 pub mod jobs;
 pub mod nodes;
 pub mod operator;
@@ -58,7 +59,7 @@ use write_path::WritePath;
 /// Why a call was refused. The class decides the HTTP status when the
 /// call came over HTTP: `Invalid` 400, `NotFound` 404, `Forbidden` 403,
 /// `Unavailable` 503, `Internal` 500.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ServerApiError {
     #[error("{0}")]
     Invalid(String),
@@ -99,30 +100,14 @@ impl std::fmt::Debug for ServerApi {
 impl ServerApi {
     /// The operations of a running server (`Agent::api()` gives one).
     pub fn new(server: ServerHandle) -> ServerApi {
-        ServerApi {
-            writes: WritePath::local(
-                server.store.clone(),
-                server.nodes,
-                server.periodic,
-                server.gc,
-            ),
-            store: server.store,
-            job_limits: server.job_limits,
-            workers: server.workers,
-        }
+        ServerApi::of(&server)
     }
 
-    /// As [`new`](Self::new), cloning only the parts the operations use
-    /// (an actor address's clone allocates; the HTTP API makes one of
-    /// these per request).
+    /// As [`new`](Self::new), from a borrowed handle (the HTTP API makes
+    /// one of these per request).
     pub fn of(server: &ServerHandle) -> ServerApi {
         ServerApi {
-            writes: WritePath::local(
-                server.store.clone(),
-                server.nodes.clone(),
-                server.periodic.clone(),
-                server.gc.clone(),
-            ),
+            writes: WritePath::of(server),
             store: server.store.clone(),
             job_limits: server.job_limits,
             workers: server.workers.clone(),

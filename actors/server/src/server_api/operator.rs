@@ -7,7 +7,6 @@
 //! as in Nomad: `PauseEvalBroker` (see [`ServerApi::pause_eval_broker`]).
 
 use super::{store_error, ServerApi, ServerApiError};
-use crate::gc::GcError;
 use herder::state::{ApplyError, Command, StoreError, Table};
 use herder::structs::SchedulerConfiguration;
 use std::sync::Arc;
@@ -108,22 +107,15 @@ impl ServerApi {
     /// Collects now everything the garbage collector would take, ignoring
     /// every age threshold; answers once it is done.
     pub async fn force_gc(&self) -> Result<GcReport, ServerApiError> {
-        match self.writes.force_gc().await? {
-            Ok(report) => {
-                tracing::info!(
-                    evals = report.evals,
-                    allocs = report.allocs,
-                    jobs = report.jobs,
-                    nodes = report.nodes,
-                    "forced garbage collection"
-                );
-                Ok(report)
-            }
-            Err(GcError::Busy) => Err(ServerApiError::Unavailable(
-                "a garbage collection is already running; retry once it is done".into(),
-            )),
-            Err(e) => Err(ServerApiError::Internal(format!("garbage collection: {e}"))),
-        }
+        let report = self.writes.force_gc().await?;
+        tracing::info!(
+            evals = report.evals,
+            allocs = report.allocs,
+            jobs = report.jobs,
+            nodes = report.nodes,
+            "forced garbage collection"
+        );
+        Ok(report)
     }
 
     /// Recounts every job's summary from its allocations (and a parent's

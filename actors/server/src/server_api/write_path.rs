@@ -15,29 +15,36 @@
 //! extra task hop: a `match` and the same actor message or store submit
 //! the caller would make itself.
 
+use super::forward::{self, LeaderAnswer, LeaderCall};
 use super::{shutting_down, store_error, ServerApiError};
 use crate::gc::{ForceGc, GarbageCollector, GcError, GcReport};
 use crate::node_tracker::{
     Heartbeat, NodeError, NodeReply, NodeTracker, RegisterNode, UpdateAllocs,
 };
 use crate::periodic::{ForceLaunch, Launched, PeriodicError, PeriodicLauncher};
+use crate::server::ServerHandle;
 use actix::Addr;
 use herder::state::{AllocClientUpdate, ApplyOutcome, Command, StateStore, StoreError};
 use herder::structs::{Node, NodeId};
+use herder_raft::Cluster;
 
-/// Where writes go. One variant today: this process's server.
+/// Where writes go: this process's server; on a follower, the duties'
+/// writes go on to the leader (store commands find it through the store's
+/// replicated log).
 #[derive(Clone, Debug)]
-pub(super) enum WritePath {
+pub(crate) enum WritePath {
     Local(LocalServer),
 }
 
 /// This process's server: its store and the duties that write to it.
 #[derive(Clone)]
-pub(super) struct LocalServer {
+pub(crate) struct LocalServer {
     store: StateStore,
     nodes: Addr<NodeTracker>,
     periodic: Addr<PeriodicLauncher>,
     gc: Addr<GarbageCollector>,
+    /// Set on a cluster member.
+    cluster: Option<Cluster>,
 }
 
 impl std::fmt::Debug for LocalServer {
@@ -47,18 +54,71 @@ impl std::fmt::Debug for LocalServer {
 }
 
 impl WritePath {
-    pub(super) fn local(
-        store: StateStore,
-        nodes: Addr<NodeTracker>,
-        periodic: Addr<PeriodicLauncher>,
-        gc: Addr<GarbageCollector>,
-    ) -> WritePath {
+    /// The write path of a running server.
+    pub(crate) fn of(server: &ServerHandle) -> WritePath {
         WritePath::Local(LocalServer {
-            store,
-            nodes,
-            periodic,
-            gc,
+            store: server.store.clone(),
+            nodes: server.nodes.clone(),
+            periodic: server.periodic.clone(),
+            gc: server.gc.clone(),
+            cluster: server.cluster.clone(),
         })
+    }
+
+    /// The cluster to forward a duty's write to: set on a follower.
+    fn leader_elsewhere(&self) -> Option<&Cluster> {
+        match self {
+            WritePath::Local(local) => local.cluster.as_ref().filter(|c| !c.is_leader()),
+        }
+    }
+
+    /// Runs a forwarded call on this server (the leader).
+    pub(crate) async fn execute_here(
+        &self,
+        call: LeaderCall,
+    ) -> Result<LeaderAnswer, ServerApiError> {
+        let WritePath::Local(local) = self;
+        match call {
+            LeaderCall::RegisterNode(node) => {
+                node_answer(local.nodes.send(RegisterNode(*node)).await).map(LeaderAnswer::Node)
+            }
+            LeaderCall::Heartbeat {
+                node_id,
+                secret_id,
+                ready,
+            } => {
+                let beat = Heartbeat {
+                    node_id,
+                    secret_id,
+                    ready,
+                };
+                node_answer(local.nodes.send(beat).await).map(LeaderAnswer::Node)
+            }
+            LeaderCall::UpdateAllocs {
+                node_id,
+                secret_id,
+                updates,
+            } => {
+                let update = UpdateAllocs {
+                    node_id,
+                    secret_id,
+                    updates,
+                };
+                node_answer(local.nodes.send(update).await).map(LeaderAnswer::Index)
+            }
+            LeaderCall::ForcePeriodic { namespace, job_id } => {
+                let force = ForceLaunch { namespace, job_id };
+                let launched =
+                    local.periodic.send(force).await.map_err(|e| {
+                        ServerApiError::Unavailable(format!("periodic launcher: {e}"))
+                    })?;
+                launched.map(LeaderAnswer::Launched).map_err(periodic_error)
+            }
+            LeaderCall::ForceGc => {
+                let report = local.gc.send(ForceGc).await.map_err(|_| shutting_down())?;
+                report.map(LeaderAnswer::Gc).map_err(gc_error)
+            }
+        }
     }
 
     /// Applies a command; answers once it is durable.
@@ -83,9 +143,9 @@ impl WritePath {
     }
 
     pub(super) async fn register_node(&self, node: Node) -> Result<NodeReply, ServerApiError> {
-        match self {
-            WritePath::Local(local) => node_answer(local.nodes.send(RegisterNode(node)).await),
-        }
+        self.duty(LeaderCall::RegisterNode(Box::new(node)))
+            .await
+            .and_then(|a| forward::expect(a, node_reply))
     }
 
     pub(super) async fn heartbeat(
@@ -94,14 +154,14 @@ impl WritePath {
         secret_id: &str,
         ready: bool,
     ) -> Result<NodeReply, ServerApiError> {
-        let beat = Heartbeat {
+        let call = LeaderCall::Heartbeat {
             node_id,
             secret_id: secret_id.to_string(),
             ready,
         };
-        match self {
-            WritePath::Local(local) => node_answer(local.nodes.send(beat).await),
-        }
+        self.duty(call)
+            .await
+            .and_then(|a| forward::expect(a, node_reply))
     }
 
     pub(super) async fn update_allocs(
@@ -110,14 +170,17 @@ impl WritePath {
         secret_id: &str,
         updates: Vec<AllocClientUpdate>,
     ) -> Result<u64, ServerApiError> {
-        let update = UpdateAllocs {
+        let call = LeaderCall::UpdateAllocs {
             node_id,
             secret_id: secret_id.to_string(),
             updates,
         };
-        match self {
-            WritePath::Local(local) => node_answer(local.nodes.send(update).await),
-        }
+        self.duty(call).await.and_then(|a| {
+            forward::expect(a, |a| match a {
+                LeaderAnswer::Index(i) => Some(i),
+                _ => None,
+            })
+        })
     }
 
     /// Launches a periodic job's child now: the launcher is the one place
@@ -126,22 +189,62 @@ impl WritePath {
         &self,
         namespace: String,
         job_id: String,
-    ) -> Result<Result<Launched, PeriodicError>, ServerApiError> {
-        let force = ForceLaunch { namespace, job_id };
-        match self {
-            WritePath::Local(local) => local
-                .periodic
-                .send(force)
-                .await
-                .map_err(|e| ServerApiError::Unavailable(format!("periodic launcher: {e}"))),
-        }
+    ) -> Result<Launched, ServerApiError> {
+        let call = LeaderCall::ForcePeriodic { namespace, job_id };
+        self.duty(call).await.and_then(|a| {
+            forward::expect(a, |a| match a {
+                LeaderAnswer::Launched(l) => Some(l),
+                _ => None,
+            })
+        })
     }
 
     /// A garbage collection that ignores every age threshold.
-    pub(super) async fn force_gc(&self) -> Result<Result<GcReport, GcError>, ServerApiError> {
-        match self {
-            WritePath::Local(local) => local.gc.send(ForceGc).await.map_err(|_| shutting_down()),
+    pub(super) async fn force_gc(&self) -> Result<GcReport, ServerApiError> {
+        self.duty(LeaderCall::ForceGc).await.and_then(|a| {
+            forward::expect(a, |a| match a {
+                LeaderAnswer::Gc(r) => Some(r),
+                _ => None,
+            })
+        })
+    }
+
+    /// A duty's write: here, or at the leader when this server follows.
+    async fn duty(&self, call: LeaderCall) -> Result<LeaderAnswer, ServerApiError> {
+        match self.leader_elsewhere() {
+            Some(cluster) => forward::call_leader(cluster, call).await,
+            None => self.execute_here(call).await,
         }
+    }
+}
+
+fn node_reply(answer: LeaderAnswer) -> Option<NodeReply> {
+    match answer {
+        LeaderAnswer::Node(reply) => Some(reply),
+        _ => None,
+    }
+}
+
+/// A periodic launcher's refusal, as the API answers it.
+fn periodic_error(e: PeriodicError) -> ServerApiError {
+    match e {
+        PeriodicError::NotFound(_) => ServerApiError::NotFound("job not found".into()),
+        PeriodicError::NotPeriodic(_) => {
+            ServerApiError::Invalid("can't force launch non-periodic job".into())
+        }
+        PeriodicError::AlreadyLaunched(_) | PeriodicError::Spec { .. } => {
+            ServerApiError::Invalid(e.to_string())
+        }
+        PeriodicError::Store(e) => ServerApiError::Internal(e.to_string()),
+    }
+}
+
+fn gc_error(e: GcError) -> ServerApiError {
+    match e {
+        GcError::Busy => ServerApiError::Unavailable(
+            "a garbage collection is already running; retry once it is done".into(),
+        ),
+        e => ServerApiError::Internal(format!("garbage collection: {e}")),
     }
 }
 

@@ -1,0 +1,130 @@
+//! How a server finds its cluster: Nomad's `bootstrap_expect` and
+//! `retry_join`, without a gossip pool.
+//!
+//! Every second until this server is a voting member, it asks each
+//! `retry_join` address for its status (a signed call: strangers without
+//! the cluster key get nothing):
+//!
+//! - If any of them already belongs to a cluster with a leader, this
+//!   server asks that leader to make it a voter (it first catches up as a
+//!   learner). A server restarted with a wiped data dir comes back this way
+//!   under a new ID, and replaces its old self at the same address.
+//! - Otherwise, once `bootstrap_expect` distinct servers (this one
+//!   included) see each other and none belongs to a cluster, the one with
+//!   the lowest ID initializes the cluster with all of them as voters;
+//!   the others wait for its first heartbeat. Choosing one initializer
+//!   keeps two servers from founding two clusters.
+//!
+//! A server restarted with its data dir holds its membership in its log
+//! and skips all of this.
+
+use super::rpc::{self, JoinRequest, Refusal, ServerStatus};
+use super::Cluster;
+use openraft::BasicNode;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Pause between rounds.
+const ROUND: Duration = Duration::from_secs(1);
+
+/// Runs until this server is a voter or the cluster shuts down.
+pub async fn form_or_join(cluster: Cluster) {
+    let mut stopping = cluster.stopping();
+    loop {
+        if is_voter(&cluster) {
+            tracing::info!(id = cluster.id(), "member of the cluster");
+            return;
+        }
+        if let Err(e) = round(&cluster).await {
+            tracing::info!("joining the cluster: {e}");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ROUND) => {}
+            _ = stopping.changed() => return,
+        }
+    }
+}
+
+fn is_voter(cluster: &Cluster) -> bool {
+    cluster
+        .members()
+        .iter()
+        .any(|m| m.id == cluster.id() && m.voter)
+}
+
+/// One attempt: join a running cluster, or found one when it is time.
+async fn round(cluster: &Cluster) -> Result<(), String> {
+    let peers = reachable_peers(cluster).await;
+    if let Some(leader) = peers
+        .values()
+        .find_map(|s| s.leader.clone().filter(|_| s.initialized))
+    {
+        return ask_to_join(cluster, &leader.addr).await;
+    }
+    // Learners get their membership from the leader: a server that is
+    // already in a membership as a learner waits for the leader's call.
+    if cluster.members().iter().any(|m| m.id == cluster.id()) {
+        return Ok(());
+    }
+    let expect = cluster.settings().bootstrap_expect;
+    if expect <= 1 {
+        return Err("no server in retry_join leads a cluster yet".into());
+    }
+    let mut founders: BTreeMap<u64, String> = peers
+        .values()
+        .filter(|s| !s.initialized)
+        .map(|s| (s.id, s.rpc_addr.clone()))
+        .collect();
+    founders.insert(cluster.id(), cluster.settings().rpc_addr.clone());
+    if founders.len() < expect {
+        return Err(format!(
+            "{} of {expect} servers (bootstrap_expect) see each other",
+            founders.len()
+        ));
+    }
+    if founders.keys().next() != Some(&cluster.id()) {
+        return Ok(()); // the lowest ID founds the cluster
+    }
+    let members: BTreeMap<u64, BasicNode> = founders
+        .into_iter()
+        .take(expect)
+        .map(|(id, addr)| (id, BasicNode { addr }))
+        .collect();
+    tracing::info!(servers = ?members.keys().collect::<Vec<_>>(), "founding the cluster");
+    cluster
+        .node()
+        .raft()
+        .initialize(members)
+        .await
+        .map_err(|e| format!("founding the cluster: {e}"))
+}
+
+/// The status of every `retry_join` server that answers, by ID (this
+/// server's own address left out).
+async fn reachable_peers(cluster: &Cluster) -> BTreeMap<u64, ServerStatus> {
+    let mut peers = BTreeMap::new();
+    for addr in &cluster.settings().retry_join {
+        match rpc::server_status(cluster, addr).await {
+            Ok(status) if status.id != cluster.id() => {
+                peers.insert(status.id, status);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(%addr, "retry_join: {e}"),
+        }
+    }
+    peers
+}
+
+/// Asks the leader at `addr` to make this server a voter.
+async fn ask_to_join(cluster: &Cluster, addr: &str) -> Result<(), String> {
+    let join = JoinRequest {
+        id: cluster.id(),
+        addr: cluster.settings().rpc_addr.clone(),
+    };
+    let answer: Result<(), Refusal> = cluster
+        .client()
+        .call(addr, rpc::JOIN_PATH, &join)
+        .await
+        .map_err(|e| e.to_string())?;
+    answer.map_err(|e| e.to_string())
+}

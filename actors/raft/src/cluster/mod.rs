@@ -1,0 +1,324 @@
+//! One server's place in a cluster of servers: its replica of the state
+//! ([`RaftNode`] over the real `StateStore`), the HTTP transport signed
+//! with the cluster key, how it forms or joins the cluster
+//! ([`bootstrap`]), how every write reaches the leader ([`replicator`]),
+//! and the cluster's own calls on the RPC port ([`rpc`]).
+//!
+//! What it answers is what the rest of herder needs to know about the
+//! cluster: who leads ([`Cluster::leader`]), who the members are, whether
+//! this server leads (the server crate starts and stops the leader's
+//! duties on it), and a read barrier for consistent reads on a follower.
+
+pub mod bootstrap;
+pub mod replicator;
+pub mod rpc;
+
+use crate::http::{ClusterKey, HttpError, HttpTransport, SignedClient};
+use crate::node::{RaftNode, StartError};
+use crate::NodeId;
+use herder::state::StateStore;
+use openraft::{BasicNode, Config, RaftMetrics, ServerState};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The file in the data dir that keeps this server's ID in the Raft group:
+/// a restarted server is the same member.
+pub const ID_FILE: &str = "raft-id";
+
+/// How long one exchange with another server may take.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a server needs to take its place in a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    /// This server's name (`<node>.<region>`, as Nomad names servers).
+    pub name: String,
+    /// The address other servers reach this one's RPC port at.
+    pub rpc_addr: String,
+    /// herder's version, advertised to the other servers.
+    pub version: String,
+    /// The cluster forms once this many servers see each other.
+    pub bootstrap_expect: usize,
+    /// Other servers' RPC addresses to contact.
+    pub retry_join: Vec<String>,
+    pub key: ClusterKey,
+    pub raft: Arc<Config>,
+}
+
+/// Why a server could not take its place.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("raft ID file {path}: {source}")]
+    IdFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("raft ID file {path} holds {text:?}, not a server ID; refusing to guess")]
+    BadId { path: PathBuf, text: String },
+    #[error(
+        "the state in this data dir was written by a single server without Raft (index {index}); \
+         a cluster member cannot take it over: start the cluster with empty data dirs"
+    )]
+    StandaloneState { index: u64 },
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+/// A cluster member as the others see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Member {
+    pub id: NodeId,
+    /// Its RPC address.
+    pub addr: String,
+    pub voter: bool,
+    pub leader: bool,
+}
+
+/// This server's part in a cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: RaftNode<StateStore>,
+    store: StateStore,
+    client: SignedClient,
+    settings: ClusterSettings,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("id", &self.id())
+            .field("rpc_addr", &self.inner.settings.rpc_addr)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Starts this server's replica over `store` with its log in
+    /// `data_dir/raft`, makes `store.submit` go through the log, and
+    /// starts forming or joining the cluster in the background. Must run
+    /// inside a tokio runtime, which keeps running the replica.
+    pub async fn start(
+        settings: ClusterSettings,
+        data_dir: &Path,
+        store: StateStore,
+    ) -> Result<Cluster, ClusterError> {
+        if store.applied_position().is_none() && store.latest_index() > 0 {
+            return Err(ClusterError::StandaloneState {
+                index: store.latest_index(),
+            });
+        }
+        let id = load_or_create_id(data_dir)?;
+        let transport = HttpTransport::new(settings.key.clone(), RPC_TIMEOUT);
+        let node = RaftNode::start(
+            id,
+            data_dir,
+            Arc::new(store.clone()),
+            transport,
+            settings.raft.clone(),
+        )
+        .await?;
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                node,
+                store: store.clone(),
+                client: SignedClient::new(settings.key.clone(), RPC_TIMEOUT),
+                settings,
+                stop,
+            }),
+        };
+        store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
+        tokio::spawn(bootstrap::form_or_join(cluster.clone()));
+        tracing::info!(id, rpc = %cluster.inner.settings.rpc_addr, "raft replica started");
+        Ok(cluster)
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.inner.node.id()
+    }
+
+    pub fn settings(&self) -> &ClusterSettings {
+        &self.inner.settings
+    }
+
+    pub fn node(&self) -> &RaftNode<StateStore> {
+        &self.inner.node
+    }
+
+    pub fn store(&self) -> &StateStore {
+        &self.inner.store
+    }
+
+    /// The signed client other cluster calls (the server's own RPCs) use.
+    pub fn client(&self) -> &SignedClient {
+        &self.inner.client
+    }
+
+    /// Openraft's metrics, as a watch: the leadership follower subscribes.
+    pub fn metrics(&self) -> tokio::sync::watch::Receiver<RaftMetrics<NodeId, BasicNode>> {
+        self.inner.node.raft().metrics()
+    }
+
+    /// Whether this server is the leader now.
+    pub fn is_leader(&self) -> bool {
+        let metrics = self.metrics();
+        let m = metrics.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id())
+    }
+
+    /// The leader this server knows of, with its RPC address.
+    pub fn leader(&self) -> Option<Member> {
+        let metrics = self.metrics();
+        let m = metrics.borrow();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?;
+        Some(Member {
+            id,
+            addr: node.addr.clone(),
+            voter: true,
+            leader: true,
+        })
+    }
+
+    /// Every member of the latest membership (voters and learners).
+    pub fn members(&self) -> Vec<Member> {
+        let metrics = self.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, node)| Member {
+                id: *id,
+                addr: node.addr.clone(),
+                voter: voters.contains(id),
+                leader: m.current_leader == Some(*id),
+            })
+            .collect()
+    }
+
+    /// The log index of the latest membership (Nomad's raft configuration
+    /// `Index`).
+    pub fn membership_index(&self) -> u64 {
+        let metrics = self.metrics();
+        let m = metrics.borrow();
+        m.membership_config.log_id().map_or(0, |l| l.index)
+    }
+
+    /// How long ago this server last heard from a leader, as far as openraft
+    /// reports it (on the leader: since a quorum acknowledged it).
+    pub fn millis_since_leader_contact(&self) -> Option<u64> {
+        let metrics = self.metrics();
+        let m = metrics.borrow();
+        if m.state == ServerState::Leader {
+            return m.millis_since_quorum_ack;
+        }
+        m.current_leader.map(|_| 0)
+    }
+
+    /// This server's status, as [`rpc::STATUS_PATH`] answers it.
+    pub fn status(&self) -> rpc::ServerStatus {
+        let metrics = self.metrics();
+        let m = metrics.borrow();
+        let initialized = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .next()
+            .is_some();
+        let leader = m.current_leader.and_then(|id| {
+            let node = m.membership_config.membership().get_node(&id)?;
+            Some(Member {
+                id,
+                addr: node.addr.clone(),
+                voter: true,
+                leader: true,
+            })
+        });
+        rpc::ServerStatus {
+            id: self.id(),
+            name: self.inner.settings.name.clone(),
+            rpc_addr: self.inner.settings.rpc_addr.clone(),
+            version: self.inner.settings.version.clone(),
+            initialized,
+            leader,
+            last_applied: m.last_applied.map_or(0, |l| l.index),
+            term: m.current_term,
+        }
+    }
+
+    /// Waits until this server's replica holds every write committed before
+    /// the call (the leader confirms it still leads and names its commit
+    /// index; a follower asks the leader), so a read after it sees them.
+    pub async fn read_barrier(&self, timeout: Duration) -> Result<u64, HttpError> {
+        let index = rpc::read_index(self).await?;
+        let store = self.inner.store.clone();
+        let waited =
+            tokio::task::spawn_blocking(move || store.snapshot_min_index(index, timeout)).await;
+        match waited {
+            Ok(Ok(_)) => Ok(index),
+            Ok(Err(e)) => Err(HttpError::Lost {
+                url: "local replica".into(),
+                reason: e.to_string(),
+            }),
+            Err(e) => Err(HttpError::Lost {
+                url: "local replica".into(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// A receiver that turns true when the cluster shuts down.
+    pub(crate) fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.stop.subscribe()
+    }
+
+    /// Stops the background tasks and the replica (its log stays on disk).
+    /// The store is left to its owner, who closes it after this.
+    pub async fn shutdown(&self) {
+        self.inner.stop.send_replace(true);
+        self.inner.node.shutdown().await;
+    }
+}
+
+/// The Raft types, re-exported for the server crate's leadership follower.
+pub type Metrics = RaftMetrics<NodeId, BasicNode>;
+pub use openraft::ServerState as RaftState;
+
+/// This server's ID: read back from `data_dir/raft-id`, or a new random
+/// one written there (atomically) on a server's first start.
+fn load_or_create_id(data_dir: &Path) -> Result<NodeId, ClusterError> {
+    let path = data_dir.join(ID_FILE);
+    let io = |source| ClusterError::IdFile {
+        path: path.clone(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| ClusterError::BadId {
+            path: path.clone(),
+            text,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if data_dir.join(crate::node::LOG_DIR).exists() {
+                return Err(io(std::io::Error::other(
+                    "the Raft log exists but its server ID is gone; refusing to rejoin as a stranger",
+                )));
+            }
+            // Zero is never used: a zero ID is easy to mistake for unset.
+            let id = rand::random::<u64>().max(1);
+            let temp = data_dir.join(format!("{ID_FILE}.tmp"));
+            std::fs::write(&temp, format!("{id}\n")).map_err(io)?;
+            std::fs::rename(&temp, &path).map_err(io)?;
+            Ok(id)
+        }
+        Err(e) => Err(io(e)),
+    }
+}

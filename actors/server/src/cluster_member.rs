@@ -1,0 +1,157 @@
+//! A server that is one of several: its replica of the state joins the
+//! Raft cluster (herder-raft's `Cluster`), its RPC port serves the other
+//! servers (Raft, forwarded writes, status and membership calls), and the
+//! leader's duties follow leadership: started when this server becomes
+//! leader, stopped when it stops being one.
+//!
+//! A server runs this way when `server.bootstrap_expect` is above 1 or
+//! `server.retry_join` names servers, or when its data dir already holds a
+//! Raft log (a member stays a member). Otherwise it is a single server
+//! with no Raft at all, the cheaper path `-dev` takes.
+
+use crate::server::ServerError;
+use crate::server::ServerHandle;
+use crate::server_api::forward;
+use futures::future::LocalBoxFuture;
+use herder::state::StateStore;
+use herder_common::config::AgentConfig;
+use herder_raft::cluster::{rpc, RaftState};
+use herder_raft::{config_with, Cluster, ClusterKey, ClusterSettings};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Whether this server is (or becomes) a cluster member.
+pub fn is_member(config: &AgentConfig, data_dir: &Path) -> bool {
+    config.server.clustered() || data_dir.join(herder_raft::LOG_DIR).exists()
+}
+
+/// This server's replica and its bound (not yet served) RPC port.
+pub struct Replica {
+    pub cluster: Cluster,
+    pub rpc: TcpListener,
+}
+
+/// Binds the RPC port, then starts the replica over `store` (whose writes
+/// go through the log from here on).
+pub async fn start_replica(
+    config: &AgentConfig,
+    data_dir: &Path,
+    store: &StateStore,
+) -> Result<Replica, ServerError> {
+    let key = ClusterKey::from_base64(&config.server.encrypt)
+        .map_err(|e| ServerError::Cluster(format!("server.encrypt: {e}")))?;
+    let (host, _) = config.http_bind();
+    let rpc = TcpListener::bind((host.as_str(), config.ports.rpc)).map_err(|source| {
+        ServerError::RpcBind {
+            addr: format!("{host}:{}", config.ports.rpc),
+            source,
+        }
+    })?;
+    let port = rpc
+        .local_addr()
+        .map_err(|source| ServerError::RpcBind {
+            addr: host.clone(),
+            source,
+        })?
+        .port();
+    let raft = config_with(
+        config.server.raft_snapshot_threshold,
+        config.server.raft_trailing_logs,
+    )
+    .map_err(|e| ServerError::Cluster(format!("raft settings: {e}")))?;
+    let settings = ClusterSettings {
+        name: format!("{}.{}", config.name_or_hostname(), config.region),
+        rpc_addr: config.rpc_advertise(port),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        bootstrap_expect: config.server.bootstrap_expect,
+        retry_join: config
+            .server
+            .retry_join
+            .iter()
+            .map(|a| with_rpc_port(a))
+            .collect(),
+        key,
+        raft: Arc::new(raft),
+    };
+    let cluster = Cluster::start(settings, data_dir, store.clone())
+        .await
+        .map_err(|e| ServerError::Cluster(e.to_string()))?;
+    Ok(Replica { cluster, rpc })
+}
+
+/// A `retry_join` entry with Nomad's default RPC port when it names none.
+fn with_rpc_port(addr: &str) -> String {
+    let addr = addr.trim();
+    if addr.parse::<std::net::SocketAddr>().is_ok()
+        || addr
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        addr.to_string()
+    } else {
+        format!("{addr}:4647")
+    }
+}
+
+/// Serves the RPC port: the cluster's calls and the leader's duties'
+/// forwarded writes.
+pub fn serve_rpc(
+    listener: TcpListener,
+    cluster: Cluster,
+    server: ServerHandle,
+) -> Result<actix_web::dev::ServerHandle, ServerError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let http = actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .configure(rpc::configure(cluster.clone()))
+            .configure(forward::configure(server.clone(), cluster.clone()))
+    })
+    .workers(2)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .listen(listener)
+    .map_err(|source| ServerError::RpcBind { addr, source })?
+    .run();
+    let handle = http.handle();
+    actix_rt::spawn(http);
+    Ok(handle)
+}
+
+/// What to do when leadership is gained (`true`) or lost (`false`).
+pub type OnLeadership = Box<dyn Fn(bool) -> LocalBoxFuture<'static, ()>>;
+
+/// Follows this server's leadership until the cluster stops, calling
+/// `on_change` on each change. Leadership counts from the moment a quorum
+/// has acknowledged this leader (a restarted server may briefly believe
+/// it still leads its old term) and its replica has applied an entry of
+/// its own term (the no-op a new leader commits first): from then on it
+/// holds every committed write, so the duties restore from a complete
+/// state.
+pub async fn follow_leadership(cluster: Cluster, on_change: OnLeadership) {
+    let mut metrics = cluster.metrics();
+    let mut leading = false;
+    loop {
+        let now = {
+            let m = metrics.borrow_and_update();
+            m.state == RaftState::Leader
+                && m.current_leader == Some(cluster.id())
+                && m.last_applied
+                    .is_some_and(|l| l.leader_id.term == m.current_term)
+        };
+        if now != leading {
+            leading = now;
+            tracing::info!(leader = now, "leadership changed");
+            on_change(now).await;
+        }
+        if metrics.changed().await.is_err() {
+            break;
+        }
+    }
+    if leading {
+        on_change(false).await;
+    }
+}
