@@ -20,8 +20,8 @@
 
 use herder_tests::cluster::{Cluster, ClusterOptions, SERVERS};
 use herder_tests::cluster_load::{
-    double_placements, job_table, missing_writes, overcommitted_nodes, place_probe, read,
-    ready_nodes, JobState, Load, Targets, Writers,
+    double_placements, job_table, missing_writes, node_statuses, overcommitted_nodes, place_probe,
+    read, ready_nodes, JobState, Load, Targets, Writers,
 };
 use herder_tests::wait_for;
 use std::collections::BTreeMap;
@@ -139,8 +139,22 @@ fn assert_same_jobs(cluster: &Cluster, i: usize, timeout: Duration) {
 /// What every test checks once the writers are done: every acknowledged
 /// write on every running server, read through the leader and with
 /// `?stale`; no allocation placed twice; no node over-committed; all
-/// `nodes` simulated nodes ready.
-fn assert_settled(cluster: &Cluster, load: &Load, nodes: usize) {
+/// `nodes` simulated nodes ready a heartbeat cycle after `last_fault`.
+fn assert_settled(cluster: &Cluster, load: &Load, nodes: usize, last_fault: Instant) {
+    assert_writes_kept(cluster, load);
+    let leader_url = cluster.servers[cluster.wait_for_leader(Duration::from_secs(30))].http_url();
+    let twice = double_placements(&leader_url).expect("read allocations");
+    assert!(twice.is_empty(), "allocations placed twice: {twice:#?}");
+    let over = overcommitted_nodes(&leader_url).expect("read nodes and allocations");
+    assert!(over.is_empty(), "over-committed nodes: {over:#?}");
+    if nodes > 0 {
+        assert_nodes_ready(cluster, nodes, last_fault);
+    }
+}
+
+/// Every acknowledged write, on every running server, read through the
+/// leader and with `?stale` (waiting for replicas to apply them).
+fn assert_writes_kept(cluster: &Cluster, load: &Load) {
     assert!(!load.acks.is_empty(), "no write was acknowledged");
     for i in cluster.running().collect::<Vec<_>>() {
         let url = cluster.servers[i].http_url();
@@ -160,19 +174,39 @@ fn assert_settled(cluster: &Cluster, load: &Load, nodes: usize) {
             });
         }
     }
+}
+
+/// The longest a simulated node waits between heartbeats with the
+/// default settings (`min_heartbeat_ttl` 10 s, 50 heartbeats/s, a TTL's
+/// worth of jitter), plus a second.
+fn heartbeat_cycle(nodes: usize) -> Duration {
+    let base = Duration::from_secs(10).max(Duration::from_secs_f64(nodes as f64 / 50.0));
+    2 * base + Duration::from_secs(1)
+}
+
+/// All `nodes` simulated nodes are ready once every one of them has
+/// heartbeated since `last_fault` (checking sooner would pass on statuses
+/// written before the fault).
+fn assert_nodes_ready(cluster: &Cluster, nodes: usize, last_fault: Instant) {
+    let heard_from_all = last_fault + heartbeat_cycle(nodes);
+    std::thread::sleep(heard_from_all.saturating_duration_since(Instant::now()));
     let leader_url = cluster.servers[cluster.wait_for_leader(Duration::from_secs(30))].http_url();
-    let twice = double_placements(&leader_url).expect("read allocations");
-    assert!(twice.is_empty(), "allocations placed twice: {twice:#?}");
-    let over = overcommitted_nodes(&leader_url).expect("read nodes and allocations");
-    assert!(over.is_empty(), "over-committed nodes: {over:#?}");
-    if nodes > 0 {
-        let mut ready = Ok(0);
-        wait_for(Duration::from_secs(30), || {
-            ready = ready_nodes(&leader_url);
-            (ready == Ok(nodes)).then_some(())
-        })
-        .unwrap_or_else(|| panic!("{ready:?} of {nodes} simulated nodes ready"));
-    }
+    let mut ready = Ok(0);
+    wait_for(Duration::from_secs(30), || {
+        ready = ready_nodes(&leader_url);
+        (ready == Ok(nodes)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        let seen: Vec<String> = cluster
+            .running()
+            .map(|i| {
+                let url = cluster.servers[i].http_url();
+                let statuses = node_statuses(&url, true);
+                format!("{}: {statuses:?}", cluster.servers[i].name)
+            })
+            .collect();
+        panic!("{ready:?} of {nodes} simulated nodes ready; statuses (stale) {seen:?}")
+    });
 }
 
 fn report(load: &Load) {
@@ -190,6 +224,7 @@ fn killing_the_leader_under_load_loses_no_acknowledged_write() {
     let nodes = node_count();
     let (mut cluster, targets, writers, leader) = loaded_cluster(ClusterOptions::default(), nodes);
 
+    let killed_at = Instant::now();
     let (new_leader, failover) = kill_leader(&mut cluster, leader);
     targets.set(cluster.running_urls());
     eprintln!(
@@ -211,7 +246,7 @@ fn killing_the_leader_under_load_loses_no_acknowledged_write() {
 
     let load = writers.finish();
     report(&load);
-    assert_settled(&cluster, &load, nodes);
+    assert_settled(&cluster, &load, nodes, killed_at);
 }
 
 #[test]
@@ -241,6 +276,7 @@ fn a_follower_frozen_for_20_s_catches_up() {
     cluster.wait_for_leader(Duration::from_secs(10));
 
     cluster.resume(follower);
+    let resumed_at = Instant::now();
     let caught_up = wait_caught_up(&cluster, follower, "/v1/jobs", Duration::from_secs(30));
     eprintln!(
         "{} frozen 20 s ({during} writes meanwhile), caught up {caught_up:?} after SIGCONT",
@@ -251,7 +287,7 @@ fn a_follower_frozen_for_20_s_catches_up() {
     let load = writers.finish();
     report(&load);
     assert_same_jobs(&cluster, follower, Duration::from_secs(30));
-    assert_settled(&cluster, &load, nodes);
+    assert_settled(&cluster, &load, nodes, resumed_at);
 }
 
 /// Snapshots every 64 log entries, keeping 16 behind: a wiped follower is
@@ -290,7 +326,7 @@ fn a_wiped_follower_is_rebuilt_from_a_snapshot() {
     let load = writers.finish();
     report(&load);
     assert_same_jobs(&cluster, follower, Duration::from_secs(30));
-    assert_settled(&cluster, &load, 0);
+    assert_settled(&cluster, &load, 0, Instant::now());
 }
 
 /// The leader's Raft configuration names the three servers' RPC
@@ -321,8 +357,10 @@ fn assert_three_voters(cluster: &Cluster) {
 fn a_rolling_restart_under_load_loses_nothing() {
     let nodes = node_count();
     let (mut cluster, targets, writers, _) = loaded_cluster(ClusterOptions::default(), nodes);
+    let mut last_stop = Instant::now();
     for i in 0..SERVERS {
         let before = writers.acked();
+        last_stop = Instant::now();
         cluster.stop(i);
         targets.set(cluster.running_urls());
         cluster.wait_for_leader(Duration::from_secs(15));
@@ -341,7 +379,7 @@ fn a_rolling_restart_under_load_loses_nothing() {
         .unwrap_or_else(|| panic!("writes stopped after the restarts: {}", writers.describe()));
     let load = writers.finish();
     report(&load);
-    assert_settled(&cluster, &load, nodes);
+    assert_settled(&cluster, &load, nodes, last_stop);
 }
 
 /// How many kills the long test makes (`HERDER_CLUSTER_KILLS`, default 20).
@@ -359,7 +397,9 @@ fn killing_the_leader_repeatedly_keeps_failover_under_5_s() {
     let (mut cluster, targets, writers, mut leader) =
         loaded_cluster(ClusterOptions::default(), nodes);
     let mut times = Vec::new();
+    let mut last_kill = Instant::now();
     for round in 0..kill_count() {
+        last_kill = Instant::now();
         let (new_leader, failover) = kill_leader(&mut cluster, leader);
         targets.set(cluster.running_urls());
         let placed = place_probe(
@@ -391,7 +431,7 @@ fn killing_the_leader_repeatedly_keeps_failover_under_5_s() {
     );
     let load = writers.finish();
     report(&load);
-    assert_settled(&cluster, &load, nodes);
+    assert_settled(&cluster, &load, nodes, last_kill);
     assert!(
         at(1.0) <= FAILOVER_LIMIT,
         "slowest failover {:?} (limit {FAILOVER_LIMIT:?})",

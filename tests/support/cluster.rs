@@ -7,7 +7,8 @@
 //! Every process writes its stdout and stderr to a log file in the
 //! cluster's temporary directory. When a test panics while a [`Cluster`] is
 //! alive, the directory is kept and the tail of every log is printed, so a
-//! failure shows what each server said. Every wait has a deadline.
+//! failure shows what each server said (`HERDER_CLUSTER_KEEP=1` keeps the
+//! directory of a passing test too). Every wait has a deadline.
 
 use crate::herder_bin;
 use std::fs::{File, OpenOptions};
@@ -481,8 +482,11 @@ impl Drop for Cluster {
                 let _ = child.wait();
             }
         }
+        let keep = std::env::var("HERDER_CLUSTER_KEEP").is_ok_and(|v| v == "1");
         if std::thread::panicking() {
             eprintln!("{}", self.logs());
+        }
+        if std::thread::panicking() || keep {
             if let Some(dir) = self.dir.take() {
                 let kept = dir.keep();
                 eprintln!("cluster directory kept for inspection: {}", kept.display());

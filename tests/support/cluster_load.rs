@@ -519,13 +519,22 @@ pub fn overcommitted_nodes(base: &str) -> Result<Vec<String>, String> {
 
 /// How many nodes `base` lists as ready.
 pub fn ready_nodes(base: &str) -> Result<usize, String> {
-    let nodes = read(base, "/v1/nodes", false)?.json();
-    Ok(nodes
-        .as_array()
-        .ok_or("/v1/nodes is not a list")?
-        .iter()
-        .filter(|n| n["Status"] == "ready")
-        .count())
+    Ok(node_statuses(base, false)?
+        .get("ready")
+        .copied()
+        .unwrap_or(0))
+}
+
+/// How many nodes `base` lists in each status (read with `?stale` when
+/// asked).
+pub fn node_statuses(base: &str, stale: bool) -> Result<BTreeMap<String, usize>, String> {
+    let nodes = read(base, "/v1/nodes", stale)?.json();
+    let mut counts = BTreeMap::new();
+    for n in nodes.as_array().ok_or("/v1/nodes is not a list")? {
+        let status = n["Status"].as_str().unwrap_or("(none)").to_string();
+        *counts.entry(status).or_insert(0) += 1;
+    }
+    Ok(counts)
 }
 
 /// Registers a small job `id` (one allocation) through any of `servers`,
