@@ -222,10 +222,8 @@ impl Cluster {
         assert!(s.child.is_none(), "{} is already running", s.name);
         std::fs::create_dir_all(&s.data_dir).expect("create the data dir");
         let log = open_log(&s.log_path);
-        let child = Command::new(herder_bin())
+        let child = herder_command()
             .args(&args)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log handle"))
             .stderr(log)
@@ -414,7 +412,7 @@ impl Cluster {
             .map(|s| format!("127.0.0.1:{}", s.http_port))
             .collect::<Vec<_>>()
             .join(",");
-        let child = Command::new(herder_bin())
+        let child = herder_command()
             .args([
                 "sim",
                 "nodes",
@@ -425,8 +423,6 @@ impl Cluster {
             ])
             .args(["-progress-interval", "2"])
             .args(extra)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log handle"))
             .stderr(log)
@@ -493,6 +489,20 @@ impl Drop for Cluster {
             }
         }
     }
+}
+
+/// The `herder` binary as a command with plain logs and none of this
+/// process's `HERDER_*` variables: the agent reads those as its
+/// configuration, and the tests' own knobs (`HERDER_CLUSTER_*`) are not.
+fn herder_command() -> Command {
+    let mut command = Command::new(herder_bin());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("HERDER_") {
+            command.env_remove(name);
+        }
+    }
+    command.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    command
 }
 
 fn open_log(path: &Path) -> File {

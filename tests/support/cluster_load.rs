@@ -575,6 +575,35 @@ pub fn place_probe(servers: &[String], id: &str, timeout: Duration) -> Result<Du
             .then_some(())
     });
     placed.map(|()| started.elapsed()).ok_or_else(|| {
-        format!("{id} registered via {registered_via} but not placed within {timeout:?}")
+        format!(
+            "{id} registered via {registered_via} but not placed within {timeout:?}; \
+             its evaluations: {}; nodes: {:?}",
+            describe_evals(&registered_via, id),
+            node_statuses(&registered_via, false)
+        )
     })
+}
+
+/// Job `id`'s evaluations as `base` answers them (status, description,
+/// why groups did not fit), for failure messages.
+fn describe_evals(base: &str, id: &str) -> String {
+    let Ok(answer) = read(base, &format!("/v1/job/{id}/evaluations"), false) else {
+        return "(unreadable)".into();
+    };
+    let evals = answer.json();
+    let described: Vec<String> = evals
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            format!(
+                "{} {} {:?} failed groups {}",
+                e["ID"].as_str().unwrap_or_default(),
+                e["Status"].as_str().unwrap_or_default(),
+                e["StatusDescription"].as_str().unwrap_or_default(),
+                e["FailedTGAllocs"]
+            )
+        })
+        .collect();
+    format!("[{}]", described.join("; "))
 }
