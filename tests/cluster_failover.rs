@@ -25,7 +25,20 @@ use herder_tests::cluster_load::{
 };
 use herder_tests::wait_for;
 use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// One cluster at a time: four clusters with their simulations on a
+/// two-core machine would measure the machine, not failover.
+static ONE_CLUSTER_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Holds [`ONE_CLUSTER_AT_A_TIME`] for a test (a test that failed while
+/// holding it does not stop the others).
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Writer threads, as the issue asks.
 const WRITERS: usize = 6;
@@ -221,6 +234,7 @@ fn report(load: &Load) {
 
 #[test]
 fn killing_the_leader_under_load_loses_no_acknowledged_write() {
+    let _alone = alone();
     let nodes = node_count();
     let (mut cluster, targets, writers, leader) = loaded_cluster(ClusterOptions::default(), nodes);
 
@@ -251,6 +265,7 @@ fn killing_the_leader_under_load_loses_no_acknowledged_write() {
 
 #[test]
 fn a_follower_frozen_for_20_s_catches_up() {
+    let _alone = alone();
     let nodes = node_count();
     let (mut cluster, targets, writers, leader) = loaded_cluster(ClusterOptions::default(), nodes);
     let follower = (0..SERVERS).find(|i| *i != leader).expect("a follower");
@@ -296,6 +311,7 @@ const SMALL_SNAPSHOTS: &str = "[server]\nraft_snapshot_threshold = 64\nraft_trai
 
 #[test]
 fn a_wiped_follower_is_rebuilt_from_a_snapshot() {
+    let _alone = alone();
     let options = ClusterOptions {
         server_toml: SMALL_SNAPSHOTS.into(),
         ..ClusterOptions::default()
@@ -355,6 +371,7 @@ fn assert_three_voters(cluster: &Cluster) {
 
 #[test]
 fn a_rolling_restart_under_load_loses_nothing() {
+    let _alone = alone();
     let nodes = node_count();
     let (mut cluster, targets, writers, _) = loaded_cluster(ClusterOptions::default(), nodes);
     let mut last_stop = Instant::now();
@@ -393,6 +410,7 @@ fn kill_count() -> usize {
 #[test]
 #[ignore = "minutes long: HERDER_CLUSTER_KILLS=20 cargo test -p herder-tests --test cluster_failover -- --ignored --nocapture killing_the_leader_repeatedly"]
 fn killing_the_leader_repeatedly_keeps_failover_under_5_s() {
+    let _alone = alone();
     let nodes = node_count();
     let (mut cluster, targets, writers, mut leader) =
         loaded_cluster(ClusterOptions::default(), nodes);
