@@ -73,7 +73,11 @@ async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiEr
     let entries: Vec<_> = servers(&info)
         .into_iter()
         .map(|m| {
-            let node = if m.addr == own { own_name.clone() } else { m.addr.clone() };
+            let node = if m.addr == own {
+                own_name.clone()
+            } else {
+                m.addr.clone()
+            };
             json!({
                 "ID": m.addr, "Node": node, "Address": m.addr,
                 "Leader": m.leader, "Voter": m.voter, "RaftProtocol": RAFT_PROTOCOL,
@@ -105,7 +109,10 @@ async fn remove_peer(
 ) -> Result<HttpResponse, ApiError> {
     let handle = server(&info)?;
     let q = QueryOptions::from_request(&req)?;
-    let addr = q.param("address").filter(|a| !a.is_empty()).map(str::to_string);
+    let addr = q
+        .param("address")
+        .filter(|a| !a.is_empty())
+        .map(str::to_string);
     let id = q.param("id").filter(|i| !i.is_empty()).map(str::to_string);
     if addr.is_none() && id.is_none() {
         return Err(ApiError::BadRequest("Must specify either ?id with the server's ID or ?address with IP:port of peer to remove".into()));

@@ -9,10 +9,10 @@
 //! Raft log (a member stays a member). Otherwise it is a single server
 //! with no Raft at all, the cheaper path `-dev` takes.
 
+use crate::leader_duties::LeaderDuties;
 use crate::server::ServerError;
 use crate::server::ServerHandle;
 use crate::server_api::forward;
-use futures::future::LocalBoxFuture;
 use herder::state::StateStore;
 use herder_common::config::AgentConfig;
 use herder_raft::cluster::{rpc, RaftState};
@@ -121,17 +121,25 @@ pub fn serve_rpc(
     Ok(handle)
 }
 
-/// What to do when leadership is gained (`true`) or lost (`false`).
-pub type OnLeadership = Box<dyn Fn(bool) -> LocalBoxFuture<'static, ()>>;
+/// Serves the RPC port and starts following leadership with the server's
+/// duties.
+pub fn serve(
+    replica: Replica,
+    server: &ServerHandle,
+) -> Result<actix_web::dev::ServerHandle, ServerError> {
+    let rpc = serve_rpc(replica.rpc, replica.cluster.clone(), server.clone())?;
+    actix_rt::spawn(follow_leadership(replica.cluster, server.duties.clone()));
+    Ok(rpc)
+}
 
-/// Follows this server's leadership until the cluster stops, calling
-/// `on_change` on each change. Leadership counts from the moment a quorum
+/// Follows this server's leadership until the cluster stops, gaining and
+/// losing the leader's duties on each change. Leadership counts from the moment a quorum
 /// has acknowledged this leader (a restarted server may briefly believe
 /// it still leads its old term) and its replica has applied an entry of
 /// its own term (the no-op a new leader commits first): from then on it
 /// holds every committed write, so the duties restore from a complete
 /// state.
-pub async fn follow_leadership(cluster: Cluster, on_change: OnLeadership) {
+pub async fn follow_leadership(cluster: Cluster, duties: LeaderDuties) {
     let mut metrics = cluster.metrics();
     let mut leading = false;
     loop {
@@ -139,19 +147,28 @@ pub async fn follow_leadership(cluster: Cluster, on_change: OnLeadership) {
             let m = metrics.borrow_and_update();
             m.state == RaftState::Leader
                 && m.current_leader == Some(cluster.id())
+                && m.millis_since_quorum_ack.is_some()
                 && m.last_applied
                     .is_some_and(|l| l.leader_id.term == m.current_term)
         };
         if now != leading {
             leading = now;
             tracing::info!(leader = now, "leadership changed");
-            on_change(now).await;
+            switch(&duties, now).await;
         }
         if metrics.changed().await.is_err() {
             break;
         }
     }
     if leading {
-        on_change(false).await;
+        switch(&duties, false).await;
+    }
+}
+
+async fn switch(duties: &LeaderDuties, leader: bool) {
+    if leader {
+        duties.gain().await;
+    } else {
+        duties.lose().await;
     }
 }

@@ -9,6 +9,11 @@
 //! snapshot; the broker and BlockedEvals ignore what they already hold, so
 //! a resync never runs an evaluation twice. It also hands the scheduler
 //! configuration's `PauseEvalBroker` to the broker whenever it changes.
+//!
+//! Routing is a leader duty ([`SetLeader`]): a follower keeps up with the
+//! feed's index but routes nothing; on gaining the lead the router restores
+//! from the state as it is then, so the evaluations the old leader had in
+//! flight (still pending in the replicated state) are enqueued again.
 
 use crate::blocked_evals::{Block, BlockedEvals, Unblock, UnblockNode};
 use crate::broker::{Enqueue, EnqueueAll, EvalBroker, SetPaused};
@@ -26,12 +31,19 @@ pub struct EvalRouter {
     /// The last index routed.
     last_index: u64,
     stopping: bool,
+    leader: bool,
 }
 
 /// Stop following the feed (server shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopRouting;
+
+/// Leadership gained (`true`: restore every pending and blocked evaluation
+/// from the current state, then route) or lost (`false`: route nothing).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLeader(pub bool);
 
 impl EvalRouter {
     pub fn new(store: StateStore, broker: Addr<EvalBroker>, blocked: Addr<BlockedEvals>) -> Self {
@@ -41,12 +53,24 @@ impl EvalRouter {
             blocked,
             last_index: 0,
             stopping: false,
+            leader: true,
         }
+    }
+
+    /// Whether the router starts as the leader's (the default) or a
+    /// follower's, which routes nothing until [`SetLeader`]`(true)`.
+    pub fn with_leadership(mut self, leader: bool) -> Self {
+        self.leader = leader;
+        self
     }
 
     /// Hands every stored pending evaluation to the broker and every
     /// blocked one to BlockedEvals (leader restore).
     fn resync(&mut self, snap: &StateSnapshot) {
+        self.last_index = snap.latest_index();
+        if !self.leader {
+            return;
+        }
         let mut pending = Vec::new();
         let mut blocked = 0usize;
         for eval in snap.evals() {
@@ -69,7 +93,6 @@ impl EvalRouter {
         );
         self.broker.do_send(EnqueueAll { evals: pending });
         self.pause_broker_as_configured(snap);
-        self.last_index = snap.latest_index();
     }
 
     /// Pauses or resumes the broker's dequeues as `PauseEvalBroker` says
@@ -85,6 +108,9 @@ impl EvalRouter {
             return;
         }
         self.last_index = changes.index;
+        if !self.leader {
+            return;
+        }
         if changes.tables.contains(Table::SchedulerConfig) {
             self.pause_broker_as_configured(&self.store.snapshot());
         }
@@ -181,5 +207,21 @@ impl Handler<StopRouting> for EvalRouter {
     fn handle(&mut self, _msg: StopRouting, ctx: &mut Context<Self>) {
         self.stopping = true;
         ctx.stop();
+    }
+}
+
+impl Handler<SetLeader> for EvalRouter {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetLeader, _ctx: &mut Context<Self>) {
+        self.leader = msg.0;
+        if msg.0 {
+            // Every time: the broker and BlockedEvals were flushed when the
+            // lead was lost, and what they ignore as already held is
+            // harmless to send again.
+            self.resync(&self.store.snapshot());
+        } else {
+            tracing::info!("evaluation routing stopped: not the leader");
+        }
     }
 }

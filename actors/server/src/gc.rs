@@ -18,6 +18,10 @@
 //! Deletes go in batches of at most `batch_size` IDs per command, so one GC
 //! pass never holds the single state writer for long. The scan runs off the
 //! actor's thread; the time comes from the injected clock.
+//!
+//! Collecting is a leader duty ([`SetLeader`]): a follower runs no timer
+//! and refuses passes, and a pass under way when the lead is lost writes
+//! no further batch.
 
 use crate::periodic::Clock;
 use actix::prelude::*;
@@ -28,6 +32,8 @@ use herder::structs::{
     AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobType, NodeId, NodeStatus,
 };
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Thresholds and pacing, from the `server` configuration.
@@ -62,6 +68,8 @@ pub enum GcError {
     Busy,
     #[error("the garbage collection scan was interrupted")]
     Interrupted,
+    #[error("this server is not the leader: garbage is collected by the leader")]
+    NotLeader,
 }
 
 /// What one pass removed.
@@ -89,11 +97,21 @@ pub struct ForceGc;
 #[rtype(result = "()")]
 pub struct StopGc;
 
+/// Leadership gained (`true`: the periodic pass runs again) or lost
+/// (`false`: no pass starts, and one under way stops writing).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLeader(pub bool);
+
 pub struct GarbageCollector {
     store: StateStore,
     clock: Clock,
     config: GcConfig,
     running: bool,
+    /// Shared with the pass under way, which checks it before each write.
+    leader: Arc<AtomicBool>,
+    /// The periodic pass's timer, running while this server leads.
+    ticker: Option<SpawnHandle>,
 }
 
 impl GarbageCollector {
@@ -103,6 +121,46 @@ impl GarbageCollector {
             clock,
             config,
             running: false,
+            leader: Arc::new(AtomicBool::new(true)),
+            ticker: None,
+        }
+    }
+
+    /// Whether the collector starts as the leader's (the default) or a
+    /// follower's, which collects nothing until [`SetLeader`]`(true)`.
+    pub fn with_leadership(self, leader: bool) -> Self {
+        self.leader.store(leader, Ordering::SeqCst);
+        self
+    }
+
+    fn start_ticker(&mut self, ctx: &mut Context<Self>) {
+        if let Some(old) = self.ticker.take() {
+            ctx.cancel_future(old);
+        }
+        let ticker = ctx.run_interval(self.config.gc_interval, |act, ctx| {
+            if act.running {
+                return;
+            }
+            ctx.spawn(act.run_and_reply(false).map(|result, _, _| match result {
+                Ok(_) | Err(GcError::NotLeader) => {}
+                Err(e) => tracing::error!(error = %e, "garbage collection failed"),
+            }));
+        });
+        self.ticker = Some(ticker);
+    }
+
+    fn set_leader(&mut self, leader: bool, ctx: &mut Context<Self>) {
+        if self.leader.swap(leader, Ordering::SeqCst) == leader {
+            return;
+        }
+        if leader {
+            self.start_ticker(ctx);
+            tracing::info!(interval = ?self.config.gc_interval, "garbage collection resumed");
+        } else {
+            if let Some(ticker) = self.ticker.take() {
+                ctx.cancel_future(ticker);
+            }
+            tracing::info!("garbage collection stopped: not the leader");
         }
     }
 
@@ -114,9 +172,13 @@ impl GarbageCollector {
         let store = self.store.clone();
         let cutoffs = Cutoffs::new((self.clock)(), &self.config, force);
         let batch_size = self.config.batch_size.max(1);
+        let leader = self.leader.clone();
         async move {
             if busy {
                 return Err(GcError::Busy);
+            }
+            if !leader.load(Ordering::SeqCst) {
+                return Err(GcError::NotLeader);
             }
             let snap = store.snapshot();
             let plan = tokio::task::spawn_blocking(move || plan_gc(&snap, &cutoffs))
@@ -124,6 +186,10 @@ impl GarbageCollector {
                 .map_err(|_| GcError::Interrupted)?;
             let report = plan.report();
             for command in plan.into_commands(batch_size) {
+                if !leader.load(Ordering::SeqCst) {
+                    tracing::info!("garbage collection pass stopped: leadership lost");
+                    return Err(GcError::NotLeader);
+                }
                 match store.submit(command).await {
                     Ok(Ok(_)) => {}
                     // A job purged or node removed meanwhile: nothing left
@@ -375,16 +441,9 @@ impl Actor for GarbageCollector {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.run_interval(self.config.gc_interval, |act, ctx| {
-            if act.running {
-                return;
-            }
-            ctx.spawn(act.run_and_reply(false).map(|result, _, _| {
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "garbage collection failed");
-                }
-            }));
-        });
+        if self.leader.load(Ordering::SeqCst) {
+            self.start_ticker(ctx);
+        }
     }
 }
 
@@ -401,6 +460,14 @@ impl Handler<ForceGc> for GarbageCollector {
 
     fn handle(&mut self, _msg: ForceGc, _ctx: &mut Context<Self>) -> Self::Result {
         self.run_and_reply(true)
+    }
+}
+
+impl Handler<SetLeader> for GarbageCollector {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetLeader, ctx: &mut Context<Self>) {
+        self.set_leader(msg.0, ctx);
     }
 }
 

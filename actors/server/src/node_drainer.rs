@@ -23,6 +23,10 @@
 //! feed. The tracked nodes are rebuilt from a snapshot at start, so a
 //! restarted server resumes the drains in progress with their stored
 //! deadlines. Time comes from an injected clock so tests can drive it.
+//!
+//! Draining is a leader duty ([`SetLeader`]): a follower tracks no node,
+//! runs no deadline timer and writes nothing; on gaining the lead the
+//! drainer resumes every drain of the current state, as at start.
 
 use crate::feed::FeedFollower;
 use crate::periodic::Clock;
@@ -51,6 +55,12 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopDrainer;
+
+/// Leadership gained (`true`: resume the drains of the current state) or
+/// lost (`false`: forget them and their deadline timers).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLeader(pub bool);
 
 /// Forces every tracked drain whose deadline has passed by the clock. The
 /// deadline timers send this; a test moving its clock may too.
@@ -98,6 +108,7 @@ pub struct NodeDrainer {
     completing: HashSet<NodeId>,
     last_index: u64,
     stopping: bool,
+    leader: bool,
 }
 
 /// When the drain is forced (Unix nanoseconds): `None` without deadline, at
@@ -215,6 +226,36 @@ impl NodeDrainer {
             completing: HashSet::new(),
             last_index: 0,
             stopping: false,
+            leader: true,
+        }
+    }
+
+    /// Whether the drainer starts as the leader's (the default) or a
+    /// follower's, which drains nothing until [`SetLeader`]`(true)`.
+    pub fn with_leadership(mut self, leader: bool) -> Self {
+        self.leader = leader;
+        self
+    }
+
+    fn set_leader(&mut self, ctx: &mut Context<Self>, leader: bool) {
+        if leader == self.leader {
+            return;
+        }
+        self.leader = leader;
+        if leader {
+            let dirty = self.resync(ctx, &self.store.snapshot());
+            self.run_pass(ctx, dirty);
+        } else {
+            // Marks and completions already submitted finish on their
+            // own; only the tracking and the timers stop.
+            for (_, tracked) in self.nodes.drain() {
+                if let Some(timer) = tracked.timer {
+                    ctx.cancel_future(timer);
+                }
+            }
+            self.jobs.clear();
+            self.publish_gauge();
+            tracing::info!("node drains paused: not the leader");
         }
     }
 
@@ -475,6 +516,9 @@ impl NodeDrainer {
             return dirty;
         }
         self.last_index = changes.index;
+        if !self.leader {
+            return dirty;
+        }
         for change in &changes.changes {
             match (&change.key, &change.row) {
                 (RowKey::Node(id), Some(Row::Node(node))) => {
@@ -505,6 +549,10 @@ impl NodeDrainer {
     /// Rebuilds the tracked nodes from a full snapshot (start, or after
     /// falling behind the feed); every draining node is looked at again.
     fn resync(&mut self, ctx: &mut Context<Self>, snap: &StateSnapshot) -> Dirty {
+        self.last_index = snap.latest_index();
+        if !self.leader {
+            return Dirty::default();
+        }
         let draining: HashMap<NodeId, DrainStrategy> = snap
             .nodes()
             .filter_map(|n| n.drain_strategy.clone().map(|s| (n.id, s)))
@@ -523,7 +571,6 @@ impl NodeDrainer {
             self.track(ctx, *id, Some(strategy));
             dirty.nodes.insert(*id);
         }
-        self.last_index = snap.latest_index();
         if !draining.is_empty() {
             tracing::info!(nodes = draining.len(), "node drains resumed");
         }
@@ -599,6 +646,14 @@ impl Handler<DrainingNodes> for NodeDrainer {
                 .map(|(id, t)| (*id, force_deadline(&t.strategy)))
                 .collect(),
         )
+    }
+}
+
+impl Handler<SetLeader> for NodeDrainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetLeader, ctx: &mut Context<Self>) {
+        self.set_leader(ctx, msg.0);
     }
 }
 

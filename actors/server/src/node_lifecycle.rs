@@ -271,17 +271,20 @@ impl NodeLifecycle {
         }
     }
 
-    /// The server (re)started or gained leadership: every known node gets
-    /// the failover TTL before it can be marked down.
-    pub fn failover(&mut self, now: Instant) {
-        let deadline = now + self.config.failover_heartbeat_ttl;
-        for node in self.nodes.values_mut() {
-            node.deadline = node.deadline.max(deadline);
-        }
+    /// The TTL a node gets when this server takes the lead (or restarts):
+    /// the whole failover window, so no node is marked down because its
+    /// last heartbeats went to the old leader (Nomad's
+    /// `FailoverHeartbeatTTL`), plus up to one more window of random
+    /// stagger, so that a silent fleet does not expire in one instant and
+    /// flood the leader with node updates and their evaluations.
+    pub fn failover_ttl(&self, rng: &mut impl Rng) -> Duration {
+        let window = self.config.failover_heartbeat_ttl;
+        window + window.mul_f64(rng.gen_range(0.0..1.0))
     }
 
-    /// Starts tracking a node known from the state (after a restart).
-    pub fn restore(&mut self, id: NodeId, healthy: bool, now: Instant) {
+    /// Starts tracking a node known from the state (after a restart or on
+    /// gaining leadership), due to heartbeat within `ttl`.
+    pub fn restore(&mut self, id: NodeId, healthy: bool, ttl: Duration, now: Instant) {
         let health = if healthy || !self.config.readiness_checks {
             Health::Healthy
         } else {
@@ -292,7 +295,7 @@ impl NodeLifecycle {
             id,
             Tracked {
                 health,
-                deadline: now + self.config.failover_heartbeat_ttl,
+                deadline: now + ttl,
                 next_check,
                 snapshot: String::new(),
                 busy: false,
@@ -303,6 +306,13 @@ impl NodeLifecycle {
             .or_default()
             .idle
             .insert(id);
+    }
+
+    /// Forgets every node and its timers (leadership lost: the next leader
+    /// tracks them).
+    pub fn clear(&mut self) {
+        self.nodes.clear();
+        self.groups.clear();
     }
 
     /// Stops tracking a node (purged by an operator or the GC).
@@ -550,17 +560,49 @@ mod tests {
     }
 
     #[test]
-    fn failover_gives_every_node_the_long_ttl() {
+    fn a_restored_node_is_marked_down_only_after_its_failover_ttl() {
+        let mut lc = lifecycle(false);
+        let t0 = Instant::now();
+        let n = new_id();
+        let ttl = lc.failover_ttl(&mut rand::rngs::StdRng::seed_from_u64(3));
+        lc.restore(n, true, ttl, t0);
+        assert!(ttl >= Duration::from_secs(300), "{ttl:?}");
+        assert!(lc.tick(t0 + ttl - Duration::from_millis(1)).is_empty());
+        assert_eq!(lc.tick(t0 + ttl), vec![Transition::MarkDown(n)]);
+    }
+
+    #[test]
+    fn failover_ttls_cover_the_window_and_are_spread_over_it() {
+        let lc = lifecycle(false);
+        let window = Duration::from_secs(300);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let ttls: Vec<Duration> = (0..10_000).map(|_| lc.failover_ttl(&mut rng)).collect();
+        // Never shorter than the window: a node that heartbeated to the old
+        // leader has all of it to find the new one.
+        assert!(ttls.iter().all(|t| *t >= window && *t < 2 * window));
+        // Spread: each tenth of the stagger holds roughly a tenth of the
+        // nodes, so expiries (and re-registrations) come at a steady rate.
+        let mut buckets = [0usize; 10];
+        for t in &ttls {
+            let tenth = ((*t - window).as_secs_f64() / window.as_secs_f64() * 10.0) as usize;
+            buckets[tenth.min(9)] += 1;
+        }
+        assert!(
+            buckets.iter().all(|b| (800..1200).contains(b)),
+            "{buckets:?}"
+        );
+    }
+
+    #[test]
+    fn clear_forgets_every_node_and_its_timer() {
         let mut lc = lifecycle(false);
         let t0 = Instant::now();
         let n = new_id();
         lc.register(n, TTL, t0);
-        lc.failover(t0);
-        assert!(lc.tick(t0 + Duration::from_secs(299)).is_empty());
-        assert_eq!(
-            lc.tick(t0 + Duration::from_secs(300)),
-            vec![Transition::MarkDown(n)]
-        );
+        lc.clear();
+        assert!(lc.is_empty());
+        assert_eq!(lc.next_wakeup(), None);
+        assert!(lc.tick(t0 + Duration::from_secs(3600)).is_empty());
     }
 
     #[test]

@@ -12,6 +12,11 @@
 //! Readiness is reported by the client: a node registers (or heartbeats)
 //! with `Status: ready` once its own readiness check passed; until then it
 //! stays `initializing` and receives no placements.
+//!
+//! Heartbeat timers are a leader duty ([`SetLeader`]): a server that does
+//! not lead tracks no node, marks nothing down and refuses the node
+//! protocol; on gaining the lead it gives every known node that is not
+//! down a fresh TTL spread over the failover window.
 
 use crate::node_lifecycle::{Health, LifecycleConfig, NodeLifecycle, Transition};
 use actix::prelude::*;
@@ -34,6 +39,10 @@ pub enum NodeError {
     NotFound,
     #[error("node secret ID does not match")]
     SecretMismatch,
+    /// Nodes are tracked by the leader only; a follower forwards the node
+    /// protocol before it gets here, this is the safety net.
+    #[error("this server is not the leader: node heartbeats are handled by the leader")]
+    NotLeader,
     #[error("state store: {0}")]
     Store(#[from] StoreError),
 }
@@ -60,6 +69,13 @@ pub struct UpdateAllocs {
     pub secret_id: String,
     pub updates: Vec<AllocClientUpdate>,
 }
+
+/// Leadership gained (`true`: every known node that is not down gets a
+/// fresh TTL and the timers run) or lost (`false`: every timer stops).
+/// Answered once the change is made.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLeader(pub bool);
 
 /// What a node is told after registering or heartbeating.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -91,6 +107,9 @@ pub struct NodeTracker {
     lifecycle: NodeLifecycle,
     tick: Duration,
     rng: SmallRng,
+    leader: bool,
+    /// The lifecycle's timer, running while this server leads.
+    ticker: Option<SpawnHandle>,
 }
 
 impl NodeTracker {
@@ -100,6 +119,23 @@ impl NodeTracker {
             lifecycle: NodeLifecycle::new(config.lifecycle),
             tick: config.tick,
             rng: SmallRng::from_entropy(),
+            leader: true,
+            ticker: None,
+        }
+    }
+
+    /// Whether the tracker starts as the leader's (the default) or a
+    /// follower's, which tracks nothing until [`SetLeader`]`(true)`.
+    pub fn with_leadership(mut self, leader: bool) -> Self {
+        self.leader = leader;
+        self
+    }
+
+    fn ensure_leader(&self) -> Result<(), NodeError> {
+        if self.leader {
+            Ok(())
+        } else {
+            Err(NodeError::NotLeader)
         }
     }
 
@@ -118,6 +154,7 @@ impl NodeTracker {
         &mut self,
         mut node: Node,
     ) -> Result<(Vec<Command>, Vec<EvalId>, Duration), NodeError> {
+        self.ensure_leader()?;
         validate_node(&node)?;
         let snap = self.store.snapshot();
         let known = snap.node(&node.id).cloned();
@@ -165,6 +202,7 @@ impl NodeTracker {
         &mut self,
         hb: &Heartbeat,
     ) -> Result<(Vec<Command>, Vec<EvalId>, Duration), NodeError> {
+        self.ensure_leader()?;
         let node = self.authenticate(&hb.node_id, &hb.secret_id)?;
         let ttl = self.lifecycle.heartbeat_ttl(&mut self.rng);
         let now = Instant::now();
@@ -183,6 +221,7 @@ impl NodeTracker {
     }
 
     fn update_allocs(&mut self, msg: UpdateAllocs) -> Result<Vec<Command>, NodeError> {
+        self.ensure_leader()?;
         let node = self.authenticate(&msg.node_id, &msg.secret_id)?;
         let snap = self.store.snapshot();
         let mut evals: BTreeMap<(String, String), Evaluation> = BTreeMap::new();
@@ -290,19 +329,73 @@ impl NodeTracker {
         }
     }
 
-    /// After a restart every known node is tracked again, with the
-    /// failover TTL before it can be marked down.
+    /// On start as leader, or on gaining the lead: every known node that
+    /// is not down is tracked again with a fresh TTL spread over the
+    /// failover window, so none is marked down for heartbeats that went to
+    /// the old leader and a silent fleet does not expire all at once.
     fn restore(&mut self) {
         let snap = self.store.snapshot();
         let now = Instant::now();
+        self.lifecycle.clear();
         for node in snap.nodes() {
             if node.status != NodeStatus::Down {
+                let ttl = self.lifecycle.failover_ttl(&mut self.rng);
                 self.lifecycle
-                    .restore(node.id, node.status == NodeStatus::Ready, now);
+                    .restore(node.id, node.status == NodeStatus::Ready, ttl, now);
             }
         }
-        self.lifecycle.failover(now);
-        tracing::info!(nodes = self.lifecycle.len(), "node heartbeats restored");
+        tracing::info!(
+            nodes = self.lifecycle.len(),
+            failover_window = ?self.lifecycle.config().failover_heartbeat_ttl,
+            "node heartbeats restored"
+        );
+    }
+
+    /// Starts the lifecycle's timer: expired heartbeats, readiness checks.
+    fn start_ticker(&mut self, ctx: &mut Context<Self>) {
+        if let Some(old) = self.ticker.take() {
+            ctx.cancel_future(old);
+        }
+        let ticker = ctx.run_interval(self.tick, |act, ctx| act.on_tick(ctx));
+        self.ticker = Some(ticker);
+    }
+
+    fn on_tick(&mut self, ctx: &mut Context<Self>) {
+        let transitions = self.lifecycle.tick(Instant::now());
+        self.publish_gauges();
+        if transitions.is_empty() {
+            return;
+        }
+        let (commands, _) = self.transition_commands(transitions);
+        let done = self.submit(commands);
+        ctx.spawn(fut::wrap_future(async move {
+            if let Err(e) = done.await {
+                tracing::error!(error = %e, "node lifecycle update failed");
+            }
+        }));
+    }
+
+    fn publish_gauges(&self) {
+        metrics::gauge!("herder.nodes.tracked").set(self.lifecycle.len() as f64);
+        metrics::gauge!("herder.nodes.heartbeating").set(self.lifecycle.heartbeating() as f64);
+    }
+
+    fn set_leader(&mut self, leader: bool, ctx: &mut Context<Self>) {
+        if leader == self.leader {
+            return;
+        }
+        self.leader = leader;
+        if leader {
+            self.restore();
+            self.start_ticker(ctx);
+        } else {
+            if let Some(ticker) = self.ticker.take() {
+                ctx.cancel_future(ticker);
+            }
+            self.lifecycle.clear();
+            self.publish_gauges();
+            tracing::info!("node heartbeat timers stopped: not the leader");
+        }
     }
 }
 
@@ -451,22 +544,10 @@ impl Actor for NodeTracker {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.restore();
-        ctx.run_interval(self.tick, |act, ctx| {
-            let transitions = act.lifecycle.tick(Instant::now());
-            metrics::gauge!("herder.nodes.tracked").set(act.lifecycle.len() as f64);
-            metrics::gauge!("herder.nodes.heartbeating").set(act.lifecycle.heartbeating() as f64);
-            if transitions.is_empty() {
-                return;
-            }
-            let (commands, _) = act.transition_commands(transitions);
-            let done = act.submit(commands);
-            ctx.spawn(fut::wrap_future(async move {
-                if let Err(e) = done.await {
-                    tracing::error!(error = %e, "node lifecycle update failed");
-                }
-            }));
-        });
+        if self.leader {
+            self.restore();
+            self.start_ticker(ctx);
+        }
     }
 }
 
@@ -513,5 +594,12 @@ impl Handler<UpdateAllocs> for NodeTracker {
             Ok(commands) => Box::pin(self.submit(commands)),
             Err(e) => Box::pin(async move { Err(e) }),
         }
+    }
+}
+
+impl Handler<SetLeader> for NodeTracker {
+    type Result = ();
+    fn handle(&mut self, msg: SetLeader, ctx: &mut Context<Self>) {
+        self.set_leader(msg.0, ctx);
     }
 }

@@ -13,6 +13,10 @@
 //! absent, so a launch is never made twice for the same instant, whatever
 //! restarts or forced launches happen around it. Time comes from an
 //! injected clock so tests can drive it.
+//!
+//! Launching is a leader duty ([`SetLeader`]): a follower tracks no job,
+//! runs no timer and refuses launches; on gaining the lead the launcher
+//! rebuilds its schedule from the state and catches up as at start.
 
 use crate::feed::FeedFollower;
 use actix::prelude::*;
@@ -47,6 +51,8 @@ pub enum PeriodicError {
     AlreadyLaunched(String),
     #[error("periodic spec of job {job:?}: {reason}")]
     Spec { job: String, reason: String },
+    #[error("this server is not the leader: periodic jobs are launched by the leader")]
+    NotLeader,
     #[error("state store: {0}")]
     Store(#[from] StoreError),
 }
@@ -87,6 +93,13 @@ pub struct NextLaunches;
 #[rtype(result = "()")]
 pub struct StopLauncher;
 
+/// Leadership gained (`true`: track the periodic jobs of the current state,
+/// launch what was missed, arm the timer) or lost (`false`: forget them and
+/// stop the timer).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetLeader(pub bool);
+
 struct Tracked {
     job: Arc<Job>,
     next: Option<DateTime<Utc>>,
@@ -100,6 +113,7 @@ pub struct PeriodicLauncher {
     last_index: u64,
     timer: Option<SpawnHandle>,
     stopping: bool,
+    leader: bool,
 }
 
 /// A job the launcher must follow: periodic, enabled, not stopped, and not
@@ -126,6 +140,37 @@ impl PeriodicLauncher {
             last_index: 0,
             timer: None,
             stopping: false,
+            leader: true,
+        }
+    }
+
+    /// Whether the launcher starts as the leader's (the default) or a
+    /// follower's, which launches nothing until [`SetLeader`]`(true)`.
+    pub fn with_leadership(mut self, leader: bool) -> Self {
+        self.leader = leader;
+        self
+    }
+
+    /// What the leader does at start and on gaining the lead.
+    fn take_lead(&mut self, ctx: &mut Context<Self>) {
+        self.resync(&self.store.snapshot());
+        self.catch_up(ctx);
+        self.arm(ctx);
+    }
+
+    fn set_leader(&mut self, leader: bool, ctx: &mut Context<Self>) {
+        if leader == self.leader {
+            return;
+        }
+        self.leader = leader;
+        if leader {
+            self.take_lead(ctx);
+        } else {
+            if let Some(handle) = self.timer.take() {
+                ctx.cancel_future(handle);
+            }
+            self.tracked.clear();
+            tracing::info!("periodic launches stopped: not the leader");
         }
     }
 
@@ -158,6 +203,10 @@ impl PeriodicLauncher {
     /// Rebuilds the tracked set from a full snapshot (start, or after
     /// falling behind the change feed).
     fn resync(&mut self, snap: &StateSnapshot) {
+        self.last_index = snap.latest_index();
+        if !self.leader {
+            return;
+        }
         let now = (self.clock)();
         let active: Vec<Arc<Job>> = snap
             .jobs()
@@ -171,7 +220,6 @@ impl PeriodicLauncher {
         for job in &active {
             self.track(job, now);
         }
-        self.last_index = snap.latest_index();
         tracing::info!(jobs = self.tracked.len(), "periodic jobs tracked");
     }
 
@@ -205,6 +253,9 @@ impl PeriodicLauncher {
             return false;
         }
         self.last_index = changes.index;
+        if !self.leader {
+            return false;
+        }
         let now = (self.clock)();
         let mut changed = false;
         for change in &changes.changes {
@@ -227,7 +278,7 @@ impl PeriodicLauncher {
         if let Some(handle) = self.timer.take() {
             ctx.cancel_future(handle);
         }
-        if self.stopping {
+        if self.stopping || !self.leader {
             return;
         }
         let Some(earliest) = self.tracked.values().filter_map(|t| t.next).min() else {
@@ -330,6 +381,9 @@ impl PeriodicLauncher {
     }
 
     fn force(&self, msg: &ForceLaunch) -> Result<PendingLaunch, PeriodicError> {
+        if !self.leader {
+            return Err(PeriodicError::NotLeader);
+        }
         let snap = self.store.snapshot();
         let parent = snap
             .job(&msg.namespace, &msg.job_id)
@@ -407,8 +461,11 @@ impl Actor for PeriodicLauncher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // A follower only takes the state's index, to follow from there.
         self.resync(&self.store.snapshot());
-        self.catch_up(ctx);
+        if self.leader {
+            self.catch_up(ctx);
+        }
         self.follow(ctx);
         self.arm(ctx);
     }
@@ -456,6 +513,9 @@ impl Handler<Tick> for PeriodicLauncher {
     type Result = ResponseFuture<Result<Vec<String>, PeriodicError>>;
 
     fn handle(&mut self, _msg: Tick, ctx: &mut Context<Self>) -> Self::Result {
+        if !self.leader {
+            return Box::pin(async { Err(PeriodicError::NotLeader) });
+        }
         Box::pin(self.tick(ctx))
     }
 }
@@ -500,5 +560,13 @@ impl Handler<StopLauncher> for PeriodicLauncher {
     fn handle(&mut self, _msg: StopLauncher, ctx: &mut Context<Self>) {
         self.stopping = true;
         ctx.stop();
+    }
+}
+
+impl Handler<SetLeader> for PeriodicLauncher {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetLeader, ctx: &mut Context<Self>) {
+        self.set_leader(msg.0, ctx);
     }
 }

@@ -4,6 +4,8 @@
 //! A single server is always the leader, so the leader-only actors (broker,
 //! blocked evaluations, plan queue) are enabled at start, after the store
 //! has been opened and before the router restores pending work into them.
+//! A server of a cluster may start as a follower instead, with every
+//! leader duty off; [`Server::duties`] switches them as leadership moves.
 //! Shutdown runs the other way: stop taking work, then close the store so
 //! every acknowledged write is flushed.
 
@@ -13,6 +15,8 @@ use crate::cluster_member;
 use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
 use crate::gc::{GarbageCollector, GcConfig, StopGc};
+use crate::leader_duties::{LeaderActors, LeaderDuties};
+use crate::leader_link::{LeaderLink, LeaderQueues};
 use crate::node_drainer::{NodeDrainer, StopDrainer};
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
@@ -67,6 +71,8 @@ pub struct ServerHandle {
     pub workers: Addr<WorkerSupervisor>,
     pub periodic: Addr<PeriodicLauncher>,
     pub gc: Addr<GarbageCollector>,
+    /// Switches the leader's duties on and off as leadership moves.
+    pub duties: LeaderDuties,
     /// How large a job may be (`[limits]`); every write path checks it.
     pub job_limits: JobLimits,
     /// Where the server publishes its Nomad-named figures (job summaries,
@@ -127,9 +133,20 @@ pub fn broker_config(config: &AgentConfig) -> BrokerConfig {
 }
 
 impl Server {
-    /// Opens the state under `data_dir/server` and starts the actors. Must
-    /// run inside an actix system.
+    /// Opens the state under `data_dir/server` and starts the actors as
+    /// the leader (a single server always leads). Must run inside an actix
+    /// system.
     pub async fn start(config: &AgentConfig, data_dir: &Path) -> Result<Server, ServerError> {
+        Server::start_as(config, data_dir, true).await
+    }
+
+    /// As [`start`](Self::start), leading or, with `leader` false, as a
+    /// follower: every leader duty off until [`Server::duties`] gains them.
+    pub async fn start_as(
+        config: &AgentConfig,
+        data_dir: &Path,
+        leader: bool,
+    ) -> Result<Server, ServerError> {
         // Checked before anything starts: an actor started and then
         // dropped with a half-built server panics in actix's teardown.
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -141,13 +158,14 @@ impl Server {
         let path = data_dir.join("server");
         let store = open_store(path).await?;
         // A cluster member's writes go through the log from here on, so the
-        // replica starts before any actor can write.
+        // replica starts before any actor can write; it leads only once
+        // elected.
         let replica = if cluster_member::is_member(config, data_dir) {
             Some(cluster_member::start_replica(config, data_dir, &store).await?)
         } else {
             None
         };
-        let leader_at_start = replica.is_none();
+        let leader = leader && replica.is_none();
         let writer = EvalWriter::new(store.clone()).start();
         let (broker, blocked) = broker::start_with_blocked_evals(
             broker_config(config),
@@ -157,20 +175,23 @@ impl Server {
         let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
         let in_flight_view = plan_applier.in_flight_view();
         let plan_applier = plan_applier.start();
-        // Leadership: a single server always leads; a cluster member waits
-        // to be elected.
-        let _ = plan_applier
-            .send(plan_applier::SetEnabled(leader_at_start))
-            .await;
-        let _ = broker.send(broker::SetEnabled(leader_at_start)).await;
-        let _ = blocked.send(broker::SetEnabled(leader_at_start)).await;
-        let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone()).start();
-        let nodes = NodeTracker::new(store.clone(), tracker_config(config)).start();
+        lead_queues(leader, &broker, &blocked, &plan_applier).await;
+        let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone())
+            .with_leadership(leader)
+            .start();
+        let nodes = NodeTracker::new(store.clone(), tracker_config(config))
+            .with_leadership(leader)
+            .start();
         let deps = WorkerDeps {
             store: store.clone(),
-            broker: broker.clone(),
-            blocked_evals: blocked.clone(),
-            plan_applier: plan_applier.clone(),
+            link: LeaderLink::new(
+                LeaderQueues {
+                    broker: broker.clone(),
+                    blocked: blocked.clone(),
+                    plan_applier: plan_applier.clone(),
+                },
+                replica.as_ref().map(|r| r.cluster.clone()),
+            ),
             in_flight_view,
             schedulers: Arc::new(CoreSchedulers),
             timing: WorkerTiming::default(),
@@ -183,12 +204,20 @@ impl Server {
         // worker for everything (placements 1.36x slower in
         // docs/PERFORMANCE.md, "Workers on a single server"), so the
         // supervisor's `SetLeader` waits for the day there are followers.
-        // Leader duties: cron launches of periodic jobs, garbage collection,
-        // moving work off draining nodes.
-        let drainer = NodeDrainer::new(store.clone(), periodic::system_clock()).start();
-        let periodic = PeriodicLauncher::new(store.clone(), periodic::system_clock()).start();
-        let gc = GarbageCollector::new(store.clone(), periodic::system_clock(), gc_config(config))
-            .start();
+        let (drainer, periodic, gc) = start_timed_duties(&store, config, leader);
+        let duties = LeaderDuties::new(
+            LeaderActors {
+                plan_applier: plan_applier.clone(),
+                broker: broker.clone(),
+                blocked: blocked.clone(),
+                router: router.clone(),
+                nodes: nodes.clone(),
+                periodic: periodic.clone(),
+                drainer: drainer.clone(),
+                gc: gc.clone(),
+            },
+            leader,
+        );
         let nomad_metrics = Board::new();
         let metrics = ServerMetrics::new(
             store.clone(),
@@ -199,7 +228,7 @@ impl Server {
             std::time::Duration::from_secs(1),
         )
         .start();
-        tracing::info!(index = store.latest_index(), "server started");
+        tracing::info!(index = store.latest_index(), leader, "server started");
         let handle = ServerHandle {
             store,
             broker,
@@ -209,23 +238,13 @@ impl Server {
             workers,
             periodic,
             gc,
+            duties,
             job_limits: config.limits.job_limits(),
             nomad_metrics,
             cluster: replica.as_ref().map(|r| r.cluster.clone()),
         };
         let rpc = match replica {
-            Some(replica) => {
-                let rpc = cluster_member::serve_rpc(
-                    replica.rpc,
-                    replica.cluster.clone(),
-                    handle.clone(),
-                )?;
-                actix_rt::spawn(cluster_member::follow_leadership(
-                    replica.cluster,
-                    leadership_switch(&handle),
-                ));
-                Some(rpc)
-            }
+            Some(replica) => Some(cluster_member::serve(replica, &handle)?),
             None => None,
         };
         Ok(Server {
@@ -239,6 +258,11 @@ impl Server {
 
     pub fn handle(&self) -> &ServerHandle {
         &self.handle
+    }
+
+    /// Switches this server's leader duties as leadership moves.
+    pub fn duties(&self) -> LeaderDuties {
+        self.handle.duties.clone()
     }
 
     /// Stops routing and scheduling, then flushes and closes the store.
@@ -273,17 +297,43 @@ impl Server {
     }
 }
 
-/// Starts and stops the leader's duties as leadership comes and goes.
-fn leadership_switch(handle: &ServerHandle) -> cluster_member::OnLeadership {
-    let handle = handle.clone();
-    Box::new(move |leader| {
-        let h = handle.clone();
-        Box::pin(async move {
-            let _ = h.plan_applier.send(plan_applier::SetEnabled(leader)).await;
-            let _ = h.broker.send(broker::SetEnabled(leader)).await;
-            let _ = h.blocked.send(broker::SetEnabled(leader)).await;
-        })
-    })
+/// The leader-only queues take work only on the leader: the broker and
+/// blocked evals start disabled, the plan queue enabled.
+async fn lead_queues(
+    leader: bool,
+    broker: &Addr<EvalBroker>,
+    blocked: &Addr<BlockedEvals>,
+    plan_applier: &Addr<PlanApplier>,
+) {
+    if leader {
+        let _ = broker.send(broker::SetEnabled(true)).await;
+        let _ = blocked.send(broker::SetEnabled(true)).await;
+    } else {
+        let _ = plan_applier.send(plan_applier::SetEnabled(false)).await;
+    }
+}
+
+/// The leader duties that run on timers: moving work off draining nodes,
+/// cron launches of periodic jobs, garbage collection.
+fn start_timed_duties(
+    store: &StateStore,
+    config: &AgentConfig,
+    leader: bool,
+) -> (
+    Addr<NodeDrainer>,
+    Addr<PeriodicLauncher>,
+    Addr<GarbageCollector>,
+) {
+    let drainer = NodeDrainer::new(store.clone(), periodic::system_clock())
+        .with_leadership(leader)
+        .start();
+    let periodic = PeriodicLauncher::new(store.clone(), periodic::system_clock())
+        .with_leadership(leader)
+        .start();
+    let gc = GarbageCollector::new(store.clone(), periodic::system_clock(), gc_config(config))
+        .with_leadership(leader)
+        .start();
+    (drainer, periodic, gc)
 }
 
 /// Opening reads the whole state into memory: off the async executor.

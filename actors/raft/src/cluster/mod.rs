@@ -29,6 +29,12 @@ pub const ID_FILE: &str = "raft-id";
 
 /// How long one exchange with another server may take.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a question that is retried elsewhere waits for an answer
+/// (a server's status, the leader's commit index): a stopped server must
+/// not hold a read for longer than an election takes.
+const QUICK_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause between attempts of a read barrier.
+const BARRIER_RETRY: Duration = Duration::from_millis(100);
 
 /// What a server needs to take its place in a cluster.
 #[derive(Clone, Debug)]
@@ -87,6 +93,7 @@ struct Inner {
     node: RaftNode<StateStore>,
     store: StateStore,
     client: SignedClient,
+    quick: SignedClient,
     settings: ClusterSettings,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -131,6 +138,7 @@ impl Cluster {
                 node,
                 store: store.clone(),
                 client: SignedClient::new(settings.key.clone(), RPC_TIMEOUT),
+                quick: SignedClient::new(settings.key.clone(), QUICK_TIMEOUT),
                 settings,
                 stop,
             }),
@@ -160,6 +168,12 @@ impl Cluster {
     /// The signed client other cluster calls (the server's own RPCs) use.
     pub fn client(&self) -> &SignedClient {
         &self.inner.client
+    }
+
+    /// The signed client for questions that are retried elsewhere when
+    /// unanswered (short timeout).
+    pub fn quick_client(&self) -> &SignedClient {
+        &self.inner.quick
     }
 
     /// Openraft's metrics, as a watch: the leadership follower subscribes.
@@ -259,7 +273,17 @@ impl Cluster {
     /// the call (the leader confirms it still leads and names its commit
     /// index; a follower asks the leader), so a read after it sees them.
     pub async fn read_barrier(&self, timeout: Duration) -> Result<u64, HttpError> {
-        let index = rpc::read_index(self).await?;
+        let deadline = std::time::Instant::now() + timeout;
+        let index = loop {
+            match rpc::read_index(self).await {
+                Ok(index) => break index,
+                // The leader may have just died: ask the next one.
+                Err(_) if std::time::Instant::now() + BARRIER_RETRY < deadline => {
+                    tokio::time::sleep(BARRIER_RETRY).await
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let store = self.inner.store.clone();
         let waited =
             tokio::task::spawn_blocking(move || store.snapshot_min_index(index, timeout)).await;

@@ -196,7 +196,7 @@ pub async fn read_index(cluster: &Cluster) -> Result<u64, HttpError> {
     }
     let leader = cluster.leader().ok_or_else(no_leader)?;
     let answer: Result<u64, Refusal> = cluster
-        .client()
+        .quick_client()
         .call(&leader.addr, READ_INDEX_PATH, &())
         .await?;
     answer.map_err(refusal_error)
@@ -219,7 +219,7 @@ fn no_leader() -> HttpError {
 /// Asks the server at `addr` about itself.
 pub async fn server_status(cluster: &Cluster, addr: &str) -> Result<ServerStatus, HttpError> {
     let answer: Result<ServerStatus, Refusal> =
-        cluster.client().call(addr, STATUS_PATH, &()).await?;
+        cluster.quick_client().call(addr, STATUS_PATH, &()).await?;
     answer.map_err(refusal_error)
 }
 
@@ -304,7 +304,7 @@ pub async fn remove_via_leader(cluster: &Cluster, request: RemoveRequest) -> Res
     }
     let leader = cluster
         .leader()
-        .ok_or_else(|| Refusal::NotLeader { leader: None })?;
+        .ok_or(Refusal::NotLeader { leader: None })?;
     let answer: Result<(), Refusal> = cluster
         .client()
         .call(&leader.addr, REMOVE_PATH, &request)
