@@ -224,11 +224,12 @@ fn assert_nodes_ready(cluster: &Cluster, nodes: usize, last_fault: Instant) {
 
 fn report(load: &Load) {
     eprintln!(
-        "writers: {} acknowledged, {} attempts, {} errors, {} jobs left ambiguous",
+        "writers: {} acknowledged, {} attempts, {} errors, {} jobs left ambiguous; last errors: {:#?}",
         load.acks.len(),
         load.attempts,
         load.errors,
-        load.ambiguous.len()
+        load.ambiguous.len(),
+        load.last_errors
     );
 }
 
