@@ -1,6 +1,9 @@
 //! Shared helpers for herder's end-to-end tests: start an agent (in this
 //! process or as the real binary), talk to it over HTTP, stop it.
 
+pub mod cluster;
+pub mod cluster_load;
+
 use futures::channel::oneshot;
 use herder_actors::agent::Agent;
 use herder_actors::config::{AgentConfig, ConfigSources, FlagOverrides};
