@@ -470,6 +470,11 @@ fn validate_node_resources(node: &Node) -> Result<(), NodeError> {
         .map_err(|e| NodeError::Invalid(format!("ReservedResources.Networks: {e}")))
 }
 
+/// The write of a lifecycle transition. It is written even when the
+/// snapshot already shows `status`: the lifecycle only decides on a change
+/// of its own view, and the snapshot may not yet show a status write still
+/// being committed (a `Down` in flight when the node's next heartbeat makes
+/// it `Ready` again would otherwise win, and leave a live node down).
 fn status_command(
     snap: &StateSnapshot,
     id: NodeId,
@@ -477,10 +482,7 @@ fn status_command(
     why: &str,
     evals: Vec<Evaluation>,
 ) -> Option<Command> {
-    let node = snap.node(&id)?;
-    if node.status == status && evals.is_empty() {
-        return None;
-    }
+    snap.node(&id)?;
     Some(Command::NodeUpdateStatus {
         node_id: id,
         status,
