@@ -15,7 +15,7 @@
 //! futures, which actix's client does not give.
 
 use crate::transport::{RpcError, SnapshotRpcError, Transport};
-use crate::{NodeId, TypeConfig};
+use crate::{NodeId, ServerNode, TypeConfig};
 use actix_web::{web, HttpRequest, HttpResponse};
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -24,7 +24,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft};
+use openraft::Raft;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::Sha256;
@@ -317,10 +317,10 @@ impl HttpTransport {
     async fn call<Req, Resp, E>(
         &self,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         path: &'static str,
         rpc: &Req,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    ) -> Result<Resp, RPCError<NodeId, ServerNode, E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -328,7 +328,7 @@ impl HttpTransport {
     {
         let answer: Result<Resp, E> =
             self.client
-                .call(&node.addr, path, rpc)
+                .call(&node.rpc_addr, path, rpc)
                 .await
                 .map_err(|e| match e {
                     HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
@@ -415,7 +415,7 @@ impl Transport for HttpTransport {
         &self,
         _from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
         self.call(target, node, APPEND_PATH, &rpc).await
@@ -425,7 +425,7 @@ impl Transport for HttpTransport {
         &self,
         _from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: VoteRequest<NodeId>,
     ) -> Result<VoteResponse<NodeId>, RpcError> {
         self.call(target, node, VOTE_PATH, &rpc).await
@@ -435,7 +435,7 @@ impl Transport for HttpTransport {
         &self,
         _from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<InstallSnapshotResponse<NodeId>, SnapshotRpcError> {
         self.call(target, node, SNAPSHOT_PATH, &rpc).await

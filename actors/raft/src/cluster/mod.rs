@@ -15,9 +15,9 @@ pub mod rpc;
 
 use crate::http::{ClusterKey, HttpError, HttpTransport, SignedClient};
 use crate::node::{RaftNode, StartError};
-use crate::NodeId;
+use crate::{NodeId, ServerNode};
 use herder::state::StateStore;
-use openraft::{BasicNode, Config, RaftMetrics, ServerState};
+use openraft::{Config, RaftMetrics, ServerState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,12 +33,12 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a server needs to take its place in a cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterSettings {
-    /// This server's name (`<node>.<region>`, as Nomad names servers).
-    pub name: String,
-    /// The address other servers reach this one's RPC port at.
-    pub rpc_addr: String,
-    /// herder's version, advertised to the other servers.
-    pub version: String,
+    /// This server as it advertises itself: its name (`<node>.<region>`,
+    /// as Nomad names servers), the address other servers reach its RPC
+    /// port at, its HTTP API address, and herder's version. The
+    /// membership records it; a change since the last start (an upgrade)
+    /// is brought to the leader (`bootstrap`).
+    pub node: ServerNode,
     /// The cluster forms once this many servers see each other.
     pub bootstrap_expect: usize,
     /// Other servers' RPC addresses to contact.
@@ -71,10 +71,17 @@ pub enum ClusterError {
 #[serde(rename_all = "PascalCase")]
 pub struct Member {
     pub id: NodeId,
-    /// Its RPC address.
-    pub addr: String,
+    /// What the membership records about it.
+    pub node: ServerNode,
     pub voter: bool,
     pub leader: bool,
+}
+
+impl Member {
+    /// Its RPC address.
+    pub fn addr(&self) -> &str {
+        &self.node.rpc_addr
+    }
 }
 
 /// This server's part in a cluster. Cheap to clone.
@@ -95,7 +102,7 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("id", &self.id())
-            .field("rpc_addr", &self.inner.settings.rpc_addr)
+            .field("node", &self.inner.settings.node)
             .finish()
     }
 }
@@ -137,7 +144,7 @@ impl Cluster {
         };
         store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
         tokio::spawn(bootstrap::form_or_join(cluster.clone()));
-        tracing::info!(id, rpc = %cluster.inner.settings.rpc_addr, "raft replica started");
+        tracing::info!(id, server = %cluster.inner.settings.node, "raft replica started");
         Ok(cluster)
     }
 
@@ -163,7 +170,7 @@ impl Cluster {
     }
 
     /// Openraft's metrics, as a watch: the leadership follower subscribes.
-    pub fn metrics(&self) -> tokio::sync::watch::Receiver<RaftMetrics<NodeId, BasicNode>> {
+    pub fn metrics(&self) -> tokio::sync::watch::Receiver<RaftMetrics<NodeId, ServerNode>> {
         self.inner.node.raft().metrics()
     }
 
@@ -182,7 +189,7 @@ impl Cluster {
         let node = m.membership_config.membership().get_node(&id)?;
         Some(Member {
             id,
-            addr: node.addr.clone(),
+            node: node.clone(),
             voter: true,
             leader: true,
         })
@@ -198,7 +205,7 @@ impl Cluster {
             .nodes()
             .map(|(id, node)| Member {
                 id: *id,
-                addr: node.addr.clone(),
+                node: node.clone(),
                 voter: voters.contains(id),
                 leader: m.current_leader == Some(*id),
             })
@@ -238,16 +245,14 @@ impl Cluster {
             let node = m.membership_config.membership().get_node(&id)?;
             Some(Member {
                 id,
-                addr: node.addr.clone(),
+                node: node.clone(),
                 voter: true,
                 leader: true,
             })
         });
         rpc::ServerStatus {
             id: self.id(),
-            name: self.inner.settings.name.clone(),
-            rpc_addr: self.inner.settings.rpc_addr.clone(),
-            version: self.inner.settings.version.clone(),
+            node: self.inner.settings.node.clone(),
             initialized,
             leader,
             last_applied: m.last_applied.map_or(0, |l| l.index),
@@ -290,7 +295,7 @@ impl Cluster {
 }
 
 /// The Raft types, re-exported for the server crate's leadership follower.
-pub type Metrics = RaftMetrics<NodeId, BasicNode>;
+pub type Metrics = RaftMetrics<NodeId, ServerNode>;
 pub use openraft::ServerState as RaftState;
 
 /// This server's ID: read back from `data_dir/raft-id`, or a new random

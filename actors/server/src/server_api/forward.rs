@@ -114,7 +114,11 @@ pub(super) async fn call_leader(
             Some(leader) => Some(
                 cluster
                     .client()
-                    .call::<_, Result<LeaderAnswer, Refused>>(&leader.addr, LEADER_CALL_PATH, &call)
+                    .call::<_, Result<LeaderAnswer, Refused>>(
+                        leader.addr(),
+                        LEADER_CALL_PATH,
+                        &call,
+                    )
                     .await,
             ),
         };
