@@ -17,6 +17,7 @@ pub async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut
 
 /// A member at `rpc_addr` running this build: new enough for every entry
 /// kind, so the version gate lets the tests' writes through.
+#[allow(dead_code)] // each test file compiles its own copy; not all use it
 pub fn server_node(rpc_addr: impl Into<String>) -> ServerNode {
     ServerNode::at(rpc_addr).with_version(env!("CARGO_PKG_VERSION"))
 }
