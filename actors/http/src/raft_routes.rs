@@ -59,12 +59,7 @@ fn own_node(info: &AgentInfo) -> ServerNode {
 pub fn servers(info: &AgentInfo) -> Vec<Member> {
     match info.server.as_ref().and_then(|s| s.cluster.as_ref()) {
         Some(cluster) => cluster.members(),
-        None if info.config.server.enabled => vec![Member {
-            id: 0,
-            node: own_node(info),
-            voter: true,
-            leader: true,
-        }],
+        None if info.config.server.enabled => vec![Member::new(0, &own_node(info), true, true)],
         None => Vec::new(),
     }
 }
@@ -93,12 +88,12 @@ async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiEr
         .into_iter()
         .map(|m| {
             let node = if m.node.name.is_empty() {
-                m.addr()
+                &m.addr
             } else {
-                m.node.name.as_str()
+                &m.node.name
             };
             json!({
-                "ID": m.addr(), "Node": node, "Address": m.addr(),
+                "ID": m.addr, "Node": node, "Address": m.addr,
                 "Leader": m.leader, "Voter": m.voter, "RaftProtocol": RAFT_PROTOCOL,
             })
         })

@@ -81,7 +81,7 @@ impl Default for BrokerConfig {
 const FINISHED_MEMORY: usize = 65_536;
 
 /// Why a broker request was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum BrokerError {
     /// The broker only runs on the leader; this server is not (or no longer) it.
     #[error("eval broker disabled")]
@@ -119,6 +119,11 @@ impl Message for EvalWrites {
 pub struct Delivery {
     pub eval: Arc<Evaluation>,
     pub token: Token,
+    /// The state index the worker's replica must reach before scheduling
+    /// it, beside the evaluation's own: 0 from this server's broker; from
+    /// the leader's (a follower's worker, `leader_link`), the leader's
+    /// index at dequeue, which holds every earlier plan of the job.
+    pub wait_index: u64,
 }
 
 /// Hand a durable evaluation to the broker. Enqueueing an evaluation the
@@ -654,7 +659,11 @@ impl EvalBroker {
             ctx,
         );
         tracing::debug!(eval_id = %eval.id, job_id = %eval.job_id, "evaluation delivered");
-        Some(Delivery { eval, token })
+        Some(Delivery {
+            eval,
+            token,
+            wait_index: 0,
+        })
     }
 
     /// Put back a delivery nobody received, as if it had never been made.

@@ -17,6 +17,7 @@ pub mod events;
 pub mod feed;
 pub mod gc;
 pub mod leader_duties;
+pub mod leader_link;
 pub mod node_drainer;
 pub mod node_lifecycle;
 pub mod node_tracker;

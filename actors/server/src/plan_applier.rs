@@ -110,6 +110,9 @@ pub enum PlanApplyError {
     Store(#[from] StoreError),
     #[error("plan applier stopped")]
     Stopped,
+    /// The leader's plan queue refused a follower's plan (its message).
+    #[error("the leader's plan queue: {0}")]
+    Remote(String),
 }
 
 impl PlanApplyError {

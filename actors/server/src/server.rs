@@ -16,6 +16,7 @@ use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
 use crate::gc::{GarbageCollector, GcConfig, StopGc};
 use crate::leader_duties::{LeaderActors, LeaderDuties};
+use crate::leader_link::{LeaderLink, LeaderQueues};
 use crate::node_drainer::{NodeDrainer, StopDrainer};
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
@@ -183,9 +184,14 @@ impl Server {
             .start();
         let deps = WorkerDeps {
             store: store.clone(),
-            broker: broker.clone(),
-            blocked_evals: blocked.clone(),
-            plan_applier: plan_applier.clone(),
+            link: LeaderLink::new(
+                LeaderQueues {
+                    broker: broker.clone(),
+                    blocked: blocked.clone(),
+                    plan_applier: plan_applier.clone(),
+                },
+                replica.as_ref().map(|r| r.cluster.clone()),
+            ),
             in_flight_view,
             schedulers: Arc::new(CoreSchedulers),
             timing: WorkerTiming::default(),

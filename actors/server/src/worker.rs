@@ -19,12 +19,9 @@
 //! what the loop is doing now) is shared behind a mutex so the agent API
 //! reads it without waiting for the loop.
 
-use crate::blocked_evals::{BlockedEvals, Reblock};
-use crate::broker::{
-    Ack, BrokerError, Delivery, Dequeue, EvalBroker, Nack, Outstanding, PauseNackTimeout,
-    ResumeNackTimeout, Token,
-};
-use crate::plan_applier::{InFlightView, PlanAnswer, PlanApplier, PlanWrite, SubmitPlan};
+use crate::broker::{BrokerError, Delivery, Dequeue, Token};
+use crate::leader_link::LeaderLink;
+use crate::plan_applier::{InFlightView, PlanAnswer, PlanWrite};
 use actix::prelude::*;
 use futures::executor::block_on;
 use herder::scheduler::{new_scheduler, Planner, PlannerError, Scheduler, SchedulerError, State};
@@ -105,9 +102,9 @@ impl SchedulerFactory for CoreSchedulers {
 #[derive(Clone)]
 pub struct WorkerDeps {
     pub store: StateStore,
-    pub broker: Addr<EvalBroker>,
-    pub blocked_evals: Addr<BlockedEvals>,
-    pub plan_applier: Addr<PlanApplier>,
+    /// The leader's broker, blocked evals and plan queue: local actors on
+    /// the leader, calls to it on a follower.
+    pub link: LeaderLink,
     /// The state with the plan being written (`InFlightView`).
     pub in_flight_view: InFlightView,
     pub schedulers: Arc<dyn SchedulerFactory>,
@@ -654,7 +651,7 @@ impl WorkerLoop {
         let start = Instant::now();
         // Always awaited to the end: a dropped request could be answered
         // with an evaluation nobody receives until its nack timeout.
-        let answer = self.deps.broker.send(request).await;
+        let answer = self.deps.link.dequeue(request).await;
         metrics::histogram!("herder.worker.dequeue_eval_seconds")
             .record(start.elapsed().as_secs_f64());
         let error = match answer {
@@ -697,26 +694,31 @@ impl WorkerLoop {
     }
 
     async fn process_in_span(&mut self, delivery: Delivery) {
-        let Delivery { eval, token } = delivery;
+        let Delivery {
+            eval,
+            token,
+            wait_index,
+        } = delivery;
         tracing::debug!("dequeued evaluation");
-        let outcome = match self.snapshot_for(&eval).await {
+        let outcome = match self.snapshot_for(&eval, wait_index).await {
             Ok(snapshot) => {
                 self.backoff.reset();
                 self.invoke_scheduler(eval.clone(), token, snapshot).await
             }
             Err(e) => {
                 tracing::warn!(error = %e, "state is behind the evaluation; giving it back");
-                nack(&self.deps.broker, eval.id, token).await;
-                self.back_off_until_index(eval.modify_index).await;
+                nack(&self.deps.link, eval.id, token).await;
+                self.back_off_until_index(eval.modify_index.max(wait_index))
+                    .await;
                 return;
             }
         };
         match outcome {
-            Ok(writes) if writes.is_empty() => ack(&self.deps.broker, eval.id, token).await,
+            Ok(writes) if writes.is_empty() => ack(&self.deps.link, eval.id, token).await,
             Ok(writes) => self.finish_when_durable(eval.id, token, writes),
             Err(e) => {
                 tracing::error!(error = %e, "failed to process evaluation");
-                nack(&self.deps.broker, eval.id, token).await;
+                nack(&self.deps.link, eval.id, token).await;
             }
         }
     }
@@ -730,7 +732,7 @@ impl WorkerLoop {
     /// decisions per job is Nomad's.
     fn finish_when_durable(&mut self, eval_id: EvalId, token: Token, writes: PendingWrites) {
         self.finishing.retain(|f| !f.is_finished());
-        let broker = self.deps.broker.clone();
+        let link = self.deps.link.clone();
         let limit = self.deps.timing.raft_sync_limit;
         let start = Instant::now();
         let finish = async move {
@@ -738,14 +740,14 @@ impl WorkerLoop {
             metrics::histogram!("herder.worker.update_eval_seconds")
                 .record(start.elapsed().as_secs_f64());
             match durable {
-                Ok(Ok(())) => ack(&broker, eval_id, token).await,
+                Ok(Ok(())) => ack(&link, eval_id, token).await,
                 failed => {
                     let error = match failed {
                         Ok(Err(e)) => e,
                         _ => format!("not durable within {limit:?}"),
                     };
                     tracing::error!(%eval_id, error, "writing the evaluation's outcome failed");
-                    nack(&broker, eval_id, token).await;
+                    nack(&link, eval_id, token).await;
                 }
             }
         };
@@ -754,8 +756,12 @@ impl WorkerLoop {
 
     /// A snapshot at or after the evaluation's index, waiting (off the
     /// executor) up to the sync limit for the store to get there.
-    async fn snapshot_for(&mut self, eval: &Evaluation) -> Result<StateSnapshot, EvalError> {
-        let index = eval.modify_index;
+    async fn snapshot_for(
+        &mut self,
+        eval: &Evaluation,
+        wait_index: u64,
+    ) -> Result<StateSnapshot, EvalError> {
+        let index = eval.modify_index.max(wait_index);
         self.info.set_workload(WorkloadStatus::WaitingForRaft);
         let store = &self.deps.store;
         // The usual case needs no wait and no thread hop. While a plan is
@@ -843,9 +849,9 @@ impl WorkerLoop {
     }
 }
 
-async fn ack(broker: &Addr<EvalBroker>, eval_id: EvalId, token: Token) {
+async fn ack(link: &LeaderLink, eval_id: EvalId, token: Token) {
     let start = Instant::now();
-    match broker.send(Ack { eval_id, token }).await {
+    match link.ack(eval_id, token).await {
         Ok(Ok(())) => tracing::debug!("evaluation acked"),
         Ok(Err(e)) => tracing::error!(error = %e, "failed to ack evaluation"),
         Err(e) => tracing::error!(error = %e, "failed to ack evaluation"),
@@ -853,8 +859,8 @@ async fn ack(broker: &Addr<EvalBroker>, eval_id: EvalId, token: Token) {
     metrics::histogram!("herder.worker.send_ack_seconds").record(start.elapsed().as_secs_f64());
 }
 
-async fn nack(broker: &Addr<EvalBroker>, eval_id: EvalId, token: Token) {
-    match broker.send(Nack { eval_id, token }).await {
+async fn nack(link: &LeaderLink, eval_id: EvalId, token: Token) {
+    match link.nack(eval_id, token).await {
         Ok(Ok(())) => tracing::debug!("evaluation nacked"),
         Ok(Err(e)) => tracing::error!(error = %e, "failed to nack evaluation"),
         Err(e) => tracing::error!(error = %e, "failed to nack evaluation"),
@@ -931,10 +937,8 @@ impl PlannerBridge {
     /// Refuses writes for an evaluation whose delivery is no longer this
     /// worker's (its nack timer fired and another worker may hold it).
     fn check_outstanding(&self) -> Result<(), PlannerError> {
-        let held = block_on(self.deps.broker.send(Outstanding {
-            eval_id: self.eval_id,
-        }))
-        .map_err(|e| PlannerError(format!("eval broker unreachable: {e}")))?;
+        let held = block_on(self.deps.link.outstanding(self.eval_id))
+            .map_err(|e| PlannerError(format!("eval broker unreachable: {e}")))?;
         if held == Some(self.token) {
             Ok(())
         } else {
@@ -968,7 +972,7 @@ impl PlannerBridge {
     fn send_plan(&mut self, plan: Plan) -> Result<PlanResult, PlannerError> {
         loop {
             // A refused plan does not come back, so each try sends a copy.
-            let answer = block_on(self.deps.plan_applier.send(SubmitPlan(plan.clone())));
+            let answer = block_on(self.deps.link.submit_plan(plan.clone()));
             match answer {
                 Ok(Ok(PlanAnswer { result, write })) => {
                     self.backoff.reset();
@@ -1032,11 +1036,11 @@ impl Planner for PlannerBridge {
         let (eval_id, token) = (self.eval_id, self.token);
         // The plan may wait in the plan queue behind others for longer than
         // the nack timeout; that wait is not the worker's slowness.
-        if let Ok(Err(e)) = block_on(self.deps.broker.send(PauseNackTimeout { eval_id, token })) {
+        if let Ok(Err(e)) = block_on(self.deps.link.pause_nack(eval_id, token)) {
             tracing::warn!(error = %e, "could not pause the nack timer");
         }
         let result = self.send_plan(plan);
-        if let Ok(Err(e)) = block_on(self.deps.broker.send(ResumeNackTimeout { eval_id, token })) {
+        if let Ok(Err(e)) = block_on(self.deps.link.resume_nack(eval_id, token)) {
             tracing::warn!(error = %e, "could not resume the nack timer");
         }
         metrics::histogram!("herder.worker.submit_plan_seconds")
@@ -1089,11 +1093,8 @@ impl Planner for PlannerBridge {
         let stored = self.write_eval(eval)?;
         // Tracked under this delivery's token: an unblock that arrives
         // before the ack re-runs the evaluation once it is acked.
-        block_on(self.deps.blocked_evals.send(Reblock {
-            eval: stored,
-            token: self.token,
-        }))
-        .map_err(|e| PlannerError(format!("blocked evals unreachable: {e}")))?;
+        block_on(self.deps.link.reblock(stored, self.token))
+            .map_err(|e| PlannerError(format!("blocked evals unreachable: {e}")))?;
         metrics::histogram!("herder.worker.reblock_eval_seconds")
             .record(start.elapsed().as_secs_f64());
         Ok(())

@@ -12,6 +12,7 @@ use herder_server::broker::{
     start_with_blocked_evals, BrokerConfig, BrokerStats, Enqueue, EnqueueAll, EvalBroker,
     EvalWriteError, EvalWrites, Outstanding, SetEnabled, Stats,
 };
+use herder_server::leader_link::{LeaderLink, LeaderQueues};
 use herder_server::plan_applier::PlanApplier;
 use herder_server::worker::{
     CoreSchedulers, Pause, Resume, SchedulerFactory, SharedInfo, Stop, Worker, WorkerDeps,
@@ -138,9 +139,14 @@ impl Cluster {
         let in_flight_view = plan_applier.in_flight_view();
         let deps = WorkerDeps {
             store: store.clone(),
-            broker: broker.clone(),
-            blocked_evals,
-            plan_applier: plan_applier.start(),
+            link: LeaderLink::new(
+                LeaderQueues {
+                    broker: broker.clone(),
+                    blocked: blocked_evals,
+                    plan_applier: plan_applier.start(),
+                },
+                None,
+            ),
             in_flight_view,
             schedulers,
             timing: WorkerTiming::default(),
@@ -672,7 +678,7 @@ async fn a_plan_refused_while_the_plan_queue_is_disabled_is_retried_not_nacked()
     let cluster = Cluster::start(counting.clone()).await;
     cluster.register_nodes(2);
     let eval = cluster.register_job("patient", 2);
-    let applier = cluster.deps.plan_applier.clone();
+    let applier = cluster.deps.link.queues().plan_applier.clone();
     applier
         .send(herder_server::plan_applier::SetEnabled(false))
         .await
@@ -781,6 +787,8 @@ async fn two_workers_racing_for_one_node_never_over_commit_it_and_the_loser_refr
     );
     let stats = cluster
         .deps
+        .link
+        .queues()
         .plan_applier
         .send(herder_server::plan_applier::GetStats)
         .await

@@ -99,7 +99,7 @@ async fn round(cluster: &Cluster) -> Result<(), String> {
         .values()
         .find_map(|s| s.leader.clone().filter(|_| s.initialized))
     {
-        return ask_to_join(cluster, leader.addr()).await;
+        return ask_to_join(cluster, &leader.addr).await;
     }
     // Learners get their membership from the leader: a server that is
     // already in a membership as a learner waits for the leader's call.

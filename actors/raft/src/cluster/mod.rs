@@ -71,6 +71,9 @@ pub enum ClusterError {
 #[serde(rename_all = "PascalCase")]
 pub struct Member {
     pub id: NodeId,
+    /// Its RPC address (`node.rpc_addr`, kept at hand: it is what most
+    /// callers need).
+    pub addr: String,
     /// What the membership records about it.
     pub node: ServerNode,
     pub voter: bool,
@@ -78,9 +81,15 @@ pub struct Member {
 }
 
 impl Member {
-    /// Its RPC address.
-    pub fn addr(&self) -> &str {
-        &self.node.rpc_addr
+    /// The member `id` as the membership records it.
+    pub fn new(id: NodeId, node: &ServerNode, voter: bool, leader: bool) -> Member {
+        Member {
+            id,
+            addr: node.rpc_addr.clone(),
+            node: node.clone(),
+            voter,
+            leader,
+        }
     }
 }
 
@@ -187,12 +196,7 @@ impl Cluster {
         let m = metrics.borrow();
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id)?;
-        Some(Member {
-            id,
-            node: node.clone(),
-            voter: true,
-            leader: true,
-        })
+        Some(Member::new(id, node, true, true))
     }
 
     /// Every member of the latest membership (voters and learners).
@@ -203,11 +207,13 @@ impl Cluster {
         let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
         membership
             .nodes()
-            .map(|(id, node)| Member {
-                id: *id,
-                node: node.clone(),
-                voter: voters.contains(id),
-                leader: m.current_leader == Some(*id),
+            .map(|(id, node)| {
+                Member::new(
+                    *id,
+                    node,
+                    voters.contains(id),
+                    m.current_leader == Some(*id),
+                )
             })
             .collect()
     }
@@ -243,12 +249,7 @@ impl Cluster {
             .is_some();
         let leader = m.current_leader.and_then(|id| {
             let node = m.membership_config.membership().get_node(&id)?;
-            Some(Member {
-                id,
-                node: node.clone(),
-                voter: true,
-                leader: true,
-            })
+            Some(Member::new(id, node, true, true))
         });
         rpc::ServerStatus {
             id: self.id(),

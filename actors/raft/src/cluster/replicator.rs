@@ -128,7 +128,7 @@ async fn forward(cluster: &Cluster, entry: &LogEntry) -> Result<WriteResponse, A
     };
     let answer: Result<WriteResponse, Refusal> = match cluster
         .client()
-        .call(leader.addr(), rpc::WRITE_PATH, entry)
+        .call(&leader.addr, rpc::WRITE_PATH, entry)
         .await
     {
         Ok(answer) => answer,

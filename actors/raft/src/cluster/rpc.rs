@@ -226,7 +226,7 @@ pub async fn read_index(cluster: &Cluster) -> Result<u64, HttpError> {
     let leader = cluster.leader().ok_or_else(no_leader)?;
     let answer: Result<u64, Refusal> = cluster
         .client()
-        .call(leader.addr(), READ_INDEX_PATH, &())
+        .call(&leader.addr, READ_INDEX_PATH, &())
         .await?;
     answer.map_err(refusal_error)
 }
@@ -270,7 +270,7 @@ async fn add_voter(cluster: &Cluster, join: JoinRequest) -> Result<(), Refusal> 
         .map_err(|e| Refusal::Failed(format!("adding {} as a learner: {e}", join.id)))?;
     let voters: BTreeSet<NodeId> = members
         .iter()
-        .filter(|m| m.voter && m.addr() != addr)
+        .filter(|m| m.voter && m.addr != addr)
         .map(|m| m.id)
         .chain(std::iter::once(join.id))
         .collect();
@@ -290,7 +290,7 @@ pub async fn remove_member(cluster: &Cluster, request: RemoveRequest) -> Result<
     let members = cluster.members();
     let target = members
         .iter()
-        .find(|m| request.id == Some(m.id) || request.addr.as_deref() == Some(m.addr()));
+        .find(|m| request.id == Some(m.id) || request.addr.as_deref() == Some(m.addr.as_str()));
     let Some(target) = target else {
         return Err(Refusal::Failed(format!(
             "no server with {} in the raft configuration",
@@ -336,7 +336,7 @@ pub async fn update_member(cluster: &Cluster, update: JoinRequest) -> Result<(),
     }
     if let Some(other) = members
         .iter()
-        .find(|m| m.id != update.id && m.addr() == update.node.rpc_addr)
+        .find(|m| m.id != update.id && m.addr == update.node.rpc_addr)
     {
         return Err(Refusal::Failed(format!(
             "RPC address {} belongs to server {}",
@@ -366,7 +366,7 @@ pub async fn update_via_leader(cluster: &Cluster, leader: &Member) -> Result<(),
     }
     let answer: Result<(), Refusal> = cluster
         .client()
-        .call(leader.addr(), UPDATE_PATH, &update)
+        .call(&leader.addr, UPDATE_PATH, &update)
         .await
         .map_err(|e| Refusal::Failed(e.to_string()))?;
     answer
@@ -388,10 +388,10 @@ pub async fn remove_via_leader(cluster: &Cluster, request: RemoveRequest) -> Res
     }
     let leader = cluster
         .leader()
-        .ok_or_else(|| Refusal::NotLeader { leader: None })?;
+        .ok_or(Refusal::NotLeader { leader: None })?;
     let answer: Result<(), Refusal> = cluster
         .client()
-        .call(leader.addr(), REMOVE_PATH, &request)
+        .call(&leader.addr, REMOVE_PATH, &request)
         .await
         .map_err(|e| Refusal::Failed(e.to_string()))?;
     answer

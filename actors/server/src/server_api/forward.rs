@@ -5,67 +5,22 @@
 //! this: on a cluster member `StateStore::submit` already goes through the
 //! replicated log to the leader (herder-raft's `LogReplicator`).
 //!
-//! One signed call on the RPC port, [`LEADER_CALL_PATH`], with the same
-//! cluster key as the Raft RPCs. A call is re-sent only when it provably
-//! never reached a leader; the answer, refusals included, is the leader's
-//! own, so a caller of a follower's `ServerApi` cannot tell the difference.
+//! The follower's side is [`call_duty`]; the leader answers every
+//! [`LeaderCall`] here, at [`LEADER_CALL_PATH`] on the RPC port: the
+//! duties' writes through its own [`WritePath`], the scheduling workers'
+//! calls through its queues (`leader_link`). The answer, refusals
+//! included, is the leader's own, so a caller of a follower's `ServerApi`
+//! cannot tell the difference.
 
 use super::write_path::WritePath;
 use super::ServerApiError;
-use crate::gc::GcReport;
-use crate::node_tracker::NodeReply;
-use crate::periodic::Launched;
+use crate::leader_link::{call_leader, CallError, LeaderAnswer, LeaderCall, LeaderQueues, Refused};
 use crate::server::ServerHandle;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::state::AllocClientUpdate;
-use herder::structs::{Node, NodeId};
-use herder_raft::http::{serve_signed, HttpError};
+use herder_raft::http::serve_signed;
 use herder_raft::Cluster;
-use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
 
-pub const LEADER_CALL_PATH: &str = "/v1/rpc/leader";
-
-/// How long a call looks for a leader (an election takes 1-3 s).
-const FIND_LEADER_FOR: Duration = Duration::from_secs(10);
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
-
-/// A write for the leader's duties.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum LeaderCall {
-    RegisterNode(Box<Node>),
-    Heartbeat {
-        node_id: NodeId,
-        secret_id: String,
-        ready: bool,
-    },
-    UpdateAllocs {
-        node_id: NodeId,
-        secret_id: String,
-        updates: Vec<AllocClientUpdate>,
-    },
-    ForcePeriodic {
-        namespace: String,
-        job_id: String,
-    },
-    ForceGc,
-}
-
-/// The leader's answer to a [`LeaderCall`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum LeaderAnswer {
-    Node(NodeReply),
-    Index(u64),
-    Launched(Launched),
-    Gc(GcReport),
-}
-
-/// Why the leader did not answer a call.
-#[derive(Debug, Serialize, Deserialize)]
-enum Refused {
-    NotLeader,
-    Api(ServerApiError),
-}
+pub use crate::leader_link::LEADER_CALL_PATH;
 
 /// Registers [`LEADER_CALL_PATH`] on the RPC port's app.
 pub fn configure(server: ServerHandle, cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
@@ -92,49 +47,42 @@ async fn serve_call(
             if !cluster.is_leader() {
                 return Err(Refused::NotLeader);
             }
-            WritePath::of(&server)
-                .execute_here(call)
-                .await
-                .map_err(Refused::Api)
+            answer_here(&server, call).await
         },
     )
     .await
 }
 
-/// Sends `call` to the leader and returns its answer.
-pub(super) async fn call_leader(
+/// Answers a call on this server, the leader.
+async fn answer_here(server: &ServerHandle, call: LeaderCall) -> Result<LeaderAnswer, Refused> {
+    let queues = LeaderQueues {
+        broker: server.broker.clone(),
+        blocked: server.blocked.clone(),
+        plan_applier: server.plan_applier.clone(),
+    };
+    match queues
+        .execute(call.clone(), server.store.latest_index())
+        .await
+    {
+        Some(answer) => answer,
+        None => WritePath::of(server)
+            .execute_here(call)
+            .await
+            .map_err(Refused::Api),
+    }
+}
+
+/// Sends a duty's write to the leader and returns its answer.
+pub(super) async fn call_duty(
     cluster: &Cluster,
     call: LeaderCall,
 ) -> Result<LeaderAnswer, ServerApiError> {
-    let deadline = Instant::now() + FIND_LEADER_FOR;
-    loop {
-        let leader = cluster.leader().filter(|l| l.id != cluster.id());
-        let outcome = match &leader {
-            None => None,
-            Some(leader) => Some(
-                cluster
-                    .client()
-                    .call::<_, Result<LeaderAnswer, Refused>>(
-                        leader.addr(),
-                        LEADER_CALL_PATH,
-                        &call,
-                    )
-                    .await,
-            ),
-        };
-        match outcome {
-            Some(Ok(Ok(answer))) => return Ok(answer),
-            Some(Ok(Err(Refused::Api(e)))) => return Err(e),
-            Some(Err(e @ HttpError::Lost { .. })) | Some(Err(e @ HttpError::Body { .. })) => {
-                return Err(ServerApiError::Unavailable(format!(
-                    "forwarding to the leader: {e}"
-                )))
-            }
-            // Not delivered, or not the leader any more: look again.
-            _ if Instant::now() < deadline => tokio::time::sleep(RETRY_PAUSE).await,
-            _ => return Err(ServerApiError::Internal("No cluster leader".into())),
-        }
-    }
+    call_leader(cluster, &call).await.map_err(|e| match e {
+        CallError::NoLeader => ServerApiError::Internal("No cluster leader".into()),
+        CallError::Refused(Refused::Api(e)) => e,
+        CallError::Refused(other) => ServerApiError::Internal(other.to_string()),
+        CallError::Lost(e) => ServerApiError::Unavailable(format!("forwarding to the leader: {e}")),
+    })
 }
 
 /// The answer of the expected kind, or an internal error.

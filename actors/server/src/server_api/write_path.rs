@@ -15,9 +15,10 @@
 //! extra task hop: a `match` and the same actor message or store submit
 //! the caller would make itself.
 
-use super::forward::{self, LeaderAnswer, LeaderCall};
+use super::forward;
 use super::{shutting_down, store_error, ServerApiError};
 use crate::gc::{ForceGc, GarbageCollector, GcError, GcReport};
+use crate::leader_link::{LeaderAnswer, LeaderCall};
 use crate::node_tracker::{
     Heartbeat, NodeError, NodeReply, NodeTracker, RegisterNode, UpdateAllocs,
 };
@@ -118,6 +119,9 @@ impl WritePath {
                 let report = local.gc.send(ForceGc).await.map_err(|_| shutting_down())?;
                 report.map(LeaderAnswer::Gc).map_err(gc_error)
             }
+            _ => Err(ServerApiError::Invalid(
+                "not a write of the leader's duties".into(),
+            )),
         }
     }
 
@@ -212,7 +216,7 @@ impl WritePath {
     /// A duty's write: here, or at the leader when this server follows.
     async fn duty(&self, call: LeaderCall) -> Result<LeaderAnswer, ServerApiError> {
         match self.leader_elsewhere() {
-            Some(cluster) => forward::call_leader(cluster, call).await,
+            Some(cluster) => forward::call_duty(cluster, call).await,
             None => self.execute_here(call).await,
         }
     }
