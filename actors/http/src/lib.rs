@@ -9,6 +9,7 @@ mod agent_routes;
 mod body;
 mod client_alloc_routes;
 mod client_routes;
+mod cluster_reads;
 mod errors;
 mod eval_alloc_routes;
 mod event_stream;
@@ -104,6 +105,9 @@ pub async fn start(info: Arc<AgentInfo>, listener: TcpListener) -> Result<HttpSe
     let server = actix_web::HttpServer::new(move || {
         let tracker = tracker.clone();
         App::new()
+            .wrap(actix_web::middleware::from_fn(
+                cluster_reads::consistent_reads,
+            ))
             .wrap_fn(metrics_routes::observe_request)
             .wrap(actix_web::middleware::ErrorHandlers::new().handler(
                 actix_web::http::StatusCode::METHOD_NOT_ALLOWED,

@@ -72,25 +72,35 @@ pub fn config_with(snapshot_threshold: u64, trailing_logs: u64) -> Result<Config
     .validate()
 }
 
-/// A running replica.
+/// A running replica. Clones are handles on the same replica.
 pub struct RaftNode<T: StateMachineTarget> {
     id: NodeId,
     raft: Raft<TypeConfig>,
     target: Arc<T>,
 }
 
+impl<T: StateMachineTarget> Clone for RaftNode<T> {
+    fn clone(&self) -> Self {
+        RaftNode {
+            id: self.id,
+            raft: self.raft.clone(),
+            target: self.target.clone(),
+        }
+    }
+}
+
 impl<T: StateMachineTarget> RaftNode<T> {
     /// Starts server `id` with its log in `data_dir/raft` (created when
     /// new; read back when it exists: a restarted server is the same
     /// member with the same log).
-    pub async fn start<X: Transport>(
+    pub async fn start<X: Transport, P: AsRef<Path>>(
         id: NodeId,
-        data_dir: &Path,
+        data_dir: P,
         target: Arc<T>,
         transport: X,
         config: Arc<Config>,
     ) -> Result<RaftNode<T>, StartError> {
-        let log_dir = data_dir.join(LOG_DIR);
+        let log_dir = data_dir.as_ref().join(LOG_DIR);
         let log = SledLogStore::open(&log_dir).map_err(|source| StartError::Log {
             path: log_dir.display().to_string(),
             source,

@@ -29,6 +29,12 @@ pub const ID_FILE: &str = "raft-id";
 
 /// How long one exchange with another server may take.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a question that is retried elsewhere waits for an answer
+/// (a server's status, the leader's commit index): a stopped server must
+/// not hold a read for longer than an election takes.
+const QUICK_TIMEOUT: Duration = Duration::from_secs(1);
+/// Pause between attempts of a read barrier.
+const BARRIER_RETRY: Duration = Duration::from_millis(100);
 
 /// What a server needs to take its place in a cluster.
 #[derive(Clone, Debug)]
@@ -64,6 +70,20 @@ pub enum ClusterError {
     StandaloneState { index: u64 },
     #[error(transparent)]
     Start(#[from] StartError),
+    #[error("starting the replica's threads: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Threads of the replica's runtime: one may wait for the disk while the
+/// other answers the other servers.
+const RAFT_THREADS: usize = 2;
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// A cluster member as the others see it.
@@ -100,9 +120,13 @@ pub struct Cluster {
 }
 
 struct Inner {
+    /// The replica's own runtime; shut down (without waiting) when the last
+    /// handle goes, which may be inside another runtime.
+    runtime: Option<tokio::runtime::Runtime>,
     node: RaftNode<StateStore>,
     store: StateStore,
     client: SignedClient,
+    quick: SignedClient,
     settings: ClusterSettings,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -119,8 +143,12 @@ impl std::fmt::Debug for Cluster {
 impl Cluster {
     /// Starts this server's replica over `store` with its log in
     /// `data_dir/raft`, makes `store.submit` go through the log, and
-    /// starts forming or joining the cluster in the background. Must run
-    /// inside a tokio runtime, which keeps running the replica.
+    /// starts forming or joining the cluster in the background.
+    ///
+    /// The replica runs on a runtime of its own (`herder-raft` threads):
+    /// appending to the log and applying entries to the store wait for the
+    /// disk, and on the caller's runtime (the agent's single-threaded actix
+    /// system) every such wait would stop every actor and request with it.
     pub async fn start(
         settings: ClusterSettings,
         data_dir: &Path,
@@ -132,33 +160,65 @@ impl Cluster {
             });
         }
         let id = load_or_create_id(data_dir)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RAFT_THREADS)
+            .thread_name("herder-raft")
+            .enable_all()
+            .build()
+            .map_err(ClusterError::Runtime)?;
         let transport = HttpTransport::new(settings.key.clone(), RPC_TIMEOUT);
-        let node = RaftNode::start(
+        let starting = runtime.spawn(RaftNode::start(
             id,
-            data_dir,
+            data_dir.to_path_buf(),
             Arc::new(store.clone()),
             transport,
             settings.raft.clone(),
-        )
-        .await?;
+        ));
+        let node = match starting.await {
+            Ok(node) => node?,
+            Err(e) => {
+                runtime.shutdown_background();
+                return Err(ClusterError::Runtime(std::io::Error::other(e)));
+            }
+        };
         let (stop, _) = tokio::sync::watch::channel(false);
         let cluster = Cluster {
             inner: Arc::new(Inner {
+                runtime: Some(runtime),
                 node,
                 store: store.clone(),
                 client: SignedClient::new(settings.key.clone(), RPC_TIMEOUT),
+                quick: SignedClient::new(settings.key.clone(), QUICK_TIMEOUT),
                 settings,
                 stop,
             }),
         };
         store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
-        tokio::spawn(bootstrap::form_or_join(cluster.clone()));
+        cluster.spawn(bootstrap::form_or_join(cluster.clone()));
         tracing::info!(id, server = %cluster.inner.settings.node, "raft replica started");
         Ok(cluster)
     }
 
     pub fn id(&self) -> NodeId {
         self.inner.node.id()
+    }
+
+    /// Runs `task` on the replica's runtime.
+    pub fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.runtime().spawn(task)
+    }
+
+    /// The replica's runtime.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        match &self.inner.runtime {
+            Some(runtime) => runtime.handle(),
+            // Only `Drop` takes it, and then no handle is left to ask.
+            None => unreachable!("the replica's runtime lives as long as its handles"),
+        }
     }
 
     pub fn settings(&self) -> &ClusterSettings {
@@ -176,6 +236,12 @@ impl Cluster {
     /// The signed client other cluster calls (the server's own RPCs) use.
     pub fn client(&self) -> &SignedClient {
         &self.inner.client
+    }
+
+    /// The signed client for questions that are retried elsewhere when
+    /// unanswered (short timeout).
+    pub fn quick_client(&self) -> &SignedClient {
+        &self.inner.quick
     }
 
     /// Openraft's metrics, as a watch: the leadership follower subscribes.
@@ -265,7 +331,17 @@ impl Cluster {
     /// the call (the leader confirms it still leads and names its commit
     /// index; a follower asks the leader), so a read after it sees them.
     pub async fn read_barrier(&self, timeout: Duration) -> Result<u64, HttpError> {
-        let index = rpc::read_index(self).await?;
+        let deadline = std::time::Instant::now() + timeout;
+        let index = loop {
+            match rpc::read_index(self).await {
+                Ok(index) => break index,
+                // The leader may have just died: ask the next one.
+                Err(_) if std::time::Instant::now() + BARRIER_RETRY < deadline => {
+                    tokio::time::sleep(BARRIER_RETRY).await
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let store = self.inner.store.clone();
         let waited =
             tokio::task::spawn_blocking(move || store.snapshot_min_index(index, timeout)).await;
@@ -291,7 +367,9 @@ impl Cluster {
     /// The store is left to its owner, who closes it after this.
     pub async fn shutdown(&self) {
         self.inner.stop.send_replace(true);
-        self.inner.node.shutdown().await;
+        let node = self.inner.node.clone();
+        let stopping = self.spawn(async move { node.shutdown().await });
+        let _ = stopping.await;
     }
 }
 

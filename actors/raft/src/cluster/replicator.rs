@@ -34,12 +34,12 @@ pub struct LogReplicator {
 }
 
 impl LogReplicator {
-    /// Must be made inside the tokio runtime the cluster runs on: writes
-    /// submitted from any thread are driven there.
+    /// Writes submitted from any thread are driven on the replica's
+    /// runtime.
     pub fn new(cluster: Cluster) -> LogReplicator {
         LogReplicator {
+            runtime: cluster.runtime().clone(),
             cluster,
-            runtime: tokio::runtime::Handle::current(),
         }
     }
 }

@@ -225,7 +225,7 @@ pub async fn read_index(cluster: &Cluster) -> Result<u64, HttpError> {
     }
     let leader = cluster.leader().ok_or_else(no_leader)?;
     let answer: Result<u64, Refusal> = cluster
-        .client()
+        .quick_client()
         .call(&leader.addr, READ_INDEX_PATH, &())
         .await?;
     answer.map_err(refusal_error)
@@ -248,7 +248,7 @@ fn no_leader() -> HttpError {
 /// Asks the server at `addr` about itself.
 pub async fn server_status(cluster: &Cluster, addr: &str) -> Result<ServerStatus, HttpError> {
     let answer: Result<ServerStatus, Refusal> =
-        cluster.client().call(addr, STATUS_PATH, &()).await?;
+        cluster.quick_client().call(addr, STATUS_PATH, &()).await?;
     answer.map_err(refusal_error)
 }
 
