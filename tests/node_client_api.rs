@@ -25,6 +25,13 @@ fn a_node_registers_heartbeats_and_is_refused_without_its_secret() {
         "{reply}"
     );
     assert!(reply["Index"].as_u64().unwrap() > 0);
+    // A single server lists itself as the node's only server, at its
+    // HTTP port (bound to every interface, it advertises the address
+    // this machine routes from).
+    let listed = reply["Servers"][0]["HTTPAddr"].as_str().unwrap_or_default();
+    let port = format!(":{}", agent.addr.port());
+    assert!(listed.ends_with(&port), "{reply}");
+    assert_eq!(reply["Servers"].as_array().map(Vec::len), Some(1));
     let store = &agent.server.as_ref().unwrap().store;
     assert_eq!(
         store.snapshot().node(&node.id).unwrap().status,
@@ -39,6 +46,8 @@ fn a_node_registers_heartbeats_and_is_refused_without_its_secret() {
         &json!({"Status": "ready"}),
     );
     assert_eq!(code, 200, "{body}");
+    let beat: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(beat["Servers"], reply["Servers"], "{beat}");
     let (code, body) = send_json("PUT", &hb, Some("wrong"), &json!({"Status": "ready"}));
     assert_eq!(code, 403, "{body}");
     let other = agent.url(&format!("/v1/node/{}/heartbeat", herder::structs::new_id()));

@@ -319,8 +319,20 @@ struct Parts {
 impl Parts {
     /// Brings the parts up in dependency order; on a failure, stops what
     /// had started.
-    async fn start(config: AgentConfig, dev_temp_dir: bool) -> Result<Parts, AgentError> {
+    async fn start(mut config: AgentConfig, dev_temp_dir: bool) -> Result<Parts, AgentError> {
         let (data_dir, temp) = prepare_data_dir(&config.data_dir, dev_temp_dir)?;
+        // The HTTP API is bound before the server starts and served once
+        // the server is up: a cluster member advertises its HTTP address
+        // to the other servers (they hand it to client nodes), and with
+        // `-http-port 0` only the bound listener knows the port. From here
+        // on `ports.http` is the port actually bound.
+        let listener = http::bind(&config).map_err(|e| AgentError::Bind {
+            addr: e.addr,
+            source: e.source,
+        })?;
+        if let Ok(bound) = listener.local_addr() {
+            config.ports.http = bound.port();
+        }
         let server = if config.server.enabled {
             Some(Server::start(&config, &data_dir).await?)
         } else {
@@ -340,7 +352,7 @@ impl Parts {
             nomad_metrics,
             client: std::sync::OnceLock::new(),
         });
-        let http = match http::start(info.clone()).await {
+        let http = match http::start(info.clone(), listener).await {
             Ok(http) => http,
             Err(e) => {
                 if let Some(server) = server {

@@ -26,13 +26,14 @@
 //!   failure the server is to blame for (no answer, 5xx, an unreadable
 //!   answer) moves to the next one; a register or heartbeat answer that
 //!   lists the servers (`Servers`, as Nomad's `NodeUpdateResponse.Servers`)
-//!   replaces the list.
+//!   becomes the list, followed by the configured servers it does not
+//!   name (a fallback for when every listed one is gone, e.g. a cluster
+//!   rebuilt at new addresses behind a configured name).
 //!
 //! The wire format (paths and bodies) is in [`wire`], also shared. Nomad's
 //! `NodeServerInfo` carries an RPC address; herder's nodes talk to the HTTP
 //! API, so an entry is read from its `HTTPAddr` (entries without one are
-//! skipped). Herder's servers do not send `Servers` yet (the server side
-//! comes with several servers); until then the configured list stays.
+//! skipped).
 
 use herder::structs::AllocId;
 use serde_json::Value;
@@ -46,7 +47,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionConfig {
     /// The servers' HTTP addresses in failover order (`host:port` or
-    /// `http://host:port`).
+    /// `http://host:port`); kept after any list the servers send, as a
+    /// fallback.
     pub servers: Vec<String>,
     /// The next heartbeat is due after `TTL x f`, `f` drawn from
     /// `[low, high)` (`low == high`: exactly `TTL x low`).
@@ -532,17 +534,18 @@ impl<U> NodeSession<U> {
 struct ServerList {
     list: Vec<String>,
     current: usize,
+    /// The configured servers, appended to any list the servers send.
+    configured: Vec<String>,
 }
 
 impl ServerList {
     fn new(servers: &[String]) -> ServerList {
-        let mut list: Vec<String> = Vec::with_capacity(servers.len());
-        for s in servers.iter().map(|s| normalize_server(s)) {
-            if !list.contains(&s) {
-                list.push(s);
-            }
+        let list = normalized(servers.iter().map(String::as_str));
+        ServerList {
+            configured: list.clone(),
+            list,
+            current: 0,
         }
-        ServerList { list, current: 0 }
     }
 
     fn current(&self) -> &str {
@@ -557,21 +560,37 @@ impl ServerList {
         }
     }
 
-    /// A new list; the server in use stays when it is still listed,
-    /// otherwise one is picked by `draw` in `[0, 1)` (so nodes given the
-    /// same list spread over it).
+    /// A list from the servers, followed by the configured servers it
+    /// does not name; the server in use stays when the servers list it,
+    /// otherwise one of theirs is picked by `draw` in `[0, 1)` (so nodes
+    /// given the same list spread over it).
     fn replace(&mut self, servers: &[String], draw: f64) {
-        let keep = self.current().to_string();
-        let new = ServerList::new(servers);
-        if new.list.is_empty() {
+        let given = normalized(servers.iter().map(String::as_str));
+        if given.is_empty() {
             return;
         }
-        self.current = match new.list.iter().position(|s| *s == keep) {
-            Some(i) => i,
-            None => ((draw * new.list.len() as f64) as usize).min(new.list.len() - 1),
-        };
-        self.list = new.list;
+        let keep = self.current().to_string();
+        let picked = ((draw * given.len() as f64) as usize).min(given.len() - 1);
+        // `given` leads `list`, so a position in it is one in `list`.
+        self.current = given.iter().position(|s| *s == keep).unwrap_or(picked);
+        self.list = normalized(
+            given
+                .iter()
+                .chain(self.configured.iter())
+                .map(String::as_str),
+        );
     }
+}
+
+/// Each server once, normalized, in order of first appearance.
+fn normalized<'a>(servers: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut list: Vec<String> = Vec::new();
+    for s in servers.map(normalize_server) {
+        if !list.contains(&s) {
+            list.push(s);
+        }
+    }
+    list
 }
 
 /// A small deterministic generator for jitter (SplitMix64): the session

@@ -426,6 +426,14 @@ impl AgentConfig {
             }
             return format!("{configured}:{bound_port}");
         }
+        self.http_advertise(bound_port)
+    }
+
+    /// The address clients and other servers reach this agent's HTTP API
+    /// at, given the port actually bound: the bind address, or (bound to
+    /// every interface) the address this machine routes outside traffic
+    /// from.
+    pub fn http_advertise(&self, bound_port: u16) -> String {
         let (host, _) = self.http_bind();
         let ip: std::net::IpAddr = host
             .parse()

@@ -59,18 +59,6 @@ pub async fn members(cluster: &Cluster, config: &AgentConfig) -> Vec<Value> {
     listed
 }
 
-/// Each member's name as [`members`] lists it, by ID.
-pub async fn names(cluster: &Cluster, config: &AgentConfig) -> BTreeMap<u64, String> {
-    members(cluster, config)
-        .await
-        .iter()
-        .filter_map(|m| {
-            let id = m["Tags"]["id"].as_str()?.parse().ok()?;
-            Some((id, m["Name"].as_str()?.to_string()))
-        })
-        .collect()
-}
-
 /// This server as a member (`/v1/agent/self`'s `member`).
 pub fn own_member(cluster: &Cluster, config: &AgentConfig) -> Value {
     let member = cluster
@@ -79,7 +67,8 @@ pub fn own_member(cluster: &Cluster, config: &AgentConfig) -> Value {
         .find(|m| m.id == cluster.id())
         .unwrap_or_else(|| Member {
             id: cluster.id(),
-            addr: cluster.settings().rpc_addr.clone(),
+            addr: cluster.settings().node.rpc_addr.clone(),
+            node: cluster.settings().node.clone(),
             voter: false,
             leader: false,
         });
@@ -118,7 +107,7 @@ async fn ask(cluster: &Cluster, members: Vec<Member>) -> Vec<Known> {
 fn member_json(known: &Known, config: &AgentConfig) -> Value {
     let (host, port) = split_addr(&known.member.addr);
     let status = known.status.as_ref();
-    let name = status.map_or_else(|| known.member.addr.clone(), |s| s.name.clone());
+    let name = status.map_or_else(|| known.member.addr.clone(), |s| s.node.name.clone());
     let region = status
         .map(|s| s.region.clone())
         .filter(|r| !r.is_empty())
@@ -126,8 +115,8 @@ fn member_json(known: &Known, config: &AgentConfig) -> Value {
     let tags = json!({
         "role": "nomad",
         "region": region,
-        "dc": status.map(|s| s.datacenter.clone()).unwrap_or_default(),
-        "build": status.map(|s| s.version.clone()).unwrap_or_default(),
+        "dc": status.map(|s| s.node.datacenter.clone()).unwrap_or_default(),
+        "build": status.map(|s| s.node.version.clone()).unwrap_or_default(),
         "port": port.to_string(),
         "rpc_addr": host,
         "id": known.member.id.to_string(),

@@ -10,6 +10,13 @@
 //!
 //! Heartbeats and allocation updates are authenticated by the node's
 //! SecretID in `X-Nomad-Token`.
+//!
+//! Register and heartbeat answers carry the servers a node may talk to
+//! (`Servers`, Nomad's `NodeUpdateResponse.Servers`), so a client started
+//! with one server address learns the others and fails over to them:
+//! every member of the cluster (this server alone when it runs without
+//! Raft), each with its `HTTPAddr` beside Nomad's fields, since herder's
+//! nodes speak the HTTP API rather than Nomad's RPC.
 
 use super::body::Body;
 use super::query::decode_json;
@@ -76,7 +83,30 @@ fn node_id(raw: &str) -> Result<NodeId, ApiError> {
         .map_err(|_| ApiError::BadRequest(format!("node ID {raw:?} is not a UUID")))
 }
 
-fn node_reply(r: NodeReply) -> HttpResponse {
+/// Nomad's RPC API version (`structs.ApiMajorVersion`/`ApiMinorVersion`
+/// of Nomad 1.1), reported per server as `NodeServerInfo` does.
+const RPC_MAJOR_VERSION: u32 = 1;
+const RPC_MINOR_VERSION: u32 = 1;
+
+/// The `Servers` of a register or heartbeat answer: Nomad's
+/// `NodeServerInfo` for every server whose HTTP address is known.
+fn servers_json(info: &AgentInfo) -> Vec<serde_json::Value> {
+    super::raft_routes::servers(info)
+        .into_iter()
+        .filter(|m| !m.node.http_addr.is_empty())
+        .map(|m| {
+            json!({
+                "RPCAdvertiseAddr": m.node.rpc_addr,
+                "HTTPAddr": m.node.http_addr,
+                "RPCMajorVersion": RPC_MAJOR_VERSION,
+                "RPCMinorVersion": RPC_MINOR_VERSION,
+                "Datacenter": m.node.datacenter,
+            })
+        })
+        .collect()
+}
+
+fn node_reply(r: NodeReply, servers: Vec<serde_json::Value>) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header(("X-Nomad-Index", r.index.to_string()))
         .json(json!({
@@ -87,6 +117,7 @@ fn node_reply(r: NodeReply) -> HttpResponse {
             "Index": r.index,
             "KnownLeader": true,
             "LastContact": 0,
+            "Servers": servers,
         }))
 }
 
@@ -96,7 +127,8 @@ async fn register(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse
     let node = request
         .node
         .ok_or_else(|| ApiError::BadRequest("missing node for client registration".into()))?;
-    Ok(node_reply(api.register_node(node).await?))
+    let reply = api.register_node(node).await?;
+    Ok(node_reply(reply, servers_json(&info)))
 }
 
 async fn heartbeat(
@@ -114,6 +146,7 @@ async fn heartbeat(
             "HeartbeatTTL": reply.heartbeat_ttl.as_nanos() as u64,
             "EvalIDs": reply.eval_ids,
             "Index": reply.index,
+            "Servers": servers_json(&info),
         })))
 }
 

@@ -32,7 +32,7 @@ mod system_routes;
 
 use actix_web::{web, App};
 pub use agent_info::{AgentInfo, ClientHandle};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 pub use errors::ApiError;
@@ -80,10 +80,24 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
-/// Binds the API and starts serving.
-pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, BindError> {
+/// Binds the API's address (`bind_addr`, `ports.http`) without serving
+/// yet: the agent binds first so that the server it starts next knows the
+/// port it will be reached at (`-http-port 0` included).
+pub fn bind(config: &herder_common::config::AgentConfig) -> Result<TcpListener, BindError> {
+    let (host, port) = config.http_bind();
+    TcpListener::bind((host.as_str(), port)).map_err(|source| BindError {
+        addr: format!("{host}:{port}"),
+        source,
+    })
+}
+
+/// Starts serving the API on `listener` (from [`bind`]).
+pub async fn start(info: Arc<AgentInfo>, listener: TcpListener) -> Result<HttpServer, BindError> {
     metrics_routes::install_recorder();
-    let (host, port) = info.config.http_bind();
+    let bound = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let body_limit = info.config.limits.http_max_body_bytes;
     let runs_client = info.config.client.enabled;
     let data = web::Data::from(info.clone());
@@ -129,13 +143,13 @@ pub async fn start(info: Arc<AgentInfo>) -> Result<HttpServer, BindError> {
     .workers(2)
     .shutdown_timeout(10)
     .disable_signals()
-    .bind((host.as_str(), port))
+    .listen(listener)
     .map_err(|source| BindError {
-        addr: format!("{host}:{port}"),
+        addr: bound.clone(),
         source,
     })?;
     let addr = server.addrs().first().copied().ok_or_else(|| BindError {
-        addr: format!("{host}:{port}"),
+        addr: bound,
         source: std::io::Error::other("no address bound"),
     })?;
     let server = server.run();

@@ -3,17 +3,21 @@
 //! the servers that vote on the state, in Nomad's shapes (`nomad operator
 //! raft list-peers`, `nomad server members`).
 //!
-//! Servers are known by their RPC address, as in Nomad. A single server
+//! Servers are known by their RPC address, as in Nomad, and named by the
+//! name the membership records (`<node>.<region>`). A single server
 //! without Raft is the only voter and always the leader, known by the RPC
 //! address it would advertise (`ports.rpc` on its bind address), as
 //! Nomad's dev agent answers.
+//!
+//! [`servers`] is also what client nodes are told: the `Servers` list of a
+//! register or heartbeat answer (`client_routes`).
 
 use super::errors::ApiError;
 use super::query::{server, QueryOptions};
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder_raft::cluster::rpc::{self, RemoveRequest};
-use herder_raft::Member;
+use herder_raft::{Member, ServerNode};
 use serde_json::json;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -32,21 +36,30 @@ const RAFT_PROTOCOL: &str = "2";
 /// This server's RPC address as the other servers know it.
 pub fn own_rpc_address(info: &AgentInfo) -> String {
     match info.server.as_ref().and_then(|s| s.cluster.as_ref()) {
-        Some(cluster) => cluster.settings().rpc_addr.clone(),
+        Some(cluster) => cluster.settings().node.rpc_addr.clone(),
         None => info.config.rpc_advertise(info.config.ports.rpc),
     }
 }
 
-/// The voting servers: the cluster's members, or this server alone.
-fn servers(info: &AgentInfo) -> Vec<Member> {
+/// This single server as a cluster member would advertise itself (the
+/// agent put the bound HTTP port in `ports.http`).
+fn own_node(info: &AgentInfo) -> ServerNode {
+    let config = &info.config;
+    ServerNode {
+        rpc_addr: own_rpc_address(info),
+        http_addr: config.http_advertise(config.ports.http),
+        name: format!("{}.{}", config.name_or_hostname(), config.region),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        datacenter: config.datacenter.clone(),
+    }
+}
+
+/// The servers: the cluster's members (voters and learners), or this
+/// server alone; none on a client-only agent.
+pub fn servers(info: &AgentInfo) -> Vec<Member> {
     match info.server.as_ref().and_then(|s| s.cluster.as_ref()) {
         Some(cluster) => cluster.members(),
-        None if info.config.server.enabled => vec![Member {
-            id: 0,
-            addr: own_rpc_address(info),
-            voter: true,
-            leader: true,
-        }],
+        None if info.config.server.enabled => vec![Member::new(0, &own_node(info), true, true)],
         None => Vec::new(),
     }
 }
@@ -55,7 +68,10 @@ fn servers(info: &AgentInfo) -> Vec<Member> {
 /// known (and on a client-only agent).
 async fn leader(info: web::Data<AgentInfo>) -> HttpResponse {
     let leader = match info.server.as_ref().and_then(|s| s.cluster.as_ref()) {
-        Some(cluster) => cluster.leader().map(|l| l.addr).unwrap_or_default(),
+        Some(cluster) => cluster
+            .leader()
+            .map(|l| l.node.rpc_addr)
+            .unwrap_or_default(),
         None if info.config.server.enabled => own_rpc_address(&info),
         None => String::new(),
     };
@@ -64,24 +80,17 @@ async fn leader(info: web::Data<AgentInfo>) -> HttpResponse {
 
 /// `{"Servers": [{"ID", "Node", "Address", "Leader", "Voter",
 /// "RaftProtocol"}], "Index"}` (Nomad's `RaftConfigurationResponse`; the
-/// ID is the address, as in Nomad 1.1 with Raft protocol 2; a server's
-/// node name is the one `/v1/agent/members` lists, its address while it
-/// has never answered).
+/// ID is the address, as in Nomad 1.1 with Raft protocol 2; the node is
+/// the server's name, or its address when the membership records none).
 async fn configuration(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
     let handle = server(&info)?;
-    let own = own_rpc_address(&info);
-    let own_name = format!("{}.{}", info.config.name_or_hostname(), info.config.region);
-    let names = match handle.cluster.as_ref() {
-        Some(cluster) => super::agent_cluster::names(cluster, &info.config).await,
-        None => Default::default(),
-    };
     let entries: Vec<_> = servers(&info)
         .into_iter()
         .map(|m| {
-            let node = if m.addr == own {
-                own_name.clone()
+            let node = if m.node.name.is_empty() {
+                &m.addr
             } else {
-                names.get(&m.id).cloned().unwrap_or_else(|| m.addr.clone())
+                &m.node.name
             };
             json!({
                 "ID": m.addr, "Node": node, "Address": m.addr,
@@ -101,7 +110,7 @@ async fn peers(info: web::Data<AgentInfo>) -> HttpResponse {
     let voters: Vec<String> = servers(&info)
         .into_iter()
         .filter(|m| m.voter)
-        .map(|m| m.addr)
+        .map(|m| m.node.rpc_addr)
         .collect();
     HttpResponse::Ok().json(voters)
 }

@@ -15,7 +15,7 @@
 //! futures, which actix's client does not give.
 
 use crate::transport::{RpcError, SnapshotRpcError, Transport};
-use crate::{NodeId, TypeConfig};
+use crate::{NodeId, ServerNode, TypeConfig};
 use actix_web::{web, HttpRequest, HttpResponse};
 use base64::Engine;
 use hmac::{Hmac, Mac};
@@ -24,7 +24,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft};
+use openraft::Raft;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sha2::Sha256;
@@ -380,10 +380,10 @@ impl HttpTransport {
     async fn call<Req, Resp, E>(
         &self,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         path: &'static str,
         rpc: &Req,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    ) -> Result<Resp, RPCError<NodeId, ServerNode, E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -391,7 +391,7 @@ impl HttpTransport {
     {
         let answer: Result<Resp, E> = self
             .client
-            .call_member(&node.addr, target, path, rpc)
+            .call_member(&node.rpc_addr, target, path, rpc)
             .await
             .map_err(|e| match e {
                 HttpError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
@@ -478,7 +478,7 @@ impl Transport for HttpTransport {
         &self,
         _from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
         self.call(target, node, APPEND_PATH, &rpc).await
@@ -488,7 +488,7 @@ impl Transport for HttpTransport {
         &self,
         _from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: VoteRequest<NodeId>,
     ) -> Result<VoteResponse<NodeId>, RpcError> {
         self.call(target, node, VOTE_PATH, &rpc).await
@@ -498,7 +498,7 @@ impl Transport for HttpTransport {
         &self,
         _from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<InstallSnapshotResponse<NodeId>, SnapshotRpcError> {
         self.call(target, node, SNAPSHOT_PATH, &rpc).await

@@ -7,8 +7,11 @@
 //! - [`entry`]: the log entry, a versioned batch of `herder::state::Command`s
 //!   ([`LogEntry`]) and the answer to a write ([`WriteResponse`]);
 //!   membership and the leader's no-op are openraft's own entries.
+//! - [`server_node`]: what the membership records about each server
+//!   ([`ServerNode`]: RPC and HTTP addresses, name, version).
 //! - [`version_gate`]: an entry kind is written only when every server's
-//!   version applies it ([`can_write`]).
+//!   version applies it ([`can_write`]); [`RaftNode::propose`] checks it
+//!   against the membership before every write.
 //! - [`log_store`]: the Raft log, vote and committed position in a sled
 //!   database of its own, `<data dir>/raft`, flushed before any write is
 //!   reported done.
@@ -123,13 +126,14 @@
 //!   with the seed's backoff (nack and back off while far behind), schedule
 //!   on it and submit the plan to the leader; the leader's plan re-check
 //!   catches a stale replica.
-//! - The version gate: servers advertise their version (membership
-//!   metadata or the RPC port's status call); the leader calls
-//!   [`can_write`] before proposing an entry of a new kind.
+//! - The version gate: each server's version is in its membership entry
+//!   ([`ServerNode::version`]); the leader calls [`can_write`] before
+//!   proposing any entry ([`RaftNode::propose`]).
 //! - The RPC port: the agent's actix-web server for `-rpc-port` mounts
 //!   [`http::configure`] (with the `server { encrypt }` key), and each
 //!   server's [`RaftNode`] gets an [`HttpTransport`] with the same key;
-//!   membership carries each server's RPC address as `BasicNode::addr`.
+//!   membership carries each server's RPC address as
+//!   [`ServerNode::rpc_addr`].
 //!   Bootstrap (`-bootstrap-expect`, `-retry-join`), forwarding, the
 //!   workers' broker and plan calls and the leader's duties are the next
 //!   steps of issue 18; they need nothing else from this crate.
@@ -146,6 +150,7 @@ pub mod log_store;
 pub mod memory_target;
 pub mod node;
 pub mod router;
+pub mod server_node;
 pub mod state_machine;
 pub mod store_target;
 pub mod transport;
@@ -156,8 +161,11 @@ pub use entry::{CommandResult, EntryKind, LogEntry, WriteResponse};
 pub use http::{ClusterKey, HttpError, HttpTransport, KeyError, SignedClient};
 pub use log_store::SledLogStore;
 pub use memory_target::{AppliedBatch, MemoryTarget};
-pub use node::{config_with, default_config, RaftNode, StartError, WriteError, LOG_DIR};
+pub use node::{
+    config_with, default_config, ProposeError, RaftNode, StartError, WriteError, LOG_DIR,
+};
 pub use router::{Router, RouterError};
+pub use server_node::ServerNode;
 pub use state_machine::{
     BatchToApply, Position, StateMachineAdapter, StateMachineTarget, TargetError, TargetSnapshot,
 };
@@ -173,7 +181,7 @@ openraft::declare_raft_types!(
         D = LogEntry,
         R = WriteResponse,
         NodeId = NodeId,
-        Node = openraft::BasicNode,
+        Node = ServerNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,

@@ -5,11 +5,12 @@ use crate::entry::{LogEntry, WriteResponse};
 use crate::log_store::SledLogStore;
 use crate::state_machine::{StateMachineAdapter, StateMachineTarget};
 use crate::transport::{Network, Transport};
-use crate::{NodeId, TypeConfig};
+use crate::version_gate::{can_write, GateError};
+use crate::{NodeId, ServerNode, TypeConfig};
 use herder::state::Command;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ConfigError;
-use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use openraft::{Config, Raft, SnapshotPolicy};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -29,8 +30,19 @@ pub enum StartError {
     Raft(#[from] Fatal<NodeId>),
 }
 
-/// Why a write was not committed.
-pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
+/// Why openraft did not commit a write.
+pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, ServerNode>>;
+
+/// Why a proposed entry was not committed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// Not every server runs a version that applies the entry's kind:
+    /// nothing was proposed.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    #[error(transparent)]
+    Raft(#[from] WriteError),
+}
 
 /// Herder's Raft timings. A leader heartbeats every 100 ms; a follower
 /// that hears nothing for 0.5-1 s stands for election, and the others
@@ -113,13 +125,32 @@ impl<T: StateMachineTarget> RaftNode<T> {
         &self.target
     }
 
-    /// Replicates `commands` as one entry and answers once a quorum has it
-    /// and this server applied it. Only the leader accepts writes; any
-    /// other server answers `ForwardToLeader` (naming the leader when it
-    /// knows one) and the caller forwards.
-    pub async fn write(&self, commands: Vec<Command>) -> Result<WriteResponse, WriteError> {
-        let response = self.raft.client_write(LogEntry::commands(commands)).await?;
+    /// Replicates `commands` as one entry of state commands; as
+    /// [`propose`](Self::propose).
+    pub async fn write(&self, commands: Vec<Command>) -> Result<WriteResponse, ProposeError> {
+        self.propose(LogEntry::commands(commands)).await
+    }
+
+    /// Replicates `entry` and answers once a quorum has it and this server
+    /// applied it. Only the leader accepts writes; any other server
+    /// answers `ForwardToLeader` (naming the leader when it knows one) and
+    /// the caller forwards.
+    ///
+    /// The version gate first: the entry is proposed only when every
+    /// member of the latest membership (as this leader knows it, joining
+    /// learners included) advertises a version that applies its kind.
+    pub async fn propose(&self, entry: LogEntry) -> Result<WriteResponse, ProposeError> {
+        self.check_versions(&entry)?;
+        let response = self.raft.client_write(entry).await?;
         Ok(response.data)
+    }
+
+    /// The version gate for `entry` against the membership's servers.
+    pub fn check_versions(&self, entry: &LogEntry) -> Result<(), GateError> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let servers = m.membership_config.membership().nodes().map(|(_, n)| n);
+        can_write(entry.kind, servers)
     }
 
     /// Stops the replica (its log stays on disk).

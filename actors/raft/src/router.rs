@@ -14,13 +14,13 @@
 //! still the runtime's).
 
 use crate::transport::{RpcError, SnapshotRpcError, Transport};
-use crate::{NodeId, TypeConfig};
+use crate::{NodeId, ServerNode, TypeConfig};
 use openraft::error::{NetworkError, RPCError, RemoteError, Unreachable};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft};
+use openraft::Raft;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,7 +42,7 @@ pub enum RouterError {
 impl RouterError {
     /// As openraft sees it: a server that is down or cut off is
     /// unreachable (it backs off); a lost message is a network error.
-    fn into_rpc<E: std::error::Error>(self) -> RPCError<NodeId, BasicNode, E> {
+    fn into_rpc<E: std::error::Error>(self) -> RPCError<NodeId, ServerNode, E> {
         match self {
             RouterError::Dropped { .. } => RPCError::Network(NetworkError::new(&self)),
             RouterError::Down(_) | RouterError::Isolated(_) => {
@@ -174,7 +174,7 @@ impl Router {
         from: NodeId,
         target: NodeId,
         call: F,
-    ) -> Result<R, RPCError<NodeId, BasicNode, E>>
+    ) -> Result<R, RPCError<NodeId, ServerNode, E>>
     where
         E: std::error::Error,
         F: FnOnce(Raft<TypeConfig>) -> Fut,
@@ -200,7 +200,7 @@ impl Transport for Router {
         &self,
         from: NodeId,
         target: NodeId,
-        _node: &BasicNode,
+        _node: &ServerNode,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> Result<AppendEntriesResponse<NodeId>, RpcError> {
         self.deliver(from, target, |raft| async move {
@@ -213,7 +213,7 @@ impl Transport for Router {
         &self,
         from: NodeId,
         target: NodeId,
-        _node: &BasicNode,
+        _node: &ServerNode,
         rpc: VoteRequest<NodeId>,
     ) -> Result<VoteResponse<NodeId>, RpcError> {
         self.deliver(from, target, |raft| async move { raft.vote(rpc).await })
@@ -224,7 +224,7 @@ impl Transport for Router {
         &self,
         from: NodeId,
         target: NodeId,
-        _node: &BasicNode,
+        _node: &ServerNode,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<InstallSnapshotResponse<NodeId>, SnapshotRpcError> {
         self.deliver(from, target, |raft| async move {

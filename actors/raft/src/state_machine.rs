@@ -10,12 +10,12 @@
 //! the state lacks.
 
 use crate::entry::{CommandResult, LogEntry, WriteResponse};
-use crate::{NodeId, TypeConfig};
+use crate::{NodeId, ServerNode, TypeConfig};
 use herder::state::Command;
 use openraft::storage::RaftStateMachine;
 use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
-    StorageError, StorageIOError, StoredMembership,
+    Entry, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 use std::io::Cursor;
@@ -93,7 +93,7 @@ pub trait StateMachineTarget: Send + Sync + 'static {
 #[serde(rename_all = "PascalCase")]
 pub struct Position {
     pub last_applied: Option<LogId<NodeId>>,
-    pub membership: StoredMembership<NodeId, BasicNode>,
+    pub membership: StoredMembership<NodeId, ServerNode>,
 }
 
 impl Position {
@@ -278,7 +278,7 @@ impl<T: StateMachineTarget> RaftStateMachine<TypeConfig> for StateMachineAdapter
 
     async fn applied_state(
         &mut self,
-    ) -> StoreResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
+    ) -> StoreResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, ServerNode>)> {
         let position = self.position()?;
         Ok((position.last_applied, position.membership))
     }
@@ -310,7 +310,7 @@ impl<T: StateMachineTarget> RaftStateMachine<TypeConfig> for StateMachineAdapter
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, BasicNode>,
+        meta: &SnapshotMeta<NodeId, ServerNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
         let position = Position {

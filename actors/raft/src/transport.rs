@@ -7,19 +7,18 @@
 //! the cluster key check. Openraft's default chunked snapshot sending is
 //! kept, so a transport only ever carries bounded messages.
 
-use crate::{NodeId, TypeConfig};
+use crate::{NodeId, ServerNode, TypeConfig};
 use openraft::error::{InstallSnapshotError, RPCError, RaftError};
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
 use std::future::Future;
 use std::time::Duration;
 
 /// An RPC failure as openraft classifies it, for RPCs answering `E`.
-pub type RpcError<E = RaftError<NodeId>> = RPCError<NodeId, BasicNode, E>;
+pub type RpcError<E = RaftError<NodeId>> = RPCError<NodeId, ServerNode, E>;
 /// The install-snapshot RPC's error.
 pub type SnapshotRpcError = RpcError<RaftError<NodeId, InstallSnapshotError>>;
 
@@ -29,7 +28,7 @@ pub trait Transport: Clone + Send + Sync + 'static {
         &self,
         from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> impl Future<Output = Result<AppendEntriesResponse<NodeId>, RpcError>> + Send;
 
@@ -37,7 +36,7 @@ pub trait Transport: Clone + Send + Sync + 'static {
         &self,
         from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: VoteRequest<NodeId>,
     ) -> impl Future<Output = Result<VoteResponse<NodeId>, RpcError>> + Send;
 
@@ -45,7 +44,7 @@ pub trait Transport: Clone + Send + Sync + 'static {
         &self,
         from: NodeId,
         target: NodeId,
-        node: &BasicNode,
+        node: &ServerNode,
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> impl Future<Output = Result<InstallSnapshotResponse<NodeId>, SnapshotRpcError>> + Send;
 }
@@ -71,14 +70,14 @@ impl<X: Transport> Network<X> {
 pub struct Connection<X: Transport> {
     from: NodeId,
     target: NodeId,
-    node: BasicNode,
+    node: ServerNode,
     transport: X,
 }
 
 impl<X: Transport> RaftNetworkFactory<TypeConfig> for Network<X> {
     type Network = Connection<X>;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Connection<X> {
+    async fn new_client(&mut self, target: NodeId, node: &ServerNode) -> Connection<X> {
         Connection {
             from: self.from,
             target,

@@ -6,10 +6,11 @@
 mod support;
 use herder::state::Command;
 use herder_raft::{
-    default_config, MemoryTarget, NodeId, RaftNode, Router, SledLogStore, WriteResponse, LOG_DIR,
+    default_config, MemoryTarget, NodeId, RaftNode, Router, ServerNode, SledLogStore,
+    WriteResponse, LOG_DIR,
 };
 use openraft::storage::RaftLogStorage;
-use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use openraft::{Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,9 +55,9 @@ impl Cluster {
         for id in IDS {
             cluster.start_node(id).await;
         }
-        let members: BTreeMap<NodeId, BasicNode> = IDS
+        let members: BTreeMap<NodeId, ServerNode> = IDS
             .iter()
-            .map(|id| (*id, BasicNode::new(format!("server-{id}"))))
+            .map(|id| (*id, support::server_node(format!("server-{id}"))))
             .collect();
         cluster.node(1).raft().initialize(members).await.unwrap();
         cluster.leader().await;

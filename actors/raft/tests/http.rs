@@ -7,10 +7,11 @@ use actix_web::{App, HttpServer};
 use herder::state::Command;
 use herder_raft::http::{configure, AUTH_HEADER, VOTE_PATH};
 use herder_raft::{
-    default_config, ClusterKey, HttpTransport, MemoryTarget, NodeId, RaftNode, Transport,
+    default_config, ClusterKey, HttpTransport, MemoryTarget, NodeId, RaftNode, ServerNode,
+    Transport,
 };
 use openraft::raft::VoteRequest;
-use openraft::{BasicNode, ServerState, Vote};
+use openraft::{ServerState, Vote};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,9 +76,9 @@ async fn start_cluster(dir: &TempDir, third_key: &str) -> Vec<Server> {
         start_server(2, dir, KEY).await,
         start_server(3, dir, third_key).await,
     ];
-    let members: BTreeMap<NodeId, BasicNode> = servers
+    let members: BTreeMap<NodeId, ServerNode> = servers
         .iter()
-        .map(|s| (s.node.id(), BasicNode::new(&s.address)))
+        .map(|s| (s.node.id(), support::server_node(&s.address)))
         .collect();
     servers[0].node.raft().initialize(members).await.unwrap();
     servers
@@ -182,7 +183,7 @@ async fn an_unsigned_or_wrongly_signed_request_is_refused() {
 
     // The same request signed with the key is answered and moves its term.
     let transport = HttpTransport::new(ClusterKey::from_base64(KEY).unwrap(), PATIENCE);
-    let node = BasicNode::new(&server.address);
+    let node = support::server_node(&server.address);
     let request = VoteRequest::new(Vote::new(9, 2), None);
     transport.vote(2, 1, &node, request).await.unwrap();
     let raft = server.node.raft().clone();

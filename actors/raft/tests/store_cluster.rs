@@ -7,8 +7,8 @@
 mod support;
 use herder::state::{fixtures, Command, StateSnapshot, StateStore, StoreOptions};
 use herder::structs::TriggeredBy;
-use herder_raft::{default_config, NodeId, RaftNode, Router, WriteResponse};
-use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use herder_raft::{default_config, NodeId, RaftNode, Router, ServerNode, WriteResponse};
+use openraft::{Config, ServerState, SnapshotPolicy};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,9 +53,9 @@ impl Cluster {
             let store = cluster.open_store(id);
             cluster.start_node(id, store).await;
         }
-        let members: BTreeMap<NodeId, BasicNode> = IDS
+        let members: BTreeMap<NodeId, ServerNode> = IDS
             .iter()
-            .map(|id| (*id, BasicNode::new(format!("server-{id}"))))
+            .map(|id| (*id, support::server_node(format!("server-{id}"))))
             .collect();
         cluster.node(1).raft().initialize(members).await.unwrap();
         cluster.leader().await;

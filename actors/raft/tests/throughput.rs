@@ -10,8 +10,8 @@
 //! last two with the state store as their state machine.
 
 use herder::state::{fixtures, Command, StateStore, StoreOptions};
-use herder_raft::{default_config, LogEntry, NodeId, RaftNode, Router};
-use openraft::{BasicNode, ServerState};
+use herder_raft::{default_config, LogEntry, NodeId, RaftNode, Router, ServerNode};
+use openraft::ServerState;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,8 +67,8 @@ async fn raft_group(size: u64, dir: &std::path::Path) -> Vec<RaftNode<StateStore
         router.add(id, node.raft().clone());
         nodes.push(node);
     }
-    let members: BTreeMap<NodeId, BasicNode> = (1..=size)
-        .map(|id| (id, BasicNode::new(format!("server-{id}"))))
+    let members: BTreeMap<NodeId, ServerNode> = (1..=size)
+        .map(|id| (id, ServerNode::at(format!("server-{id}"))))
         .collect();
     nodes[0].raft().initialize(members).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -16,7 +16,7 @@ use crate::server_api::forward;
 use herder::state::StateStore;
 use herder_common::config::AgentConfig;
 use herder_raft::cluster::{rpc, RaftState};
-use herder_raft::{config_with, Cluster, ClusterKey, ClusterSettings};
+use herder_raft::{config_with, Cluster, ClusterKey, ClusterSettings, ServerNode};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
@@ -61,11 +61,8 @@ pub async fn start_replica(
     )
     .map_err(|e| ServerError::Cluster(format!("raft settings: {e}")))?;
     let settings = ClusterSettings {
-        name: format!("{}.{}", config.name_or_hostname(), config.region),
+        node: advertised_node(config, port),
         region: config.region.clone(),
-        datacenter: config.datacenter.clone(),
-        rpc_addr: config.rpc_advertise(port),
-        version: env!("CARGO_PKG_VERSION").to_string(),
         bootstrap_expect: config.server.bootstrap_expect,
         retry_join: config
             .server
@@ -81,6 +78,24 @@ pub async fn start_replica(
         .await
         .map_err(|e| ServerError::Cluster(e.to_string()))?;
     Ok(Replica { cluster, rpc })
+}
+
+/// This server as the membership records it. Its HTTP address is the one
+/// clients are told (the `Servers` of a heartbeat answer), so it must be
+/// the port actually bound: the agent binds the HTTP API before it starts
+/// the server and puts the bound port in `ports.http`
+/// (`herder_actors::agent`), so even `-http-port 0` advertises the real
+/// port. (Binding first rather than telling the cluster later keeps the
+/// entry right from the start: a later value would mean a founding or a
+/// join with an incomplete entry, then an update of every member.)
+fn advertised_node(config: &AgentConfig, rpc_port: u16) -> ServerNode {
+    ServerNode {
+        rpc_addr: config.rpc_advertise(rpc_port),
+        http_addr: config.http_advertise(config.ports.http),
+        name: format!("{}.{}", config.name_or_hostname(), config.region),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        datacenter: config.datacenter.clone(),
+    }
 }
 
 /// A `retry_join` entry with Nomad's default RPC port when it names none.

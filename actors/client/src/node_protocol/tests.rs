@@ -215,7 +215,7 @@ fn only_a_servers_own_fault_moves_to_the_next_and_only_once() {
 }
 
 #[test]
-fn a_servers_list_in_an_answer_replaces_the_failover_list() {
+fn a_servers_list_in_an_answer_leads_the_failover_list() {
     let reply = serde_json::json!({
         "HeartbeatTTL": 15_000_000_000u64,
         "Servers": [
@@ -250,7 +250,16 @@ fn a_servers_list_in_an_answer_replaces_the_failover_list() {
     assert_eq!(s.current_server(), "http://10.0.0.2:4646");
     let _ = s.next_action(t0 + secs(10.0));
     s.heartbeat_answered(&parsed, t0 + secs(10.0));
-    assert_eq!(s.servers(), parsed.servers.as_deref().unwrap_or_default());
+    // The servers' list first, then the configured ones it leaves out.
+    assert_eq!(
+        s.servers(),
+        [
+            "http://10.0.0.9:4646",
+            "http://10.0.0.2:4646",
+            "http://10.0.0.1:4646",
+            "http://10.0.0.3:4646"
+        ]
+    );
     // The server in use is still listed: the node stays on it.
     assert_eq!(s.current_server(), "http://10.0.0.2:4646");
     // A list without it: the node picks one of the new servers.
@@ -262,7 +271,72 @@ fn a_servers_list_in_an_answer_replaces_the_failover_list() {
     assert!(matches!(s.next_action(at), Action::Heartbeat { .. }));
     s.heartbeat_answered(&moved, at);
     assert!(s.current_server().starts_with("http://10.0.1."));
-    assert_eq!(s.servers().len(), 2);
+    assert_eq!(s.servers().len(), 2 + 3);
+}
+
+/// A client configured with one server learns the other two from its
+/// first answers, and when that server dies it moves on to them (with no
+/// more than the usual backoff), keeping its configured server last.
+#[test]
+fn a_client_given_one_server_fails_over_to_the_servers_it_was_told_of() {
+    let t0 = Instant::now();
+    let mut config = SessionConfig::client(vec!["10.0.0.1:4646".into()], 5);
+    config.watch_allocs = false; // only the liveness lane matters here
+    let mut s = Session::new(config, t0);
+    let cluster = NodeAnswer {
+        heartbeat_ttl: secs(10.0),
+        servers: Some(servers(3)),
+    };
+    assert!(matches!(s.next_action(t0), Action::Register { .. }));
+    s.registered(&cluster, t0);
+    // The configured server is listed: the node stays on it.
+    assert_eq!(s.current_server(), "http://10.0.0.1:4646");
+    assert_eq!(s.servers().len(), 3);
+
+    // It dies: each heartbeat that fails moves to the next server, and the
+    // node is never left without a live one for long.
+    let mut now = t0 + secs(5.0);
+    let mut asked = Vec::new();
+    loop {
+        let Action::Heartbeat { server } = s.next_action(now) else {
+            panic!("a heartbeat is due at {:?}", now - t0);
+        };
+        asked.push(server.clone());
+        if server == "http://10.0.0.1:4646" {
+            s.request_failed(Request::Heartbeat, &server, &unreachable(), now);
+            let Action::Wait(Some(at)) = s.next_action(now) else {
+                panic!("a retry is scheduled");
+            };
+            assert!(at - now <= secs(0.5), "retried after {:?}", at - now);
+            now = at;
+            continue;
+        }
+        // The survivors answer, without the dead one any more.
+        let survivors = NodeAnswer {
+            heartbeat_ttl: secs(10.0),
+            servers: Some(servers(3)[1..].to_vec()),
+        };
+        s.heartbeat_answered(&survivors, now);
+        break;
+    }
+    assert_eq!(asked, ["http://10.0.0.1:4646", "http://10.0.0.2:4646"]);
+    assert_eq!(s.current_server(), "http://10.0.0.2:4646");
+    // The configured server stays, last, for when every listed one is gone.
+    assert_eq!(
+        s.servers(),
+        [
+            "http://10.0.0.2:4646",
+            "http://10.0.0.3:4646",
+            "http://10.0.0.1:4646"
+        ]
+    );
+    // The next failure moves to the third; one more comes back to the
+    // configured server.
+    for expected in ["http://10.0.0.3:4646", "http://10.0.0.1:4646"] {
+        let server = s.current_server().to_string();
+        s.request_failed(Request::Heartbeat, &server, &unreachable(), now);
+        assert_eq!(s.current_server(), expected);
+    }
 }
 
 #[test]

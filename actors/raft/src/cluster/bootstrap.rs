@@ -21,26 +21,44 @@
 //! [`join`] is the same first step on demand (`PUT /v1/agent/join`,
 //! `herder server join ADDR`): ask one server for its status and its
 //! cluster's leader for a place.
+//!
+//! Once a voter, a server makes sure its own membership entry says what
+//! it advertises now ([`ServerNode`]: name, RPC and HTTP addresses,
+//! version). A server restarted after an upgrade (or on a new port) finds
+//! its old entry in its log and sends the new one to the leader as soon as
+//! it knows one, so the leader's version gate always sees every member's
+//! current version.
 
 use super::rpc::{self, JoinRequest, Refusal, ServerStatus};
 use super::Cluster;
 use crate::http::HttpError;
-use openraft::BasicNode;
+use crate::ServerNode;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Pause between rounds.
 const ROUND: Duration = Duration::from_secs(1);
 
-/// Runs until this server is a voter or the cluster shuts down.
+/// Runs until this server is a voter whose membership entry is current,
+/// or the cluster shuts down.
 pub async fn form_or_join(cluster: Cluster) {
     let mut stopping = cluster.stopping();
+    let mut announced = false;
     loop {
-        if is_voter(&cluster) {
-            tracing::info!(id = cluster.id(), "member of the cluster");
-            return;
-        }
-        if let Err(e) = round(&cluster).await {
+        let attempt = if is_voter(&cluster) {
+            if !announced {
+                tracing::info!(id = cluster.id(), "member of the cluster");
+                announced = true;
+            }
+            match keep_entry_current(&cluster).await {
+                Ok(true) => return,
+                Ok(false) => Ok(()),
+                Err(e) => Err(format!("updating this server's membership entry: {e}")),
+            }
+        } else {
+            round(&cluster).await
+        };
+        if let Err(e) = attempt {
             tracing::info!("joining the cluster: {e}");
         }
         tokio::select! {
@@ -48,6 +66,28 @@ pub async fn form_or_join(cluster: Cluster) {
             _ = stopping.changed() => return,
         }
     }
+}
+
+/// Whether this server's entry in the membership is what it advertises
+/// now; when it is not, sends the new one to the leader (once a leader is
+/// known) and answers false (the next round checks again: the change is
+/// a membership entry that reaches this server's log in a moment).
+async fn keep_entry_current(cluster: &Cluster) -> Result<bool, Refusal> {
+    let own = &cluster.settings().node;
+    let recorded: Option<ServerNode> = cluster
+        .members()
+        .into_iter()
+        .find(|m| m.id == cluster.id())
+        .map(|m| m.node);
+    if recorded.as_ref() == Some(own) {
+        return Ok(true);
+    }
+    let Some(leader) = cluster.leader() else {
+        return Ok(false);
+    };
+    tracing::info!(from = ?recorded, to = ?own, "this server changed since it joined; telling the leader");
+    rpc::update_via_leader(cluster, &leader).await?;
+    Ok(false)
 }
 
 fn is_voter(cluster: &Cluster) -> bool {
@@ -77,12 +117,12 @@ async fn round(cluster: &Cluster) -> Result<(), String> {
     if expect <= 1 {
         return Err("no server in retry_join leads a cluster yet".into());
     }
-    let mut founders: BTreeMap<u64, String> = peers
+    let mut founders: BTreeMap<u64, ServerNode> = peers
         .values()
         .filter(|s| !s.initialized)
-        .map(|s| (s.id, s.rpc_addr.clone()))
+        .map(|s| (s.id, s.node.clone()))
         .collect();
-    founders.insert(cluster.id(), cluster.settings().rpc_addr.clone());
+    founders.insert(cluster.id(), cluster.settings().node.clone());
     if founders.len() < expect {
         return Err(format!(
             "{} of {expect} servers (bootstrap_expect) see each other",
@@ -92,11 +132,7 @@ async fn round(cluster: &Cluster) -> Result<(), String> {
     if founders.keys().next() != Some(&cluster.id()) {
         return Ok(()); // the lowest ID founds the cluster
     }
-    let members: BTreeMap<u64, BasicNode> = founders
-        .into_iter()
-        .take(expect)
-        .map(|(id, addr)| (id, BasicNode { addr }))
-        .collect();
+    let members: BTreeMap<u64, ServerNode> = founders.into_iter().take(expect).collect();
     tracing::info!(servers = ?members.keys().collect::<Vec<_>>(), "founding the cluster");
     cluster
         .node()
@@ -167,7 +203,7 @@ pub async fn join(cluster: &Cluster, addr: &str) -> Result<(), JoinError> {
 async fn ask_to_join(cluster: &Cluster, addr: &str) -> Result<(), JoinError> {
     let join = JoinRequest {
         id: cluster.id(),
-        addr: cluster.settings().rpc_addr.clone(),
+        node: cluster.settings().node.clone(),
     };
     let answer: Result<(), Refusal> = cluster.client().call(addr, rpc::JOIN_PATH, &join).await?;
     Ok(answer?)

@@ -133,10 +133,21 @@ async fn probe_round(cluster: &Cluster) {
 mod tests {
     use super::*;
 
+    fn node(id: NodeId) -> crate::ServerNode {
+        crate::ServerNode {
+            rpc_addr: format!("127.0.0.1:{id}"),
+            http_addr: String::new(),
+            name: format!("s{id}.global"),
+            version: "0.1.0".into(),
+            datacenter: "dc1".into(),
+        }
+    }
+
     fn member(id: NodeId) -> Member {
         Member {
             id,
             addr: format!("127.0.0.1:{id}"),
+            node: node(id),
             voter: true,
             leader: false,
         }
@@ -145,11 +156,8 @@ mod tests {
     fn status(id: NodeId) -> ServerStatus {
         ServerStatus {
             id,
-            name: format!("s{id}.global"),
-            rpc_addr: format!("127.0.0.1:{id}"),
-            version: "0.1.0".into(),
+            node: node(id),
             region: "global".into(),
-            datacenter: "dc1".into(),
             bootstrap_expect: 3,
             initialized: true,
             leader: None,
@@ -169,7 +177,7 @@ mod tests {
         let health = liveness.get(2).expect("member 2 is watched");
         assert!(!health.alive);
         assert_eq!(health.last_contact, t0);
-        assert_eq!(health.status.map(|s| s.name), Some("s2.global".into()));
+        assert_eq!(health.status.map(|s| s.node.name), Some("s2.global".into()));
     }
 
     #[test]

@@ -17,9 +17,9 @@ pub mod rpc;
 
 use crate::http::{ClusterKey, HttpError, HttpTransport, SignedClient};
 use crate::node::{RaftNode, StartError};
-use crate::NodeId;
+use crate::{NodeId, ServerNode};
 use herder::state::StateStore;
-use openraft::{BasicNode, Config, RaftMetrics, ServerState};
+use openraft::{Config, RaftMetrics, ServerState};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,16 +41,15 @@ const BARRIER_RETRY: Duration = Duration::from_millis(100);
 /// What a server needs to take its place in a cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterSettings {
-    /// This server's name (`<node>.<region>`, as Nomad names servers).
-    pub name: String,
-    /// Its region and datacenter, advertised to the other servers (the
-    /// `region` and `dc` tags of `/v1/agent/members`).
+    /// This server as it advertises itself: its name (`<node>.<region>`,
+    /// as Nomad names servers), the address other servers reach its RPC
+    /// port at, its HTTP API address, its datacenter and herder's version.
+    /// The membership records it; a change since the last start (an
+    /// upgrade) is brought to the leader (`bootstrap`).
+    pub node: ServerNode,
+    /// Its region, advertised to the other servers (the `region` tag of
+    /// `/v1/agent/members`).
     pub region: String,
-    pub datacenter: String,
-    /// The address other servers reach this one's RPC port at.
-    pub rpc_addr: String,
-    /// herder's version, advertised to the other servers.
-    pub version: String,
     /// The cluster forms once this many servers see each other.
     pub bootstrap_expect: usize,
     /// Other servers' RPC addresses to contact.
@@ -100,10 +99,26 @@ impl Drop for Inner {
 #[serde(rename_all = "PascalCase")]
 pub struct Member {
     pub id: NodeId,
-    /// Its RPC address.
+    /// Its RPC address (`node.rpc_addr`, kept at hand: it is what most
+    /// callers need).
     pub addr: String,
+    /// What the membership records about it.
+    pub node: ServerNode,
     pub voter: bool,
     pub leader: bool,
+}
+
+impl Member {
+    /// The member `id` as the membership records it.
+    pub fn new(id: NodeId, node: &ServerNode, voter: bool, leader: bool) -> Member {
+        Member {
+            id,
+            addr: node.rpc_addr.clone(),
+            node: node.clone(),
+            voter,
+            leader,
+        }
+    }
 }
 
 /// This server's part in a cluster. Cheap to clone.
@@ -129,7 +144,7 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("id", &self.id())
-            .field("rpc_addr", &self.inner.settings.rpc_addr)
+            .field("node", &self.inner.settings.node)
             .finish()
     }
 }
@@ -191,7 +206,7 @@ impl Cluster {
         store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
         cluster.spawn(bootstrap::form_or_join(cluster.clone()));
         cluster.spawn(liveness::watch(cluster.clone()));
-        tracing::info!(id, rpc = %cluster.inner.settings.rpc_addr, "raft replica started");
+        tracing::info!(id, server = %cluster.inner.settings.node, "raft replica started");
         Ok(cluster)
     }
 
@@ -246,7 +261,7 @@ impl Cluster {
     }
 
     /// Openraft's metrics, as a watch: the leadership follower subscribes.
-    pub fn metrics(&self) -> tokio::sync::watch::Receiver<RaftMetrics<NodeId, BasicNode>> {
+    pub fn metrics(&self) -> tokio::sync::watch::Receiver<RaftMetrics<NodeId, ServerNode>> {
         self.inner.node.raft().metrics()
     }
 
@@ -263,12 +278,7 @@ impl Cluster {
         let m = metrics.borrow();
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id)?;
-        Some(Member {
-            id,
-            addr: node.addr.clone(),
-            voter: true,
-            leader: true,
-        })
+        Some(Member::new(id, node, true, true))
     }
 
     /// Every member of the latest membership (voters and learners).
@@ -279,11 +289,13 @@ impl Cluster {
         let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
         membership
             .nodes()
-            .map(|(id, node)| Member {
-                id: *id,
-                addr: node.addr.clone(),
-                voter: voters.contains(id),
-                leader: m.current_leader == Some(*id),
+            .map(|(id, node)| {
+                Member::new(
+                    *id,
+                    node,
+                    voters.contains(id),
+                    m.current_leader == Some(*id),
+                )
             })
             .collect()
     }
@@ -319,20 +331,12 @@ impl Cluster {
             .is_some();
         let leader = m.current_leader.and_then(|id| {
             let node = m.membership_config.membership().get_node(&id)?;
-            Some(Member {
-                id,
-                addr: node.addr.clone(),
-                voter: true,
-                leader: true,
-            })
+            Some(Member::new(id, node, true, true))
         });
         rpc::ServerStatus {
             id: self.id(),
-            name: self.inner.settings.name.clone(),
-            rpc_addr: self.inner.settings.rpc_addr.clone(),
-            version: self.inner.settings.version.clone(),
+            node: self.inner.settings.node.clone(),
             region: self.inner.settings.region.clone(),
-            datacenter: self.inner.settings.datacenter.clone(),
             bootstrap_expect: self.inner.settings.bootstrap_expect,
             initialized,
             leader,
@@ -388,7 +392,7 @@ impl Cluster {
 }
 
 /// The Raft types, re-exported for the server crate's leadership follower.
-pub type Metrics = RaftMetrics<NodeId, BasicNode>;
+pub type Metrics = RaftMetrics<NodeId, ServerNode>;
 pub use openraft::ServerState as RaftState;
 
 /// This server's ID: read back from `data_dir/raft-id`, or a new random

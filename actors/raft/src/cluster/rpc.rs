@@ -1,16 +1,18 @@
 //! The cluster's own calls on the RPC port, beside the Raft RPCs: a
 //! server's status (how servers find each other), a write forwarded to the
-//! leader, the read barrier's commit index, and membership changes. Each
+//! leader, the read barrier's commit index, and membership changes (join,
+//! remove, and a member bringing its own entry up to date). Each
 //! is a signed exchange ([`serve_signed`] / [`SignedClient`]), so only a
 //! holder of the cluster key can make one.
 
 use super::{Cluster, Member};
 use crate::entry::{LogEntry, WriteResponse};
 use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
-use crate::NodeId;
+use crate::node::ProposeError;
+use crate::{NodeId, ServerNode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, ChangeMembers};
+use openraft::ChangeMembers;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -20,22 +22,17 @@ pub const WRITE_PATH: &str = "/v1/raft/write";
 pub const READ_INDEX_PATH: &str = "/v1/raft/read-index";
 pub const JOIN_PATH: &str = "/v1/raft/join";
 pub const REMOVE_PATH: &str = "/v1/raft/remove";
+pub const UPDATE_PATH: &str = "/v1/raft/update";
 
 /// What a server says about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ServerStatus {
     pub id: NodeId,
-    pub name: String,
-    pub rpc_addr: String,
-    pub version: String,
-    /// Its region, datacenter and `bootstrap_expect` (left out by older
-    /// servers, hence the defaults).
-    #[serde(default)]
+    /// What it advertises about itself (what the membership would record).
+    pub node: ServerNode,
+    /// Its region and `bootstrap_expect`.
     pub region: String,
-    #[serde(default)]
-    pub datacenter: String,
-    #[serde(default)]
     pub bootstrap_expect: usize,
     /// Whether it belongs to a cluster (has a membership).
     pub initialized: bool,
@@ -54,16 +51,22 @@ pub enum Refusal {
     /// not have been applied.
     #[error("leadership changed while committing; the write may or may not have been applied")]
     Interrupted,
+    /// The version gate: some server runs a version that cannot apply the
+    /// entry (the message names them). Nothing was written.
+    #[error("{0}")]
+    VersionGate(String),
     #[error("{0}")]
     Failed(String),
 }
 
-/// A server asking to be a voting member.
+/// A server asking to be a voting member ([`JOIN_PATH`]), or a member
+/// asking to have its entry replaced by what it advertises now
+/// ([`UPDATE_PATH`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct JoinRequest {
     pub id: NodeId,
-    pub addr: String,
+    pub node: ServerNode,
 }
 
 /// A member to remove, by ID or RPC address.
@@ -87,6 +90,7 @@ pub fn configure(cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
             .route(WRITE_PATH, web::post().to(write))
             .route(READ_INDEX_PATH, web::post().to(read_index_handler))
             .route(JOIN_PATH, web::post().to(join))
+            .route(UPDATE_PATH, web::post().to(update))
             .route(REMOVE_PATH, web::post().to(remove));
     }
 }
@@ -151,6 +155,22 @@ async fn join(cluster: web::Data<Cluster>, request: HttpRequest, body: web::Byte
     .await
 }
 
+async fn update(
+    cluster: web::Data<Cluster>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    let c = cluster.clone();
+    serve_signed(
+        &cluster.settings().key,
+        UPDATE_PATH,
+        &request,
+        &body,
+        |update: JoinRequest| async move { update_member(&c, update).await },
+    )
+    .await
+}
+
 async fn remove(
     cluster: web::Data<Cluster>,
     request: HttpRequest,
@@ -170,19 +190,23 @@ async fn remove(
 /// The refusal for a call only the leader takes.
 fn not_leader(cluster: &Cluster) -> Refusal {
     Refusal::NotLeader {
-        leader: cluster.leader().map(|l| l.addr),
+        leader: cluster.leader().map(|l| l.node.rpc_addr),
     }
 }
 
-/// Commits `entry` on this server, which must lead.
+/// Commits `entry` on this server, which must lead, once the version gate
+/// lets its kind through ([`crate::RaftNode::propose`]).
 pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<WriteResponse, Refusal> {
     if !cluster.is_leader() {
         return Err(not_leader(cluster));
     }
-    match cluster.node().raft().client_write(entry).await {
-        Ok(response) => Ok(response.data),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(Refusal::Interrupted),
-        Err(e) => Err(Refusal::Failed(e.to_string())),
+    match cluster.node().propose(entry).await {
+        Ok(response) => Ok(response),
+        Err(ProposeError::Gate(e)) => Err(Refusal::VersionGate(e.to_string())),
+        Err(ProposeError::Raft(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+            Err(Refusal::Interrupted)
+        }
+        Err(ProposeError::Raft(e)) => Err(Refusal::Failed(e.to_string())),
     }
 }
 
@@ -248,22 +272,20 @@ async fn add_voter(cluster: &Cluster, join: JoinRequest) -> Result<(), Refusal> 
         return Ok(());
     }
     let raft = cluster.node().raft();
-    let node = BasicNode {
-        addr: join.addr.clone(),
-    };
-    raft.add_learner(join.id, node, true)
+    let addr = join.node.rpc_addr.clone();
+    raft.add_learner(join.id, join.node, true)
         .await
         .map_err(|e| Refusal::Failed(format!("adding {} as a learner: {e}", join.id)))?;
     let voters: BTreeSet<NodeId> = members
         .iter()
-        .filter(|m| m.voter && m.addr != join.addr)
+        .filter(|m| m.voter && m.addr != addr)
         .map(|m| m.id)
         .chain(std::iter::once(join.id))
         .collect();
     raft.change_membership(ChangeMembers::ReplaceAllVoters(voters), false)
         .await
         .map_err(|e| Refusal::Failed(format!("making {} a voter: {e}", join.id)))?;
-    tracing::info!(id = join.id, addr = %join.addr, "server joined the cluster");
+    tracing::info!(id = join.id, %addr, "server joined the cluster");
     Ok(())
 }
 
@@ -297,8 +319,65 @@ pub async fn remove_member(cluster: &Cluster, request: RemoveRequest) -> Result<
         .change_membership(ChangeMembers::ReplaceAllVoters(remaining), false)
         .await
         .map_err(|e| Refusal::Failed(format!("removing {}: {e}", target.id)))?;
-    tracing::info!(id = target.id, addr = %target.addr, "server removed from the cluster");
+    tracing::info!(id = target.id, server = %target.node, "server removed from the cluster");
     Ok(())
+}
+
+/// Replaces a member's entry with what it advertises now (the leader's
+/// side): a server restarted with a new version, name or addresses. Only
+/// the member itself asks (a signed call naming its own ID), and an RPC
+/// address another member holds is refused: two entries at one address
+/// would let one process vote twice.
+pub async fn update_member(cluster: &Cluster, update: JoinRequest) -> Result<(), Refusal> {
+    if !cluster.is_leader() {
+        return Err(not_leader(cluster));
+    }
+    let members = cluster.members();
+    let Some(current) = members.iter().find(|m| m.id == update.id) else {
+        return Err(Refusal::Failed(format!(
+            "server {} is not a member; it must join first",
+            update.id
+        )));
+    };
+    if current.node == update.node {
+        return Ok(());
+    }
+    if let Some(other) = members
+        .iter()
+        .find(|m| m.id != update.id && m.addr == update.node.rpc_addr)
+    {
+        return Err(Refusal::Failed(format!(
+            "RPC address {} belongs to server {}",
+            update.node.rpc_addr, other.id
+        )));
+    }
+    let nodes = std::iter::once((update.id, update.node.clone())).collect();
+    cluster
+        .node()
+        .raft()
+        .change_membership(ChangeMembers::SetNodes(nodes), false)
+        .await
+        .map_err(|e| Refusal::Failed(format!("updating server {}: {e}", update.id)))?;
+    tracing::info!(id = update.id, from = ?current.node, to = ?update.node, "member entry updated");
+    Ok(())
+}
+
+/// Sends this server's own entry, as it advertises itself now, to the
+/// leader (or applies it here when this server leads).
+pub async fn update_via_leader(cluster: &Cluster, leader: &Member) -> Result<(), Refusal> {
+    let update = JoinRequest {
+        id: cluster.id(),
+        node: cluster.settings().node.clone(),
+    };
+    if leader.id == cluster.id() {
+        return update_member(cluster, update).await;
+    }
+    let answer: Result<(), Refusal> = cluster
+        .client()
+        .call(&leader.addr, UPDATE_PATH, &update)
+        .await
+        .map_err(|e| Refusal::Failed(e.to_string()))?;
+    answer
 }
 
 fn describe(request: &RemoveRequest) -> String {
