@@ -289,6 +289,13 @@ impl<U> NodeSession<U> {
         &self.servers.list
     }
 
+    /// Replaces the configured servers (`PUT /v1/agent/servers`, Nomad's
+    /// `SetServers`): the next request goes to the first of them; the list
+    /// the servers send later is still adopted in front of them.
+    pub fn set_servers(&mut self, servers: &[String]) {
+        self.servers = ServerList::new(servers);
+    }
+
     /// Whether the servers accepted the node's last registration or
     /// heartbeat.
     pub fn is_registered(&self) -> bool {

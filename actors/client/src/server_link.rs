@@ -443,6 +443,31 @@ impl Handler<ControlAlloc> for ClientAgent {
     }
 }
 
+/// Replaces the servers the client talks to (`PUT /v1/agent/servers`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetServers(pub Vec<String>);
+
+impl Handler<SetServers> for ClientAgent {
+    type Result = ();
+    fn handle(&mut self, msg: SetServers, _ctx: &mut Context<Self>) {
+        tracing::info!(servers = ?msg.0, "servers set by the operator");
+        self.session.set_servers(&msg.0);
+    }
+}
+
+/// The servers the client talks to now, in failover order.
+#[derive(Message)]
+#[rtype(result = "Vec<String>")]
+pub struct GetServers;
+
+impl Handler<GetServers> for ClientAgent {
+    type Result = Vec<String>;
+    fn handle(&mut self, _msg: GetServers, _ctx: &mut Context<Self>) -> Vec<String> {
+        self.session.servers().to_vec()
+    }
+}
+
 impl Handler<StopClient> for ClientAgent {
     type Result = ResponseActFuture<Self, ()>;
 

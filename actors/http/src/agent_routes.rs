@@ -16,6 +16,8 @@ use super::query::QueryOptions;
 use super::ApiError;
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
+use herder_client::node_protocol::normalize_server;
+use herder_client::server_link::{GetServers, SetServers};
 use herder_raft::Cluster;
 use herder_server::server_api::{ServerApi, SetWorkerConfig};
 use serde::Deserialize;
@@ -26,7 +28,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/agent/health", web::get().to(health))
         .route("/v1/agent/self", web::get().to(agent_self))
         .route("/v1/agent/members", web::get().to(members))
-        .service(web::resource("/v1/agent/servers").route(web::get().to(servers)))
+        .service(
+            web::resource("/v1/agent/servers")
+                .route(web::get().to(servers))
+                .route(web::put().to(set_servers))
+                .route(web::post().to(set_servers)),
+        )
         .service(
             web::resource("/v1/agent/join")
                 .route(web::put().to(join))
@@ -227,13 +234,49 @@ fn client_servers(info: &AgentInfo) -> Vec<String> {
     servers
 }
 
-/// `GET /v1/agent/servers`: the client's servers, sorted; 501 on an agent
-/// without a client, as Nomad.
+/// `GET /v1/agent/servers`: the servers the client talks to now (the ones
+/// configured, then those the servers told it of), sorted; 501 on an
+/// agent without a client, as Nomad.
 async fn servers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
     if !info.config.client.enabled {
         return Err(ApiError::NotImplemented("Invalid method".into()));
     }
-    Ok(HttpResponse::Ok().json(client_servers(&info)))
+    let mut servers = match info.client.get() {
+        Some(client) => client
+            .agent
+            .send(GetServers)
+            .await
+            .unwrap_or_else(|_| client_servers(&info)),
+        None => client_servers(&info),
+    };
+    servers.sort();
+    Ok(HttpResponse::Ok().json(servers))
+}
+
+/// `PUT /v1/agent/servers?address=host:port` (repeatable): the servers
+/// the client talks to from now on, as Nomad's `SetServers`.
+async fn set_servers(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    if !info.config.client.enabled {
+        return Err(ApiError::NotImplemented("Invalid method".into()));
+    }
+    let addresses = query_values(&req, "address")?;
+    if addresses.is_empty() {
+        return Err(ApiError::BadRequest("missing server address".into()));
+    }
+    let client = info
+        .client
+        .get()
+        .ok_or_else(|| ApiError::Unavailable("the client is still starting".into()))?;
+    let servers: Vec<String> = addresses.iter().map(|a| normalize_server(a)).collect();
+    client
+        .agent
+        .send(SetServers(servers))
+        .await
+        .map_err(|_| ApiError::Unavailable("the client is shutting down".into()))?;
+    Ok(HttpResponse::Ok().finish())
 }
 
 /// `PUT /v1/agent/join?address=...`: `{"num_joined", "error"}`. A cluster
