@@ -13,6 +13,7 @@ pub mod bootstrap;
 pub mod replicator;
 pub mod rpc;
 
+use crate::faults::Faults;
 use crate::http::{ClusterKey, HttpError, HttpTransport, SignedClient};
 use crate::node::{RaftNode, StartError};
 use crate::NodeId;
@@ -51,6 +52,20 @@ pub struct ClusterSettings {
     pub retry_join: Vec<String>,
     pub key: ClusterKey,
     pub raft: Arc<Config>,
+    /// Transport faults injected into this server's exchanges (tests
+    /// only; `None` on a real server).
+    pub faults: Option<Faults>,
+}
+
+impl ClusterSettings {
+    /// The signed client of this server, giving up after `timeout`.
+    fn client(&self, timeout: Duration) -> SignedClient {
+        let client = SignedClient::new(self.key.clone(), timeout);
+        match &self.faults {
+            Some(faults) => client.with_faults(faults, &self.rpc_addr),
+            None => client,
+        }
+    }
 }
 
 /// Why a server could not take its place.
@@ -123,7 +138,7 @@ impl Cluster {
             });
         }
         let id = load_or_create_id(data_dir)?;
-        let transport = HttpTransport::new(settings.key.clone(), RPC_TIMEOUT);
+        let transport = HttpTransport::over(settings.client(RPC_TIMEOUT));
         let node = RaftNode::start(
             id,
             data_dir,
@@ -137,8 +152,8 @@ impl Cluster {
             inner: Arc::new(Inner {
                 node,
                 store: store.clone(),
-                client: SignedClient::new(settings.key.clone(), RPC_TIMEOUT),
-                quick: SignedClient::new(settings.key.clone(), QUICK_TIMEOUT),
+                client: settings.client(RPC_TIMEOUT),
+                quick: settings.client(QUICK_TIMEOUT),
                 settings,
                 stop,
             }),

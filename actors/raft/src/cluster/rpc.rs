@@ -13,6 +13,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 pub const STATUS_PATH: &str = "/v1/raft/status";
 pub const WRITE_PATH: &str = "/v1/raft/write";
@@ -166,14 +167,45 @@ fn not_leader(cluster: &Cluster) -> Refusal {
 }
 
 /// Commits `entry` on this server, which must lead.
+///
+/// Openraft keeps a leader cut off from its quorum leading (and its write
+/// waiting) until it hears of a newer term. Like Nomad's leader lease,
+/// the write is given up as interrupted once no quorum has acknowledged
+/// this leader for two election timeouts: by then the others have elected
+/// another, and the entry is overwritten when this server rejoins (unless
+/// it reached them: hence "may or may not").
 pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<WriteResponse, Refusal> {
     if !cluster.is_leader() {
         return Err(not_leader(cluster));
     }
-    match cluster.node().raft().client_write(entry).await {
+    let written = cluster.node().raft().client_write(entry);
+    let answer = tokio::select! {
+        answer = written => answer,
+        () = quorum_lost(cluster) => return Err(Refusal::Interrupted),
+    };
+    match answer {
         Ok(response) => Ok(response.data),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(Refusal::Interrupted),
         Err(e) => Err(Refusal::Failed(e.to_string())),
+    }
+}
+
+/// Returns once this leader has gone two election timeouts without a
+/// quorum's acknowledgement (never while it has one).
+async fn quorum_lost(cluster: &Cluster) {
+    let lease = Duration::from_millis(cluster.settings().raft.election_timeout_max);
+    let limit = 2 * lease.as_millis() as u64;
+    let metrics = cluster.metrics();
+    loop {
+        tokio::time::sleep(lease / 4).await;
+        let since_ack = metrics.borrow().millis_since_quorum_ack;
+        if since_ack.is_some_and(|millis| millis > limit) {
+            tracing::warn!(
+                millis = since_ack,
+                "no quorum acknowledged this leader; giving up a write"
+            );
+            return;
+        }
     }
 }
 
