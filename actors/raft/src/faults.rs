@@ -176,12 +176,12 @@ impl FaultLink {
             let mut state = self.faults.state();
             if state.cut(&self.from, to) {
                 state.counts.partitioned += 1;
-                return Err(unreachable(url, "partitioned (injected fault)"));
+                return Err(not_sent(url, "partitioned (injected fault)"));
             }
             let drop_requests = state.drop_requests;
             if drop_requests > 0.0 && state.rng.gen_bool(drop_requests) {
                 state.counts.requests_dropped += 1;
-                return Err(unreachable(url, "request dropped (injected fault)"));
+                return Err(not_sent(url, "request dropped (injected fault)"));
             }
             let drop_answers = state.drop_answers;
             let drop_answer = drop_answers > 0.0 && state.rng.gen_bool(drop_answers);
@@ -198,7 +198,7 @@ impl FaultLink {
         let mut state = self.faults.state();
         if state.cut(&self.from, to) {
             state.counts.partitioned += 1;
-            return Err(unreachable(url, "partitioned (injected fault)"));
+            return Err(not_sent(url, "partitioned (injected fault)"));
         }
         Ok(Exchange { drop_answer })
     }
@@ -221,7 +221,7 @@ impl FaultLink {
     }
 }
 
-fn unreachable(url: &str, reason: &str) -> HttpError {
+fn not_sent(url: &str, reason: &str) -> HttpError {
     HttpError::Unreachable {
         url: url.to_string(),
         reason: reason.to_string(),

@@ -494,3 +494,68 @@ async fn a_read_barrier_never_serves_data_older_than_an_acknowledged_write() {
     );
     cluster.stop().await;
 }
+
+/// The partition test over and over, under drops and delays, with writers
+/// on every server all along: no acknowledged write is ever lost or
+/// applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long (about 3 s a round, 10 rounds); run with `HERDER_FAULT_ROUNDS=20 cargo test -p herder-raft --test cluster_faults -- --ignored`"]
+async fn leaders_partitioned_again_and_again_under_drops_lose_no_acknowledged_write() {
+    let rounds: usize = std::env::var("HERDER_FAULT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10);
+    let cluster = TestCluster::start(5).await;
+    cluster.faults.drop_requests(0.05);
+    cluster.faults.drop_answers(0.05);
+    cluster
+        .faults
+        .delay(Duration::ZERO, Duration::from_millis(20));
+    let mut outcomes = Vec::new();
+    for round in 0..rounds {
+        let leader = cluster.leader_among(&[0, 1, 2]).await;
+        cluster.faults.partition(&cluster.servers[leader].addr);
+        let writers = (0..3).map(|n| {
+            let store = cluster.servers[n].store.clone();
+            async move {
+                let mut outcomes = Vec::new();
+                for i in 0..5 {
+                    let write = Write::new(&format!("round-{round}-{n}-{i}"));
+                    outcomes.push(submit(&store, write).await);
+                }
+                outcomes
+            }
+        });
+        outcomes.extend(
+            futures::future::join_all(writers)
+                .await
+                .into_iter()
+                .flatten(),
+        );
+        cluster.faults.heal();
+    }
+    cluster.faults.clear();
+    for outcome in &outcomes {
+        match &outcome.result {
+            Ok(_) => cluster.everywhere_once(outcome).await,
+            Err(StoreError::NotCommitted(_)) => assert!(outcome.took < FAILS_WITHIN),
+            Err(e) => panic!("{}: {e}", outcome.write.job_id),
+        }
+    }
+    for server in &cluster.servers {
+        assert!(server.cluster.read_barrier(PATIENCE).await.is_ok());
+    }
+    for outcome in &outcomes {
+        let found = find(&cluster.servers[0].store, &outcome.write);
+        assert!(matches!(found, Found::Absent | Found::Once(_)), "{found:?}");
+        for server in &cluster.servers {
+            assert_eq!(find(&server.store, &outcome.write), found);
+        }
+    }
+    let acknowledged = outcomes.iter().filter(|o| o.result.is_ok()).count();
+    eprintln!(
+        "{acknowledged} of {} writes acknowledged over {rounds} rounds",
+        outcomes.len()
+    );
+    cluster.stop().await;
+}
