@@ -387,6 +387,10 @@ async fn a_partitioned_leader_fails_its_writes_and_catches_up_once_healed() {
         "{on_old_leader:?}"
     );
     assert!(on_old_leader.took < FAILS_WITHIN, "{on_old_leader:?}");
+    eprintln!(
+        "the old leader's write failed after {:?}",
+        on_old_leader.took
+    );
     for outcome in &on_followers {
         assert!(outcome.result.is_ok(), "{outcome:?}");
         for n in &followers {
