@@ -14,6 +14,7 @@
 //! The client sends from a blocking thread with ureq: openraft needs `Send`
 //! futures, which actix's client does not give.
 
+use crate::faults::{FaultLink, Faults};
 use crate::transport::{RpcError, SnapshotRpcError, Transport};
 use crate::{NodeId, ServerNode, TypeConfig};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -275,6 +276,8 @@ pub enum HttpError {
 pub struct SignedClient {
     agent: ureq::Agent,
     key: Arc<ClusterKey>,
+    /// Injected transport faults (tests only): none on a real server.
+    faults: Option<Arc<FaultLink>>,
 }
 
 impl SignedClient {
@@ -289,7 +292,15 @@ impl SignedClient {
         SignedClient {
             agent,
             key: Arc::new(key),
+            faults: None,
         }
+    }
+
+    /// The same client, subject to `faults` as the server at `from` (its
+    /// RPC address) sees them: for tests.
+    pub fn with_faults(mut self, faults: &Faults, from: &str) -> SignedClient {
+        self.faults = Some(Arc::new(faults.link(from)));
+        self
     }
 
     /// Sends `request` to the server at `addr` and decodes its answer.
@@ -303,7 +314,7 @@ impl SignedClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        self.send(format!("http://{addr}{path}"), path, request)
+        self.send(addr, format!("http://{addr}{path}"), path, request)
             .await
     }
 
@@ -323,6 +334,7 @@ impl SignedClient {
         Resp: DeserializeOwned,
     {
         self.send(
+            addr,
             format!("http://{addr}{path}?{TARGET_PARAM}={target}"),
             path,
             request,
@@ -332,6 +344,7 @@ impl SignedClient {
 
     async fn send<Req, Resp>(
         &self,
+        addr: &str,
         url: String,
         path: &'static str,
         request: &Req,
@@ -345,6 +358,10 @@ impl SignedClient {
             reason: e.to_string(),
         })?;
         let signature = self.key.sign(Direction::Request, path, &body);
+        let fault = match &self.faults {
+            Some(link) => Some(link.before_sending(addr, &url).await?),
+            None => None,
+        };
         let agent = self.agent.clone();
         let key = self.key.clone();
         let target = url.clone();
@@ -356,6 +373,9 @@ impl SignedClient {
                     url: url.clone(),
                     reason: format!("the sending thread ended: {e}"),
                 })??;
+        if let (Some(link), Some(fault)) = (&self.faults, fault) {
+            link.after_answer(addr, &url, fault)?;
+        }
         serde_json::from_slice(&bytes).map_err(|e| HttpError::Body {
             url,
             reason: e.to_string(),
@@ -372,9 +392,12 @@ pub struct HttpTransport {
 impl HttpTransport {
     /// A transport that gives up on an exchange after `timeout`.
     pub fn new(key: ClusterKey, timeout: Duration) -> HttpTransport {
-        HttpTransport {
-            client: SignedClient::new(key, timeout),
-        }
+        HttpTransport::over(SignedClient::new(key, timeout))
+    }
+
+    /// A transport sending with `client`.
+    pub fn over(client: SignedClient) -> HttpTransport {
+        HttpTransport { client }
     }
 
     async fn call<Req, Resp, E>(

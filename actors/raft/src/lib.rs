@@ -23,7 +23,8 @@
 //! - [`transport`]: the [`Transport`] seam under openraft's network traits;
 //!   [`router`]: the in-process transport of the tests with fault injection
 //!   (drop, delay, partition one server, heal); [`http`]: the Raft RPCs on
-//!   the RPC port, signed both ways with the cluster key.
+//!   the RPC port, signed both ways with the cluster key; [`faults`]: the
+//!   same faults injected into the HTTP path of a real cluster, for tests.
 //! - [`node`]: one server's replica ([`RaftNode`]) and herder's timings
 //!   ([`default_config`]).
 //!
@@ -145,6 +146,7 @@
 
 pub mod cluster;
 pub mod entry;
+pub mod faults;
 pub mod http;
 pub mod log_store;
 pub mod memory_target;
@@ -158,6 +160,7 @@ pub mod version_gate;
 
 pub use cluster::{Cluster, ClusterError, ClusterSettings, Member};
 pub use entry::{CommandResult, EntryKind, LogEntry, WriteResponse};
+pub use faults::{FaultCounts, Faults};
 pub use http::{ClusterKey, HttpError, HttpTransport, KeyError, SignedClient};
 pub use log_store::SledLogStore;
 pub use memory_target::{AppliedBatch, MemoryTarget};

@@ -58,6 +58,7 @@ impl Member {
             bootstrap_expect: addrs.len(),
             retry_join: addrs.to_vec(),
             dead_server_cleanup: std::time::Duration::ZERO,
+            faults: None,
             key: ClusterKey::from_base64(KEY).unwrap(),
             raft: Arc::new(config_with(8192, 1024).unwrap()),
         };

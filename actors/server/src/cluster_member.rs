@@ -73,6 +73,7 @@ pub async fn start_replica(
         dead_server_cleanup: config.server.dead_server_cleanup,
         key,
         raft: Arc::new(raft),
+        faults: None,
     };
     let cluster = Cluster::start(settings, data_dir, store.clone())
         .await

@@ -15,6 +15,7 @@ pub mod liveness;
 pub mod replicator;
 pub mod rpc;
 
+use crate::faults::Faults;
 use crate::http::{ClusterKey, HttpError, HttpTransport, SignedClient};
 use crate::node::{RaftNode, StartError};
 use crate::{NodeId, ServerNode};
@@ -59,6 +60,20 @@ pub struct ClusterSettings {
     pub dead_server_cleanup: Duration,
     pub key: ClusterKey,
     pub raft: Arc<Config>,
+    /// Transport faults injected into this server's exchanges (tests
+    /// only; `None` on a real server).
+    pub faults: Option<Faults>,
+}
+
+impl ClusterSettings {
+    /// The signed client of this server, giving up after `timeout`.
+    fn client(&self, timeout: Duration) -> SignedClient {
+        let client = SignedClient::new(self.key.clone(), timeout);
+        match &self.faults {
+            Some(faults) => client.with_faults(faults, &self.node.rpc_addr),
+            None => client,
+        }
+    }
 }
 
 /// Why a server could not take its place.
@@ -175,7 +190,7 @@ impl Cluster {
             .enable_all()
             .build()
             .map_err(ClusterError::Runtime)?;
-        let transport = HttpTransport::new(settings.key.clone(), RPC_TIMEOUT);
+        let transport = HttpTransport::over(settings.client(RPC_TIMEOUT));
         let starting = runtime.spawn(RaftNode::start(
             id,
             data_dir.to_path_buf(),
@@ -196,8 +211,8 @@ impl Cluster {
                 runtime: Some(runtime),
                 node,
                 store: store.clone(),
-                client: SignedClient::new(settings.key.clone(), RPC_TIMEOUT),
-                quick: SignedClient::new(settings.key.clone(), QUICK_TIMEOUT),
+                client: settings.client(RPC_TIMEOUT),
+                quick: settings.client(QUICK_TIMEOUT),
                 settings,
                 liveness: liveness::Liveness::default(),
                 stop,

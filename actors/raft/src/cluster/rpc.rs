@@ -196,17 +196,48 @@ fn not_leader(cluster: &Cluster) -> Refusal {
 
 /// Commits `entry` on this server, which must lead, once the version gate
 /// lets its kind through ([`crate::RaftNode::propose`]).
+///
+/// Openraft keeps a leader cut off from its quorum leading (and its write
+/// waiting) until it hears of a newer term. Like Nomad's leader lease,
+/// the write is given up as interrupted once no quorum has acknowledged
+/// this leader for two election timeouts: by then the others have elected
+/// another, and the entry is overwritten when this server rejoins (unless
+/// it reached them: hence "may or may not").
 pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<WriteResponse, Refusal> {
     if !cluster.is_leader() {
         return Err(not_leader(cluster));
     }
-    match cluster.node().propose(entry).await {
+    let proposed = cluster.node().propose(entry);
+    let answer = tokio::select! {
+        answer = proposed => answer,
+        () = quorum_lost(cluster) => return Err(Refusal::Interrupted),
+    };
+    match answer {
         Ok(response) => Ok(response),
         Err(ProposeError::Gate(e)) => Err(Refusal::VersionGate(e.to_string())),
         Err(ProposeError::Raft(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
             Err(Refusal::Interrupted)
         }
         Err(ProposeError::Raft(e)) => Err(Refusal::Failed(e.to_string())),
+    }
+}
+
+/// Returns once this leader has gone two election timeouts without a
+/// quorum's acknowledgement (never while it has one).
+async fn quorum_lost(cluster: &Cluster) {
+    let lease = Duration::from_millis(cluster.settings().raft.election_timeout_max);
+    let limit = 2 * lease.as_millis() as u64;
+    let metrics = cluster.metrics();
+    loop {
+        tokio::time::sleep(lease / 4).await;
+        let since_ack = metrics.borrow().millis_since_quorum_ack;
+        if since_ack.is_some_and(|millis| millis > limit) {
+            tracing::warn!(
+                millis = since_ack,
+                "no quorum acknowledged this leader; giving up a write"
+            );
+            return;
+        }
     }
 }
 
