@@ -68,7 +68,7 @@
 //!   end, so a follower that resubscribes is told it `missed` changes and
 //!   resyncs from a snapshot.
 //!
-//! # What remains for full wiring
+//! # What remains
 //!
 //! - **Two logs.** In a cluster each write is made durable twice on every
 //!   server: the Raft log (`log_store`: a JSON entry in sled, one flush per
@@ -83,11 +83,11 @@
 //!   entry replayed, bounded by the snapshot policy), and a fold writes the
 //!   whole changed state instead of appending records. Gain: one sync per
 //!   commit instead of two, and no row encoding on the commit path.
-//! - **Throughput.** `tests/throughput.rs` (docs/PERFORMANCE.md, "issue
-//!   18: raft foundation"): through Raft a write is an order of magnitude
-//!   slower than `StateStore::submit` alone, on one server as on three, so
-//!   `-dev` keeps today's `submit` path (no Raft) until the log store
-//!   batches its flushes and the store stops writing its own WAL.
+//! - **Throughput.** `tests/throughput.rs` and the 3-server bench
+//!   (docs/PERFORMANCE.md, "issue 18"): through Raft a write is an order
+//!   of magnitude slower than `StateStore::submit` alone, so a single
+//!   server and `-dev` keep the `submit` path (no Raft) until the log
+//!   store batches its flushes and the store stops writing its own WAL.
 //! - **Several commands at one index** reach subscribers as several
 //!   `AppliedChanges` with the same index; the feed followers in
 //!   `actors/` (`EvalRouter`, `PeriodicLauncher`, `NodeDrainer`) skip a
@@ -108,36 +108,24 @@
 //! - A store is driven by `submit` or by the log, never both (they number
 //!   commands differently); nothing enforces it yet.
 
-//! # How herder will wire it
+//! # How herder wires it
 //!
-//! - Every write path that calls `StateStore::submit` today calls
-//!   `RaftNode::write` instead on the leader; `ServerApi` on a follower is
-//!   implemented by a remote leader (forwarding over the RPC port), so the
-//!   HTTP layer, ACLs and audit stay in one place. A write's answer carries
-//!   [`WriteResponse::index`], the state index the reads and blocking
-//!   queries wait on.
-//! - Leader duties: a task watches `raft.metrics()`; when this server
-//!   becomes leader (and after its first no-op entry is applied, so its
-//!   replica holds every committed write) it starts the broker, blocked
-//!   evals, plan queue and applier, heartbeat timers (spread over the
-//!   failover window), periodic launcher, drainer, deployment watcher and
-//!   GC, restored from the state; on losing leadership it stops them.
-//! - Workers on every server dequeue from the leader's broker, then call
-//!   `StateStore::snapshot_min_index(eval.wait_index)` on the local replica
-//!   with the seed's backoff (nack and back off while far behind), schedule
-//!   on it and submit the plan to the leader; the leader's plan re-check
-//!   catches a stale replica.
-//! - The version gate: each server's version is in its membership entry
-//!   ([`ServerNode::version`]); the leader calls [`can_write`] before
-//!   proposing any entry ([`RaftNode::propose`]).
-//! - The RPC port: the agent's actix-web server for `-rpc-port` mounts
-//!   [`http::configure`] (with the `server { encrypt }` key), and each
-//!   server's [`RaftNode`] gets an [`HttpTransport`] with the same key;
-//!   membership carries each server's RPC address as
-//!   [`ServerNode::rpc_addr`].
-//!   Bootstrap (`-bootstrap-expect`, `-retry-join`), forwarding, the
-//!   workers' broker and plan calls and the leader's duties are the next
-//!   steps of issue 18; they need nothing else from this crate.
+//! - [`cluster::Cluster`] is one server's place in a cluster: the replica
+//!   on a runtime of its own, the store's [`cluster::replicator`] (every
+//!   `StateStore::submit` becomes a log entry, forwarded to the leader from
+//!   a follower), forming and joining ([`cluster::bootstrap`]), the
+//!   cluster's signed calls on the RPC port ([`cluster::rpc`]), member
+//!   liveness and the dead server cleanup. `herder-server`'s
+//!   `cluster_member` starts it before any actor can write, serves the RPC
+//!   port, and switches the leader's duties as leadership moves;
+//!   `leader_link` carries the workers' and the duties' calls to the
+//!   leader; `herder-http`'s `cluster_reads` puts a read barrier before a
+//!   follower's reads.
+//! - Writers send one command per entry today, so the feed followers'
+//!   "one change per index" holds; an entry of several commands needs them
+//!   to compare by (index, place in the batch) first (above).
+//! - The version gate runs in [`RaftNode::propose`] against every member's
+//!   recorded [`ServerNode::version`].
 
 // Openraft's traits fix the error types (`StorageError`, `ConfigError`,
 // `RPCError`: 128-224 bytes); helpers return them as they are rather than
