@@ -216,20 +216,20 @@ fn stats(info: &AgentInfo) -> BTreeMap<&'static str, BTreeMap<&'static str, Stri
 
 /// The servers this agent's client talks to (`host:port`): the configured
 /// ones, or this agent's own API.
+/// A server URL as `host:port`.
+fn host_port(url: &str) -> String {
+    url.trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_string()
+}
+
 fn client_servers(info: &AgentInfo) -> Vec<String> {
     let configured = &info.config.client.servers;
     if configured.is_empty() {
         return vec![peer_address(info)];
     }
-    let mut servers: Vec<String> = configured
-        .iter()
-        .map(|s| {
-            let s = s
-                .trim_start_matches("http://")
-                .trim_start_matches("https://");
-            s.trim_end_matches('/').to_string()
-        })
-        .collect();
+    let mut servers: Vec<String> = configured.iter().map(|s| host_port(s)).collect();
     servers.sort();
     servers
 }
@@ -241,12 +241,12 @@ async fn servers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
     if !info.config.client.enabled {
         return Err(ApiError::NotImplemented("Invalid method".into()));
     }
-    let mut servers = match info.client.get() {
-        Some(client) => client
-            .agent
-            .send(GetServers)
-            .await
-            .unwrap_or_else(|_| client_servers(&info)),
+    let mut servers: Vec<String> = match info.client.get() {
+        Some(client) => match client.agent.send(GetServers).await {
+            // The client keeps URLs; Nomad answers `host:port`.
+            Ok(urls) => urls.iter().map(|u| host_port(u)).collect(),
+            Err(_) => client_servers(&info),
+        },
         None => client_servers(&info),
     };
     servers.sort();

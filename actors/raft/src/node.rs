@@ -67,6 +67,16 @@ pub fn config_with(snapshot_threshold: u64, trailing_logs: u64) -> Result<Config
         election_timeout_max: 1000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_threshold),
         max_in_snapshot_log_to_keep: trailing_logs,
+        // Openraft gives every AppendEntries `heartbeat_interval` to be
+        // answered: a follower must write and sync the entries in that
+        // time, so they go in small batches (300, openraft's default, with
+        // plans of hundreds of allocations each, timed out on a busy
+        // machine and were sent again and again).
+        max_payload_entries: 32,
+        // A snapshot chunk is written to the follower's state store before
+        // it answers; openraft's 200 ms made a follower that needed one on
+        // a busy machine retry it forever.
+        install_snapshot_timeout: 10_000,
         ..Config::default()
     }
     .validate()

@@ -289,6 +289,9 @@ pub struct LeaderLink {
 /// the inner results).
 pub type LinkError = String;
 
+/// The answer to an ack, nack or nack timer change.
+pub type BrokerStep = Result<Result<(), BrokerError>, LinkError>;
+
 impl LeaderLink {
     /// Must be made inside the runtime the server's actors run on.
     pub fn new(local: LeaderQueues, cluster: Option<Cluster>) -> LeaderLink {
@@ -350,79 +353,43 @@ impl LeaderLink {
         }
     }
 
-    pub async fn ack(
-        &self,
-        eval_id: EvalId,
-        token: Token,
-    ) -> Result<Result<(), BrokerError>, LinkError> {
-        match self.remote() {
-            None => self
-                .local
-                .broker
-                .send(Ack { eval_id, token })
-                .await
-                .map_err(|e| e.to_string()),
-            Some(c) => {
-                self.broker_done(c, LeaderCall::Ack { eval_id, token })
-                    .await
-            }
-        }
+    pub async fn ack(&self, eval_id: EvalId, token: Token) -> BrokerStep {
+        let remote = LeaderCall::Ack { eval_id, token };
+        self.broker_step(Ack { eval_id, token }, remote).await
     }
 
-    pub async fn nack(
-        &self,
-        eval_id: EvalId,
-        token: Token,
-    ) -> Result<Result<(), BrokerError>, LinkError> {
-        match self.remote() {
-            None => self
-                .local
-                .broker
-                .send(Nack { eval_id, token })
-                .await
-                .map_err(|e| e.to_string()),
-            Some(c) => {
-                self.broker_done(c, LeaderCall::Nack { eval_id, token })
-                    .await
-            }
-        }
+    pub async fn nack(&self, eval_id: EvalId, token: Token) -> BrokerStep {
+        let remote = LeaderCall::Nack { eval_id, token };
+        self.broker_step(Nack { eval_id, token }, remote).await
     }
 
-    pub async fn pause_nack(
-        &self,
-        eval_id: EvalId,
-        token: Token,
-    ) -> Result<Result<(), BrokerError>, LinkError> {
-        match self.remote() {
-            None => self
-                .local
-                .broker
-                .send(PauseNackTimeout { eval_id, token })
-                .await
-                .map_err(|e| e.to_string()),
-            Some(c) => {
-                self.broker_done(c, LeaderCall::PauseNack { eval_id, token })
-                    .await
-            }
-        }
+    pub async fn pause_nack(&self, eval_id: EvalId, token: Token) -> BrokerStep {
+        let remote = LeaderCall::PauseNack { eval_id, token };
+        self.broker_step(PauseNackTimeout { eval_id, token }, remote)
+            .await
     }
 
-    pub async fn resume_nack(
-        &self,
-        eval_id: EvalId,
-        token: Token,
-    ) -> Result<Result<(), BrokerError>, LinkError> {
+    pub async fn resume_nack(&self, eval_id: EvalId, token: Token) -> BrokerStep {
+        let remote = LeaderCall::ResumeNack { eval_id, token };
+        self.broker_step(ResumeNackTimeout { eval_id, token }, remote)
+            .await
+    }
+
+    /// One step of a delivery's life at the leader's broker: `local` to
+    /// this server's broker while it leads, `remote` to the leader's.
+    async fn broker_step<M>(&self, local: M, remote: LeaderCall) -> BrokerStep
+    where
+        M: actix::Message<Result = Result<(), BrokerError>> + Send + 'static,
+        EvalBroker: actix::Handler<M>,
+    {
         match self.remote() {
             None => self
                 .local
                 .broker
-                .send(ResumeNackTimeout { eval_id, token })
+                .send(local)
                 .await
                 .map_err(|e| e.to_string()),
-            Some(c) => {
-                self.broker_done(c, LeaderCall::ResumeNack { eval_id, token })
-                    .await
-            }
+            Some(c) => self.broker_done(c, remote).await,
         }
     }
 

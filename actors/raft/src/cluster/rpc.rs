@@ -10,11 +10,13 @@ use crate::entry::{LogEntry, WriteResponse};
 use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
 use crate::node::ProposeError;
 use crate::{NodeId, ServerNode};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::time::Duration;
 
 pub const STATUS_PATH: &str = "/v1/raft/status";
@@ -86,105 +88,65 @@ pub fn configure(cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
         config
             .app_data(web::Data::new(cluster))
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
-            .route(STATUS_PATH, web::post().to(status))
-            .route(WRITE_PATH, web::post().to(write))
-            .route(READ_INDEX_PATH, web::post().to(read_index_handler))
-            .route(JOIN_PATH, web::post().to(join))
-            .route(UPDATE_PATH, web::post().to(update))
-            .route(REMOVE_PATH, web::post().to(remove));
+            .route(
+                STATUS_PATH,
+                signed_route(
+                    STATUS_PATH,
+                    |c, ()| async move { Ok::<_, Refusal>(c.status()) },
+                ),
+            )
+            .route(
+                WRITE_PATH,
+                signed_route(WRITE_PATH, |c, entry: LogEntry| async move {
+                    write_as_leader(&c, entry).await
+                }),
+            )
+            .route(
+                READ_INDEX_PATH,
+                signed_route(READ_INDEX_PATH, |c, ()| async move {
+                    leader_read_index(&c).await
+                }),
+            )
+            .route(
+                JOIN_PATH,
+                signed_route(JOIN_PATH, |c, join: JoinRequest| async move {
+                    add_voter(&c, join).await
+                }),
+            )
+            .route(
+                UPDATE_PATH,
+                signed_route(UPDATE_PATH, |c, update: JoinRequest| async move {
+                    update_member(&c, update).await
+                }),
+            )
+            .route(
+                REMOVE_PATH,
+                signed_route(REMOVE_PATH, |c, r: RemoveRequest| async move {
+                    remove_member(&c, r).await
+                }),
+            );
     }
 }
 
-async fn status(
-    cluster: web::Data<Cluster>,
-    request: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
-    let c = cluster.clone();
-    serve_signed(
-        &cluster.settings().key,
-        STATUS_PATH,
-        &request,
-        &body,
-        |_: ()| async move { Ok::<_, Refusal>(c.status()) },
+/// A signed call at `path`, answered by `call` with this server's
+/// cluster and the decoded request.
+fn signed_route<Req, Answer, F, Fut>(path: &'static str, call: F) -> actix_web::Route
+where
+    Req: DeserializeOwned + 'static,
+    Answer: Serialize + 'static,
+    F: Fn(Cluster, Req) -> Fut + Clone + 'static,
+    Fut: Future<Output = Answer> + 'static,
+{
+    web::post().to(
+        move |cluster: web::Data<Cluster>, request: HttpRequest, body: web::Bytes| {
+            let call = call.clone();
+            async move {
+                let this = (**cluster).clone();
+                let key = cluster.settings().key.clone();
+                serve_signed(&key, path, &request, &body, move |req: Req| call(this, req)).await
+            }
+        },
     )
-    .await
-}
-
-async fn write(
-    cluster: web::Data<Cluster>,
-    request: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
-    let c = cluster.clone();
-    serve_signed(
-        &cluster.settings().key,
-        WRITE_PATH,
-        &request,
-        &body,
-        |entry: LogEntry| async move { write_as_leader(&c, entry).await },
-    )
-    .await
-}
-
-async fn read_index_handler(
-    cluster: web::Data<Cluster>,
-    request: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
-    let c = cluster.clone();
-    serve_signed(
-        &cluster.settings().key,
-        READ_INDEX_PATH,
-        &request,
-        &body,
-        |_: ()| async move { leader_read_index(&c).await },
-    )
-    .await
-}
-
-async fn join(cluster: web::Data<Cluster>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let c = cluster.clone();
-    serve_signed(
-        &cluster.settings().key,
-        JOIN_PATH,
-        &request,
-        &body,
-        |join: JoinRequest| async move { add_voter(&c, join).await },
-    )
-    .await
-}
-
-async fn update(
-    cluster: web::Data<Cluster>,
-    request: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
-    let c = cluster.clone();
-    serve_signed(
-        &cluster.settings().key,
-        UPDATE_PATH,
-        &request,
-        &body,
-        |update: JoinRequest| async move { update_member(&c, update).await },
-    )
-    .await
-}
-
-async fn remove(
-    cluster: web::Data<Cluster>,
-    request: HttpRequest,
-    body: web::Bytes,
-) -> HttpResponse {
-    let c = cluster.clone();
-    serve_signed(
-        &cluster.settings().key,
-        REMOVE_PATH,
-        &request,
-        &body,
-        |r: RemoveRequest| async move { remove_member(&c, r).await },
-    )
-    .await
 }
 
 /// The refusal for a call only the leader takes.
