@@ -13,18 +13,21 @@ use std::time::{Duration, Instant};
 const WAIT: Duration = Duration::from_secs(60);
 const KEY: &str = "cg8StVXbQJ0gPvMd9o7yrg==";
 /// Short heartbeats, so that a node whose heartbeats stop is down within
-/// seconds: TTL 1 s + 1 s grace. After a leader change every node gets
-/// 5-10 s (the failover window): room for the election and for a client
-/// whose heartbeats failed during it to come back from its backoff.
+/// seconds: TTL 2 s + 3 s grace. After a leader change every node gets
+/// 10-20 s (the failover window): room for the election and for a client
+/// whose heartbeats failed during it to come back from its backoff (it
+/// doubles up to 10 s; a 5 s window, with 1 s TTLs, failed on busy
+/// machines).
 const CONFIG: &str = r#"
 [server]
-min_heartbeat_ttl = "1s"
-heartbeat_grace = "1s"
-failover_heartbeat_ttl = "5s"
+min_heartbeat_ttl = "2s"
+heartbeat_grace = "3s"
+failover_heartbeat_ttl = "10s"
 "#;
-/// Longer than the failover window's end (10 s) plus the grace: a node
-/// that stopped heartbeating at the kill is down before this has passed.
-const WATCH_AFTER_KILL: Duration = Duration::from_secs(20);
+/// Longer than the failover window's end (20 s) plus a TTL and the grace:
+/// a node that stopped heartbeating at the kill is down before this has
+/// passed.
+const WATCH_AFTER_KILL: Duration = Duration::from_secs(30);
 
 /// A loopback port nothing listens on (bound, then released).
 fn free_port() -> u16 {
