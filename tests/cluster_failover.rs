@@ -18,7 +18,7 @@
 //! (`HERDER_CLUSTER_LOG_LEVEL` changes it); on a failure every log's tail is
 //! printed and the cluster's directory is kept.
 
-use herder_tests::cluster::{Cluster, ClusterOptions, SERVERS};
+use herder_tests::cluster::{Answer, Cluster, ClusterOptions, SERVERS};
 use herder_tests::cluster_load::{
     double_placements, job_table, missing_writes, node_statuses, overcommitted_nodes, place_probe,
     read, ready_nodes, JobState, Load, Targets, Writers,
@@ -233,14 +233,56 @@ fn report(load: &Load) {
     );
 }
 
+/// A follower's `X-Nomad-LastContact` is the age of the leader's last
+/// append: a few heartbeat intervals at most while the leader lives.
+fn assert_hears_the_leader(follower: &str) {
+    let contacts: Vec<u64> = (0..10)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(37));
+            let answer = read(follower, "/v1/jobs", true).expect("a follower's stale read");
+            assert_eq!(answer.known_leader.as_deref(), Some("true"));
+            answer.last_contact.expect("X-Nomad-LastContact")
+        })
+        .collect();
+    assert!(
+        contacts.iter().all(|&c| c < 1_000),
+        "a follower of a live leader: {contacts:?}"
+    );
+}
+
+/// 400 ms after the leader's death a survivor still names it and says how
+/// long it has not heard from it (when the machine answered in time).
+fn assert_silence_counted((answer, at): (Result<Answer, String>, Duration)) {
+    let answer = answer.expect("a survivor's stale read");
+    if at > Duration::from_millis(800) {
+        eprintln!("survivor answered {at:?} after the kill: too late to check LastContact");
+        return;
+    }
+    assert_eq!(answer.known_leader.as_deref(), Some("true"));
+    let contact = answer.last_contact.expect("X-Nomad-LastContact");
+    assert!(
+        contact >= 300,
+        "{at:?} after the leader's death a survivor says it heard from it {contact} ms ago"
+    );
+}
+
 #[test]
 fn killing_the_leader_under_load_loses_no_acknowledged_write() {
     let _alone = alone();
     let nodes = node_count();
     let (mut cluster, targets, writers, leader) = loaded_cluster(ClusterOptions::default(), nodes);
+    let survivor = cluster.servers[(leader + 1) % cluster.servers.len()].http_url();
+    assert_hears_the_leader(&survivor);
 
     let killed_at = Instant::now();
+    let silence = std::thread::spawn(move || {
+        // Before any survivor may stand (lease 600 ms + 300 ms at least).
+        std::thread::sleep(Duration::from_millis(400));
+        let answer = read(&survivor, "/v1/jobs", true);
+        (answer, killed_at.elapsed())
+    });
     let (new_leader, failover) = kill_leader(&mut cluster, leader);
+    assert_silence_counted(silence.join().expect("the survivor's read"));
     targets.set(cluster.running_urls());
     eprintln!(
         "failover: {} killed, {} leads after {failover:?}",

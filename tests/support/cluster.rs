@@ -494,6 +494,8 @@ impl Drop for Cluster {
 /// The `herder` binary as a command with plain logs and none of this
 /// process's `HERDER_*` variables: the agent reads those as its
 /// configuration, and the tests' own knobs (`HERDER_CLUSTER_*`) are not.
+/// `HERDER_CLUSTER_RUST_LOG` becomes the servers' `RUST_LOG` (e.g.
+/// `info,openraft=info` to see every vote in their logs).
 fn herder_command() -> Command {
     let mut command = Command::new(herder_bin());
     for (name, _) in std::env::vars_os() {
@@ -502,6 +504,9 @@ fn herder_command() -> Command {
         }
     }
     command.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    if let Ok(filter) = std::env::var("HERDER_CLUSTER_RUST_LOG") {
+        command.env("RUST_LOG", filter);
+    }
     command
 }
 
@@ -540,6 +545,8 @@ pub struct Answer {
     pub status: u16,
     pub index: u64,
     pub known_leader: Option<String>,
+    /// `X-Nomad-LastContact`, milliseconds.
+    pub last_contact: Option<u64>,
     pub body: String,
 }
 
@@ -550,10 +557,12 @@ impl Answer {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let known_leader = r.header("X-Nomad-KnownLeader").map(str::to_string);
+        let last_contact = r.header("X-Nomad-LastContact").and_then(|v| v.parse().ok());
         Answer {
             status: r.status(),
             index,
             known_leader,
+            last_contact,
             body: r.into_string().unwrap_or_default(),
         }
     }

@@ -20,8 +20,13 @@
 //!   sent a flush window after the first change, at most
 //!   [`SessionConfig::max_batch`] per request, one request in flight; a
 //!   failed batch is merged back under anything newer that arrived meanwhile;
-//! - **backoff**: each kind of request retries after a capped exponential
-//!   delay with optional jitter;
+//! - **backoff**: a request that failed by a server's fault is retried at
+//!   once ([`FAILOVER_PAUSE`]) on the next server until every server of
+//!   the list has failed since the last answer; only then does each kind
+//!   of request back off, after a capped exponential delay with optional
+//!   jitter (so a dead server costs a client a few milliseconds, not its
+//!   heartbeat: backing off before trying the others let a client's TTL
+//!   run out during a leader failover);
 //! - **the server failover list**: requests go to the current server; a
 //!   failure the server is to blame for (no answer, 5xx, an unreadable
 //!   answer) moves to the next one; a register or heartbeat answer that
@@ -42,6 +47,10 @@ use std::time::{Duration, Instant};
 
 /// The TTL assumed when an answer carries none (Nomad's minimum).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// How long a request that failed by a server's fault waits before it
+/// goes to the next server of the list that has not failed yet.
+pub const FAILOVER_PAUSE: Duration = Duration::from_millis(50);
 
 /// How the session paces its requests.
 #[derive(Clone, Debug, PartialEq)]
@@ -237,6 +246,15 @@ impl Lane {
     }
 }
 
+/// Which kind of request failed, for its failure count.
+#[derive(Clone, Copy, Debug)]
+enum LaneKind {
+    /// Register and heartbeat.
+    Liveness,
+    Watch,
+    Flush,
+}
+
 /// The node side of the protocol for one node; `U` is the shell's
 /// allocation update (the newest one per allocation is kept).
 pub struct NodeSession<U> {
@@ -380,6 +398,7 @@ impl<U> NodeSession<U> {
             return;
         }
         self.liveness_failures = 0;
+        self.servers.answered();
         self.accept(answer, now);
         if !self.registered_once {
             self.registered_once = true;
@@ -398,6 +417,7 @@ impl<U> NodeSession<U> {
             return;
         }
         self.liveness_failures = 0;
+        self.servers.answered();
         self.accept(answer, now);
     }
 
@@ -417,6 +437,7 @@ impl<U> NodeSession<U> {
         let asked = self.asked_index;
         self.watch.in_flight = false;
         self.watch.failures = 0;
+        self.servers.answered();
         if self.phase != Phase::ShutDown {
             self.watch.due = Some(now);
         }
@@ -433,6 +454,7 @@ impl<U> NodeSession<U> {
     pub fn updates_sent(&mut self, now: Instant) {
         self.flush.in_flight = false;
         self.flush.failures = 0;
+        self.servers.answered();
         if !self.pending.is_empty() && self.flush.due.is_none() {
             // More than one batch's worth: the rest waited already.
             self.flush.due = Some(now);
@@ -453,8 +475,7 @@ impl<U> NodeSession<U> {
             self.pending.entry(id).or_insert(update);
         }
         self.blame(server, failure);
-        self.flush.failures = self.flush.failures.saturating_add(1);
-        let delay = self.backoff(self.flush.failures);
+        let delay = self.retry_delay(failure, LaneKind::Flush);
         self.flush.due = Some(now + delay);
     }
 
@@ -478,8 +499,7 @@ impl<U> NodeSession<U> {
                 self.index_reset = self.watch.in_flight;
             }
             Request::Register | Request::Heartbeat => {
-                self.liveness_failures = self.liveness_failures.saturating_add(1);
-                let at = now + self.backoff(self.liveness_failures);
+                let at = now + self.retry_delay(failure, LaneKind::Liveness);
                 self.phase = match request {
                     Request::Register => Phase::RegisterAt(at),
                     _ => Phase::HeartbeatAt(at),
@@ -487,9 +507,9 @@ impl<U> NodeSession<U> {
             }
             Request::WatchAllocs => {
                 self.watch.in_flight = false;
-                self.watch.failures = self.watch.failures.saturating_add(1);
+                let delay = self.retry_delay(failure, LaneKind::Watch);
                 if self.phase != Phase::ShutDown {
-                    self.watch.due = Some(now + self.backoff(self.watch.failures));
+                    self.watch.due = Some(now + delay);
                 }
             }
         }
@@ -530,7 +550,20 @@ impl<U> NodeSession<U> {
         }
     }
 
-    fn backoff(&mut self, failures: u32) -> Duration {
+    /// How long a request of `lane` waits after `failure` (already
+    /// blamed): the failover pause while a server of the list has not
+    /// failed since the last answer, else the lane's next backoff.
+    fn retry_delay(&mut self, failure: &Failure, lane: LaneKind) -> Duration {
+        if failure.is_server_fault() && self.servers.has_untried() {
+            return FAILOVER_PAUSE;
+        }
+        let failures = match lane {
+            LaneKind::Liveness => &mut self.liveness_failures,
+            LaneKind::Watch => &mut self.watch.failures,
+            LaneKind::Flush => &mut self.flush.failures,
+        };
+        *failures = failures.saturating_add(1);
+        let failures = *failures;
         let draw = self.rng.next_f64();
         self.config.backoff.delay(failures, draw)
     }
@@ -543,6 +576,8 @@ struct ServerList {
     current: usize,
     /// The configured servers, appended to any list the servers send.
     configured: Vec<String>,
+    /// Servers of the list that have not failed since the last answer.
+    untried: usize,
 }
 
 impl ServerList {
@@ -550,6 +585,7 @@ impl ServerList {
         let list = normalized(servers.iter().map(String::as_str));
         ServerList {
             configured: list.clone(),
+            untried: list.len(),
             list,
             current: 0,
         }
@@ -564,7 +600,18 @@ impl ServerList {
     fn failed(&mut self, server: &str) {
         if !self.list.is_empty() && self.current() == server {
             self.current = (self.current + 1) % self.list.len();
+            self.untried = self.untried.saturating_sub(1);
         }
+    }
+
+    /// A server answered: every server is worth a try again.
+    fn answered(&mut self) {
+        self.untried = self.list.len();
+    }
+
+    /// Whether a server of the list has not failed since the last answer.
+    fn has_untried(&self) -> bool {
+        self.untried > 0
     }
 
     /// A list from the servers, followed by the configured servers it
@@ -586,6 +633,7 @@ impl ServerList {
                 .chain(self.configured.iter())
                 .map(String::as_str),
         );
+        self.untried = self.list.len();
     }
 }
 

@@ -13,8 +13,9 @@
 //!
 //! Every answer of a cluster member carries `X-Nomad-KnownLeader` (whether
 //! this server knows a leader) and `X-Nomad-LastContact` (milliseconds
-//! since the leader was last heard from; 0 on the leader and on a follower
-//! that follows one: openraft reports no follower-side age).
+//! since the leader was last heard from: on a follower, since the leader's
+//! last append or heartbeat reached it; on the leader, since a quorum last
+//! acknowledged it).
 //!
 //! Routes about the agent itself, the cluster's status and the client's
 //! allocations are local by nature and never wait.

@@ -122,13 +122,40 @@ impl ClusterKey {
 struct RaftService {
     raft: Raft<TypeConfig>,
     key: ClusterKey,
+    contact: LeaderContact,
 }
 
-/// Registers the Raft RPC routes on an actix-web app (the RPC port's).
-pub fn configure(raft: Raft<TypeConfig>, key: ClusterKey) -> impl FnOnce(&mut web::ServiceConfig) {
+/// When this server last took entries or a heartbeat from a leader it
+/// follows, for `X-Nomad-LastContact` on a follower (openraft's metrics
+/// only give the leader's side). Clones share the time.
+#[derive(Clone, Debug, Default)]
+pub struct LeaderContact {
+    last: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+impl LeaderContact {
+    fn heard(&self) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = Some(std::time::Instant::now());
+    }
+
+    /// Milliseconds since a leader was last heard from (none yet: `None`).
+    pub fn millis_since(&self) -> Option<u64> {
+        let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// Registers the Raft RPC routes on an actix-web app (the RPC port's);
+/// `contact` records every append a leader this server follows sent.
+pub fn configure(
+    raft: Raft<TypeConfig>,
+    key: ClusterKey,
+    contact: LeaderContact,
+) -> impl FnOnce(&mut web::ServiceConfig) {
     move |config| {
         config
-            .app_data(web::Data::new(RaftService { raft, key }))
+            .app_data(web::Data::new(RaftService { raft, key, contact }))
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .route(APPEND_PATH, web::post().to(append))
             .route(VOTE_PATH, web::post().to(vote))
@@ -151,21 +178,56 @@ fn misaddressed(service: &RaftService, request: &HttpRequest) -> Option<HttpResp
     )))
 }
 
+/// One Raft RPC: refused when meant for another server, else checked,
+/// decoded, handed to this server's replica by `call`, and answered.
+async fn serve_raft<Req, Answer, F, Fut>(
+    service: &RaftService,
+    path: &str,
+    request: &HttpRequest,
+    body: &web::Bytes,
+    call: F,
+) -> HttpResponse
+where
+    Req: DeserializeOwned,
+    Answer: Serialize,
+    F: FnOnce(Raft<TypeConfig>, Req) -> Fut,
+    Fut: Future<Output = Answer>,
+{
+    if let Some(refusal) = misaddressed(service, request) {
+        return refusal;
+    }
+    let raft = service.raft.clone();
+    serve_signed(&service.key, path, request, body, |rpc: Req| {
+        call(raft, rpc)
+    })
+    .await
+}
+
 async fn append(
     service: web::Data<RaftService>,
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Some(refusal) = misaddressed(&service, &request) {
-        return refusal;
-    }
-    let raft = service.raft.clone();
-    serve_signed(
-        &service.key,
+    let contact = service.contact.clone();
+    serve_raft(
+        &service,
         APPEND_PATH,
         &request,
         &body,
-        |rpc: AppendEntriesRequest<TypeConfig>| async move { raft.append_entries(rpc).await },
+        |raft, rpc| async move {
+            let answer = raft.append_entries(rpc).await;
+            // A stale leader is told of a newer vote; anything else came
+            // from the leader this server follows.
+            if matches!(
+                answer,
+                Ok(AppendEntriesResponse::Success
+                    | AppendEntriesResponse::PartialSuccess(_)
+                    | AppendEntriesResponse::Conflict)
+            ) {
+                contact.heard();
+            }
+            answer
+        },
     )
     .await
 }
@@ -175,16 +237,12 @@ async fn vote(
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Some(refusal) = misaddressed(&service, &request) {
-        return refusal;
-    }
-    let raft = service.raft.clone();
-    serve_signed(
-        &service.key,
+    serve_raft(
+        &service,
         VOTE_PATH,
         &request,
         &body,
-        |rpc: VoteRequest<NodeId>| async move { raft.vote(rpc).await },
+        |raft, rpc: VoteRequest<NodeId>| async move { raft.vote(rpc).await },
     )
     .await
 }
@@ -194,16 +252,14 @@ async fn install_snapshot(
     request: HttpRequest,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Some(refusal) = misaddressed(&service, &request) {
-        return refusal;
-    }
-    let raft = service.raft.clone();
-    serve_signed(
-        &service.key,
+    serve_raft(
+        &service,
         SNAPSHOT_PATH,
         &request,
         &body,
-        |rpc: InstallSnapshotRequest<TypeConfig>| async move { raft.install_snapshot(rpc).await },
+        |raft, rpc: InstallSnapshotRequest<TypeConfig>| async move {
+            raft.install_snapshot(rpc).await
+        },
     )
     .await
 }

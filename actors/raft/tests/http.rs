@@ -5,7 +5,7 @@
 mod support;
 use actix_web::{App, HttpServer};
 use herder::state::Command;
-use herder_raft::http::{configure, AUTH_HEADER, VOTE_PATH};
+use herder_raft::http::{configure, LeaderContact, AUTH_HEADER, VOTE_PATH};
 use herder_raft::{
     default_config, ClusterKey, HttpTransport, MemoryTarget, NodeId, RaftNode, ServerNode,
     Transport,
@@ -35,6 +35,7 @@ struct Server {
     node: RaftNode<MemoryTarget>,
     address: String,
     http: actix_web::dev::ServerHandle,
+    contact: LeaderContact,
 }
 
 /// A replica serving the Raft RPCs on a free loopback port, holding `key`.
@@ -53,11 +54,15 @@ async fn start_server(id: NodeId, dir: &TempDir, key: &str) -> Server {
     .await
     .unwrap();
     let raft = node.raft().clone();
-    let http = HttpServer::new(move || App::new().configure(configure(raft.clone(), key.clone())))
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .unwrap();
+    let contact = LeaderContact::default();
+    let heard = contact.clone();
+    let http = HttpServer::new(move || {
+        App::new().configure(configure(raft.clone(), key.clone(), heard.clone()))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .unwrap();
     let address = http.addrs()[0].to_string();
     let http = http.run();
     let handle = http.handle();
@@ -66,6 +71,7 @@ async fn start_server(id: NodeId, dir: &TempDir, key: &str) -> Server {
         node,
         address,
         http: handle,
+        contact,
     }
 }
 
@@ -131,6 +137,17 @@ async fn three_servers_with_the_key_replicate_over_http() {
             target.commands() == written
         })
         .await;
+    }
+    // Followers hear the leader's heartbeats (every 100 ms); the leader
+    // takes no appends.
+    let leader_id = leader(&servers).await.node.id();
+    for server in &servers {
+        let since = server.contact.millis_since();
+        if server.node.id() == leader_id {
+            assert_eq!(since, None, "the leader was never sent an append");
+        } else {
+            assert!(since.is_some_and(|ms| ms < 1_000), "a follower: {since:?}");
+        }
     }
     stop(servers).await;
 }

@@ -63,3 +63,27 @@ async fn a_reopened_log_store_has_its_entries_vote_and_positions() {
         .collect();
     assert_eq!(indexes, vec![4, 5, 6, 7]);
 }
+
+/// A committed position is written without a flush of its own, so a crash
+/// can keep it and lose the entries it names; it then reads as none (the
+/// leader tells the position again) instead of sending openraft after
+/// entries that are not there.
+#[tokio::test]
+async fn a_committed_position_without_its_entries_reads_as_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = SledLogStore::open(dir.path()).unwrap();
+    let entries: Vec<_> = (1..=4).map(|i| blank_ent::<TypeConfig>(2, 1, i)).collect();
+    store.blocking_append(entries).await.unwrap();
+    store.save_committed(Some(log_id(2, 9))).await.unwrap();
+    assert_eq!(store.read_committed().await.unwrap(), None, "past the log");
+    store.save_committed(Some(log_id(3, 4))).await.unwrap();
+    assert_eq!(store.read_committed().await.unwrap(), None, "another term");
+    store.save_committed(Some(log_id(2, 4))).await.unwrap();
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 4)));
+    store.purge(log_id(2, 4)).await.unwrap();
+    assert_eq!(
+        store.read_committed().await.unwrap(),
+        Some(log_id(2, 4)),
+        "behind the purge mark"
+    );
+}

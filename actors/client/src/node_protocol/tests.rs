@@ -382,16 +382,17 @@ fn a_failed_batch_goes_back_under_anything_newer_and_retries_after_backoff() {
     s.queue_update(a, "complete", t0 + secs(0.3));
     s.updates_failed(batch, &server, &unreachable(), t0 + secs(0.4));
     assert_eq!(s.pending_updates(), 2);
-    // New changes do not cut the backoff short.
-    assert!(!s.queue_update(b, "failed", t0 + secs(0.5)));
+    // The next server is tried after the failover pause, and new changes
+    // do not cut a wait short.
+    assert!(!s.queue_update(b, "failed", t0 + secs(0.42)));
     assert_eq!(
-        s.next_action(t0 + secs(0.5)),
-        Action::Wait(Some(t0 + secs(0.9)))
+        s.next_action(t0 + secs(0.42)),
+        Action::Wait(Some(t0 + secs(0.4) + FAILOVER_PAUSE))
     );
     let Action::UpdateAllocs {
         server: again,
         batch,
-    } = s.next_action(t0 + secs(0.9))
+    } = s.next_action(t0 + secs(0.45))
     else {
         panic!("the retry is due");
     };
@@ -400,6 +401,68 @@ fn a_failed_batch_goes_back_under_anything_newer_and_retries_after_backoff() {
         "the retry goes to the next server"
     );
     assert_eq!(batch, BTreeMap::from([(a, "complete"), (b, "failed")]));
+    // Once every server has failed, the batch backs off.
+    let mut now = t0 + secs(0.45);
+    s.updates_failed(batch, &again, &unreachable(), now);
+    now += FAILOVER_PAUSE;
+    let Action::UpdateAllocs { server, batch } = s.next_action(now) else {
+        panic!("the third server is tried");
+    };
+    s.updates_failed(batch, &server, &unreachable(), now);
+    assert_eq!(s.next_action(now), Action::Wait(Some(now + secs(0.5))));
+}
+
+/// A dead server costs a client the failover pause, not a backoff: it
+/// backs off only once every server of its list has failed since the
+/// last answer, and an answer makes every server worth a try again.
+#[test]
+fn a_client_backs_off_only_after_every_server_failed() {
+    let t0 = Instant::now();
+    let mut config = SessionConfig::client(servers(3), 11);
+    config.watch_allocs = false;
+    let mut s = Session::new(config, t0);
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let Action::Register { server } = s.next_action(now) else {
+            panic!("a registration is due at {:?}", now - t0);
+        };
+        s.request_failed(Request::Register, &server, &unreachable(), now);
+        let Action::Wait(Some(at)) = s.next_action(now) else {
+            panic!("a retry is scheduled");
+        };
+        waits.push(at - now);
+        now = at;
+    }
+    let pause = FAILOVER_PAUSE;
+    assert_eq!(waits, [pause, pause, secs(0.5), secs(1.0), secs(2.0)]);
+
+    // The fourth try's server answers; the next failure moves on at once.
+    let Action::Register { server } = s.next_action(now) else {
+        panic!("registration due");
+    };
+    s.registered(&answer(secs(10.0)), now);
+    now += secs(5.0);
+    let Action::Heartbeat { server: first } = s.next_action(now) else {
+        panic!("heartbeat due");
+    };
+    assert_eq!(first, server);
+    s.request_failed(Request::Heartbeat, &first, &unreachable(), now);
+    assert_eq!(s.next_action(now), Action::Wait(Some(now + pause)));
+    // A 4xx is the same on every server: it backs off at once.
+    let Action::Heartbeat { server } = s.next_action(now + pause) else {
+        panic!("heartbeat retry due");
+    };
+    s.request_failed(
+        Request::Heartbeat,
+        &server,
+        &Failure::Status(400, "bad".into()),
+        now + pause,
+    );
+    assert_eq!(
+        s.next_action(now + pause),
+        Action::Wait(Some(now + pause + secs(0.5)))
+    );
 }
 
 #[test]
@@ -448,7 +511,7 @@ fn heartbeat_retries_back_off_and_a_success_starts_over() {
     let mut s = registered(t0);
     let mut now = t0 + secs(10.0);
     let mut waits = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..9 {
         let Action::Heartbeat { server } = s.next_action(now) else {
             panic!("heartbeat due at {:?}", now - t0);
         };
@@ -460,7 +523,9 @@ fn heartbeat_retries_back_off_and_a_success_starts_over() {
         waits.push(at - now);
         now = at;
     }
-    assert_eq!(waits, [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0].map(secs));
+    // The other two servers first, then backoff over the whole list.
+    let p = FAILOVER_PAUSE.as_secs_f64();
+    assert_eq!(waits, [p, p, 0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0].map(secs));
     assert!(matches!(s.next_action(now), Action::Heartbeat { .. }));
     s.heartbeat_answered(&answer(secs(20.0)), now);
     assert_eq!(s.next_action(now), Action::Wait(Some(now + secs(10.0))));

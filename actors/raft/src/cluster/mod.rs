@@ -11,6 +11,7 @@
 
 pub mod autopilot;
 pub mod bootstrap;
+pub mod election;
 pub mod liveness;
 pub mod replicator;
 pub mod rpc;
@@ -155,7 +156,12 @@ struct Inner {
     quick: SignedClient,
     settings: ClusterSettings,
     liveness: liveness::Liveness,
+    /// When a leader's append last reached this server (RPC port).
+    contact: crate::http::LeaderContact,
     stop: tokio::sync::watch::Sender<bool>,
+    /// How many writes this server gave up while leading
+    /// ([`rpc::write_as_leader`]): each may still commit later.
+    interrupted: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -209,6 +215,7 @@ impl Cluster {
             }
         };
         let (stop, _) = tokio::sync::watch::channel(false);
+        let (interrupted, _) = tokio::sync::watch::channel(0);
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 runtime: Some(runtime),
@@ -218,10 +225,15 @@ impl Cluster {
                 quick: settings.client(QUICK_TIMEOUT),
                 settings,
                 liveness: liveness::Liveness::default(),
+                contact: crate::http::LeaderContact::default(),
                 stop,
+                interrupted,
             }),
         };
         store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
+        // The pre-vote campaign stands in for openraft's election timer.
+        cluster.inner.node.raft().runtime_config().elect(false);
+        cluster.spawn(election::campaign(cluster.clone()));
         cluster.spawn(bootstrap::form_or_join(cluster.clone()));
         cluster.spawn(liveness::watch(cluster.clone()));
         tracing::info!(id, server = %cluster.inner.settings.node, "raft replica started");
@@ -290,6 +302,19 @@ impl Cluster {
         m.state == ServerState::Leader && m.current_leader == Some(self.id())
     }
 
+    /// Whether `m` shows server `me` leading with a complete state: a
+    /// quorum has acknowledged it (a restarted server may briefly believe
+    /// it still leads its old term) and its replica has applied an entry
+    /// of its own term (the no-op a new leader commits first), so it holds
+    /// every committed write.
+    pub fn leads_with_complete_state(m: &RaftMetrics<NodeId, ServerNode>, me: NodeId) -> bool {
+        m.state == ServerState::Leader
+            && m.current_leader == Some(me)
+            && m.millis_since_quorum_ack.is_some()
+            && m.last_applied
+                .is_some_and(|l| l.leader_id.term == m.current_term)
+    }
+
     /// The leader this server knows of, with its RPC address.
     pub fn leader(&self) -> Option<Member> {
         let metrics = self.metrics();
@@ -326,15 +351,36 @@ impl Cluster {
         m.membership_config.log_id().map_or(0, |l| l.index)
     }
 
-    /// How long ago this server last heard from a leader, as far as openraft
-    /// reports it (on the leader: since a quorum acknowledged it).
+    /// How long ago this server last heard from its leader: on the
+    /// leader, since a quorum acknowledged it (openraft's metrics); on a
+    /// follower, since the leader's last append or heartbeat reached it.
+    /// `None` while no leader is known.
     pub fn millis_since_leader_contact(&self) -> Option<u64> {
         let metrics = self.metrics();
         let m = metrics.borrow();
         if m.state == ServerState::Leader {
             return m.millis_since_quorum_ack;
         }
-        m.current_leader.map(|_| 0)
+        m.current_leader?;
+        Some(self.inner.contact.millis_since().unwrap_or(0))
+    }
+
+    /// Counts the writes this server gave up as leader without knowing
+    /// their fate: such an entry may still commit, so whatever acted on
+    /// the failure (a worker scheduling the evaluation again) must first
+    /// see the state after it. The leadership follower in herder-server
+    /// pauses the leader's duties until an entry written after it applies.
+    pub fn interruptions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.interrupted.subscribe()
+    }
+
+    pub(crate) fn note_interrupted(&self) {
+        self.inner.interrupted.send_modify(|n| *n += 1);
+    }
+
+    /// The record of the leader's appends, for the RPC port's handlers.
+    pub(crate) fn leader_contact(&self) -> crate::http::LeaderContact {
+        self.inner.contact.clone()
     }
 
     /// This server's status, as [`rpc::STATUS_PATH`] answers it.

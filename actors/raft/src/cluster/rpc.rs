@@ -5,7 +5,7 @@
 //! is a signed exchange ([`serve_signed`] / [`SignedClient`]), so only a
 //! holder of the cluster key can make one.
 
-use super::{Cluster, Member};
+use super::{election, Cluster, Member};
 use crate::entry::{LogEntry, WriteResponse};
 use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
 use crate::node::ProposeError;
@@ -84,7 +84,7 @@ pub fn configure(cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
     move |config| {
         let raft = cluster.node().raft().clone();
         let key = cluster.settings().key.clone();
-        crate::http::configure(raft, key)(config);
+        crate::http::configure(raft, key, cluster.leader_contact())(config);
         config
             .app_data(web::Data::new(cluster))
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
@@ -118,6 +118,13 @@ pub fn configure(cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
                 signed_route(UPDATE_PATH, |c, update: JoinRequest| async move {
                     update_member(&c, update).await
                 }),
+            )
+            .route(
+                election::PREVOTE_PATH,
+                signed_route(
+                    election::PREVOTE_PATH,
+                    |c, ask: election::PreVoteRequest| async move { election::answer(&c, &ask) },
+                ),
             )
             .route(
                 REMOVE_PATH,
@@ -162,9 +169,10 @@ fn not_leader(cluster: &Cluster) -> Refusal {
 /// Openraft keeps a leader cut off from its quorum leading (and its write
 /// waiting) until it hears of a newer term. Like Nomad's leader lease,
 /// the write is given up as interrupted once no quorum has acknowledged
-/// this leader for two election timeouts: by then the others have elected
+/// this leader for [`QUORUM_LOST_AFTER`]: by then the others have elected
 /// another, and the entry is overwritten when this server rejoins (unless
-/// it reached them: hence "may or may not").
+/// it reached them: hence "may or may not"). Each give-up is counted
+/// ([`Cluster::interruptions`]).
 pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<WriteResponse, Refusal> {
     if !cluster.is_leader() {
         return Err(not_leader(cluster));
@@ -172,7 +180,10 @@ pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<Write
     let proposed = cluster.node().propose(entry);
     let answer = tokio::select! {
         answer = proposed => answer,
-        () = quorum_lost(cluster) => return Err(Refusal::Interrupted),
+        () = quorum_lost(cluster) => {
+            cluster.note_interrupted();
+            return Err(Refusal::Interrupted);
+        }
     };
     match answer {
         Ok(response) => Ok(response),
@@ -184,11 +195,17 @@ pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<Write
     }
 }
 
-/// Returns once this leader has gone two election timeouts without a
+/// How long a leader goes without a quorum's acknowledgement before it
+/// gives a write up: well past an election (the others have elected
+/// another by then), and past the ack delays of a busy machine (1.2 s
+/// gave writes up while a quorum was still there, only slow).
+const QUORUM_LOST_AFTER: Duration = Duration::from_secs(5);
+
+/// Returns once this leader has gone [`QUORUM_LOST_AFTER`] without a
 /// quorum's acknowledgement (never while it has one).
 async fn quorum_lost(cluster: &Cluster) {
     let lease = Duration::from_millis(cluster.settings().raft.election_timeout_max);
-    let limit = 2 * lease.as_millis() as u64;
+    let limit = QUORUM_LOST_AFTER.as_millis() as u64;
     let metrics = cluster.metrics();
     loop {
         tokio::time::sleep(lease / 4).await;
