@@ -569,3 +569,40 @@ async fn leaders_partitioned_again_and_again_under_drops_lose_no_acknowledged_wr
     );
     cluster.stop().await;
 }
+
+/// A write the leader gave up (no quorum acknowledged it for a while) may
+/// still commit; the leader's duties pause until an entry written after
+/// it has applied, so they never resume from a state that lacks it (a
+/// worker would schedule the same evaluation again and place its
+/// allocations twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_leader_gave_up_settles_before_its_duties_resume() {
+    let cluster = TestCluster::start(5).await;
+    let leader = cluster.leader_among(&[0, 1, 2]).await;
+    let server = &cluster.servers[leader];
+    let duty = server.cluster.duty_leadership();
+    eventually("the leader to take its duties", PATIENCE, || *duty.borrow()).await;
+
+    // Every answer is lost: the followers still take the leader's appends
+    // (and none stands: the pre-votes go unanswered too), but the leader
+    // hears no acknowledgement and gives its write up.
+    cluster.faults.drop_answers(1.0);
+    let given_up = submit(&server.store, Write::new("given-up")).await;
+    assert!(
+        matches!(given_up.result, Err(StoreError::NotCommitted(_))),
+        "{given_up:?}"
+    );
+    assert!(server.cluster.is_leader(), "it still leads");
+    eventually("the duties to pause", PATIENCE, || !*duty.borrow()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!*duty.borrow(), "no duties while the write is unsettled");
+
+    cluster.faults.drop_answers(0.0);
+    eventually("the duties to resume", PATIENCE, || *duty.borrow()).await;
+    assert_ne!(
+        find(&server.store, &given_up.write),
+        Found::Absent,
+        "the duties resumed from a state without the given-up write"
+    );
+    cluster.stop().await;
+}

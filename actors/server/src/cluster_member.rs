@@ -16,7 +16,7 @@ use crate::server_api::forward;
 use herder::state::StateStore;
 use herder_common::config::AgentConfig;
 use herder_raft::cluster::rpc;
-use herder_raft::{config_with, Cluster, ClusterKey, ClusterSettings, LogEntry, ServerNode};
+use herder_raft::{config_with, Cluster, ClusterKey, ClusterSettings, ServerNode};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
@@ -151,85 +151,25 @@ pub fn serve(
     Ok(rpc)
 }
 
-/// Follows this server's leadership until the cluster stops, gaining and
-/// losing the leader's duties on each change. Leadership counts from the moment a quorum
-/// has acknowledged this leader (a restarted server may briefly believe
-/// it still leads its old term) and its replica has applied an entry of
-/// its own term (the no-op a new leader commits first): from then on it
-/// holds every committed write, so the duties restore from a complete
-/// state.
-///
-/// A write this leader gave up without knowing its fate (no quorum
-/// acknowledged it for a while, [`Cluster::interruptions`]) may still
-/// commit. Whatever acted on that failure (a worker scheduling the
-/// evaluation again) would then work from a state without it and place
-/// the same allocations twice, so the duties stop there and resume once
-/// an entry written after it has applied: every evaluation is then
-/// restored from a state that holds the write, or never will. (Nomad's
-/// leader steps down in that case and its successor restores the same
-/// way.)
+/// Gains and loses the leader's duties as the cluster's duty leadership
+/// changes ([`Cluster::duty_leadership`]: leading with a complete state,
+/// no given-up write unsettled), until the cluster stops.
 pub async fn follow_leadership(cluster: Cluster, duties: LeaderDuties) {
-    let mut metrics = cluster.metrics();
-    let mut interruptions = cluster.interruptions();
+    let mut duty_leadership = cluster.duty_leadership();
     let mut leading = false;
-    // The write that must apply before the duties resume.
-    let mut barrier: Option<tokio::task::JoinHandle<()>> = None;
     loop {
-        let holds = Cluster::leads_with_complete_state(&metrics.borrow_and_update(), cluster.id());
-        if !holds {
-            if let Some(pending) = barrier.take() {
-                pending.abort();
-            }
-        }
-        let now = holds && barrier.is_none();
+        let now = *duty_leadership.borrow_and_update();
         if now != leading {
             leading = now;
             tracing::info!(leader = now, "leadership changed");
             switch(&duties, now).await;
         }
-        let barrier_passed = async {
-            match barrier.as_mut() {
-                Some(pending) => {
-                    let _ = pending.await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { break },
-            changed = interruptions.changed() => {
-                if changed.is_err() {
-                    break;
-                }
-                if holds && barrier.is_none() {
-                    tracing::warn!(
-                        "a write was given up while leading: the leader's duties wait for a later entry"
-                    );
-                    barrier = Some(cluster.spawn(pass_barrier(cluster.clone())));
-                }
-            }
-            () = barrier_passed => barrier = None,
+        if duty_leadership.changed().await.is_err() {
+            break;
         }
-    }
-    if let Some(pending) = barrier.take() {
-        pending.abort();
     }
     if leading {
         switch(&duties, false).await;
-    }
-}
-
-/// Commits an empty entry as leader, retrying until it applies (the
-/// follower aborts it when leadership goes).
-async fn pass_barrier(cluster: Cluster) {
-    loop {
-        match rpc::write_as_leader(&cluster, LogEntry::commands(Vec::new())).await {
-            Ok(_) => return,
-            Err(e) => {
-                tracing::warn!("the leader's barrier write failed, retrying: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            }
-        }
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod autopilot;
 pub mod bootstrap;
 pub mod election;
+pub mod leadership;
 pub mod liveness;
 pub mod replicator;
 pub mod rpc;
@@ -162,6 +163,9 @@ struct Inner {
     /// How many writes this server gave up while leading
     /// ([`rpc::write_as_leader`]): each may still commit later.
     interrupted: tokio::sync::watch::Sender<u64>,
+    /// Whether this server should carry the leader's duties now
+    /// ([`leadership`]).
+    duty_leader: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -216,6 +220,7 @@ impl Cluster {
         };
         let (stop, _) = tokio::sync::watch::channel(false);
         let (interrupted, _) = tokio::sync::watch::channel(0);
+        let (duty_leader, _) = tokio::sync::watch::channel(false);
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 runtime: Some(runtime),
@@ -228,12 +233,14 @@ impl Cluster {
                 contact: crate::http::LeaderContact::default(),
                 stop,
                 interrupted,
+                duty_leader,
             }),
         };
         store.set_replicator(Arc::new(replicator::LogReplicator::new(cluster.clone())));
         // The pre-vote campaign stands in for openraft's election timer.
         cluster.inner.node.raft().runtime_config().elect(false);
         cluster.spawn(election::campaign(cluster.clone()));
+        cluster.spawn(leadership::follow(cluster.clone()));
         cluster.spawn(bootstrap::form_or_join(cluster.clone()));
         cluster.spawn(liveness::watch(cluster.clone()));
         tracing::info!(id, server = %cluster.inner.settings.node, "raft replica started");
@@ -369,9 +376,25 @@ impl Cluster {
     /// their fate: such an entry may still commit, so whatever acted on
     /// the failure (a worker scheduling the evaluation again) must first
     /// see the state after it. The leadership follower in herder-server
-    /// pauses the leader's duties until an entry written after it applies.
+    /// pauses the leader's duties until an entry written after it applies
+    /// ([`Self::duty_leadership`]).
     pub fn interruptions(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.interrupted.subscribe()
+    }
+
+    /// Whether this server should carry the leader's duties: it leads
+    /// with a complete state, and no write it gave up is still unsettled
+    /// ([`leadership`]). Starts false.
+    pub fn duty_leadership(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.duty_leader.subscribe()
+    }
+
+    fn set_duty_leader(&self, leading: bool) {
+        self.inner.duty_leader.send_if_modified(|now| {
+            let changed = *now != leading;
+            *now = leading;
+            changed
+        });
     }
 
     pub(crate) fn note_interrupted(&self) {
