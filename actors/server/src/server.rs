@@ -9,7 +9,7 @@
 //! Shutdown runs the other way: stop taking work, then close the store so
 //! every acknowledged write is flushed.
 
-use crate::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
+use crate::blocked_evals::{self, BlockedEvals, BlockedEvalsConfig};
 use crate::broker::{self, BrokerConfig, EvalBroker};
 use crate::cluster_member;
 use crate::eval_router::{EvalRouter, StopRouting};
@@ -22,66 +22,16 @@ use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::periodic::{self, PeriodicLauncher, StopLauncher};
 use crate::plan_applier::{self, PlanApplier};
+pub use crate::server_handle::{ServerError, ServerHandle};
 use crate::server_metrics::{ServerMetrics, StopMetrics};
 use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
-use crate::worker_supervisor::{self, WorkerConfigError, WorkerPoolConfig, WorkerSupervisor};
+use crate::worker_supervisor::{self, WorkerPoolConfig, WorkerSupervisor};
 use actix::prelude::*;
-use herder::state::{StateStore, StoreError, StoreOptions};
-use herder::structs::validate::JobLimits;
+use herder::state::{StateStore, StoreOptions};
 use herder_common::config::AgentConfig;
 use herder_common::nomad_metrics::Board;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    // The store's message already carries its cause (`StoreError` both
-    // prints and chains it), so it is printed here and not chained again:
-    // a walked error chain states the cause once.
-    #[error("state store at {path}: {error}")]
-    Store { path: PathBuf, error: StoreError },
-    #[error("state store at {path}: opening was interrupted")]
-    OpenInterrupted { path: PathBuf },
-    #[error("server.num_schedulers / enabled_schedulers")]
-    Workers(#[from] WorkerConfigError),
-    #[error("data dir {path}")]
-    DataDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// This server could not take its place in the cluster.
-    #[error("cluster: {0}")]
-    Cluster(String),
-    #[error("RPC port {addr}")]
-    RpcBind {
-        addr: String,
-        source: std::io::Error,
-    },
-}
-
-/// What the HTTP API and the agent use to reach the server's parts.
-/// Cheap to clone: every field is a handle.
-#[derive(Clone)]
-pub struct ServerHandle {
-    pub store: StateStore,
-    pub broker: Addr<EvalBroker>,
-    pub blocked: Addr<BlockedEvals>,
-    pub plan_applier: Addr<PlanApplier>,
-    pub nodes: Addr<NodeTracker>,
-    pub workers: Addr<WorkerSupervisor>,
-    pub periodic: Addr<PeriodicLauncher>,
-    pub gc: Addr<GarbageCollector>,
-    /// Switches the leader's duties on and off as leadership moves.
-    pub duties: LeaderDuties,
-    /// How large a job may be (`[limits]`); every write path checks it.
-    pub job_limits: JobLimits,
-    /// Where the server publishes its Nomad-named figures (job summaries,
-    /// job statuses) for `/v1/metrics`.
-    pub nomad_metrics: Board,
-    /// This server's place in a cluster of servers; `None` for a single
-    /// server without Raft.
-    pub cluster: Option<herder_raft::Cluster>,
-}
 
 /// A running server.
 pub struct Server {
@@ -167,7 +117,7 @@ impl Server {
         };
         let leader = leader && replica.is_none();
         let writer = EvalWriter::new(store.clone()).start();
-        let (broker, blocked) = broker::start_with_blocked_evals(
+        let (broker, blocked) = blocked_evals::start_with_blocked_evals(
             broker_config(config),
             BlockedEvalsConfig::default(),
             writer.recipient(),
