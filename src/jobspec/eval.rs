@@ -22,6 +22,7 @@
 //! Locals are evaluated in dependency order (not by retrying until nothing
 //! changes), so a chain of locals is no recursion at all.
 
+use super::describe::{brief, kind_of_hcl};
 use super::functions::{self, FnError};
 use super::limits::{self, Budget, HclLimits, VALUE_OVERHEAD};
 use super::scan;
@@ -241,7 +242,7 @@ impl<'s> Evaluator<'s> {
                 max_expansion_bytes: self.budget.max(),
                 ..HclLimits::default()
             };
-            return Err(relocate(limits::scan_error(&source, refused, &limits)));
+            return Err(relocate(scan::scan_error(&source, refused, &limits)));
         }
         let expr = hcl::edit::parser::parse_expr(text).map_err(|e| bad(e.message()))?;
         // The given text has its own positions: evaluate it against its own
@@ -1241,44 +1242,11 @@ fn check_variable_block(src: &Source, block: &Block, name: &str) -> Result<(), J
     Ok(())
 }
 
-/// A string for a message: quoted, and cut short when long, so that an
-/// error about a huge value is not itself huge.
-pub(crate) fn brief(s: &str) -> String {
-    const MAX_CHARS: usize = 60;
-    match s.char_indices().nth(MAX_CHARS) {
-        Some((cut, _)) => format!("{:?}...", &s[..cut]),
-        None => format!("{s:?}"),
-    }
-}
-
 /// Source text for a message, unquoted and cut short.
 fn brief_code(s: &str) -> String {
     const MAX_CHARS: usize = 60;
     match s.char_indices().nth(MAX_CHARS) {
         Some((cut, _)) => format!("{}...", &s[..cut]),
         None => s.to_string(),
-    }
-}
-
-/// How error messages name a value's type.
-pub(crate) fn kind_of(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_string(),
-        Value::Bool(b) => format!("bool {b}"),
-        Value::Number(n) => format!("number {n}"),
-        Value::String(s) => format!("string {}", brief(s)),
-        Value::Array(_) => "a list".to_string(),
-        Value::Object(_) => "an object".to_string(),
-    }
-}
-
-pub(crate) fn kind_of_hcl(value: &Hcl) -> String {
-    match value {
-        Hcl::Null => "null".to_string(),
-        Hcl::Bool(b) => format!("bool {b}"),
-        Hcl::Number(n) => format!("number {n}"),
-        Hcl::String(s) => format!("string {}", brief(s)),
-        Hcl::Array(_) => "a list".to_string(),
-        Hcl::Object(_) => "an object".to_string(),
     }
 }

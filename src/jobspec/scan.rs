@@ -40,7 +40,9 @@
 //! over-counting (`**` counts two, a splat's `*` counts one) only matters
 //! to absurd text.
 
-use super::limits::Budget;
+use super::error::JobspecError;
+use super::limits::{depth_error, syntax_size_error, Budget, HclLimits};
+use super::source::Source;
 
 /// What one token of code is charged for the syntax tree it becomes:
 /// a little more than the largest cost per token measured (`a.b` in a
@@ -550,6 +552,26 @@ fn name_len(text: &str) -> usize {
     text.char_indices()
         .find(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || !c.is_ascii()))
         .map_or(text.len(), |(i, _)| i)
+}
+
+/// The error for a refused scan.
+pub(crate) fn scan_error(src: &Source, refused: Refused, limits: &HclLimits) -> JobspecError {
+    match refused {
+        Refused::TooDeep(offset) => depth_error(src, offset, limits.max_nesting_depth, "nesting"),
+        Refused::TooLarge(offset) => syntax_size_error(src, offset, limits.max_expansion_bytes),
+        Refused::EmptyHeredoc(offset) => {
+            let (line, column) = src.locate(offset);
+            JobspecError::Syntax {
+                file: src.file.to_string(),
+                line,
+                column,
+                message: "a heredoc must not close on its first line (the parser cannot tell \
+                          an empty heredoc from one that ends at a later delimiter line); \
+                          write \"\" for an empty string"
+                    .to_string(),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 
 use super::changes::{AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet};
 use super::command::{AllocClientUpdate, Command, PlanResults};
-use super::snapshot::{
+use super::tables::{
     count_usage, count_usage_in, index_alloc, index_alloc_by_job, set_insert, set_remove, Tables,
 };
 use super::ApplyError;

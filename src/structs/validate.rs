@@ -5,8 +5,8 @@
 //! `Job.Validate` does after `Canonicalize`.
 
 use super::job::{
-    delay_function, operand, restart_mode, Affinity, Constraint, Job, JobType, ReschedulePolicy,
-    RestartPolicy, Spread, Task, TaskGroup, MAX_PRIORITY, MIN_PRIORITY,
+    cron_schedule, delay_function, operand, restart_mode, Affinity, Constraint, Job, JobType,
+    ReschedulePolicy, RestartPolicy, Spread, Task, TaskGroup, MAX_PRIORITY, MIN_PRIORITY,
 };
 use super::resources::{NetworkResource, Resources};
 use std::collections::HashSet;
@@ -782,22 +782,6 @@ fn validate_spreads(_level: &str, spreads: &[Spread], errs: &mut Vec<String>) {
             ));
         }
     }
-}
-
-/// Parses a cron spec as Nomad accepts it: five fields (minute first), six
-/// or seven (seconds first), or a shorthand such as `@daily`.
-pub fn cron_schedule(spec: &str) -> Result<cron::Schedule, String> {
-    use std::str::FromStr;
-    let spec = spec.trim();
-    if spec.is_empty() {
-        return Err("cron spec is empty".into());
-    }
-    let full = if !spec.starts_with('@') && spec.split_whitespace().count() == 5 {
-        format!("0 {spec}")
-    } else {
-        spec.to_string()
-    };
-    cron::Schedule::from_str(&full).map_err(|e| e.to_string())
 }
 
 /// Nomad's `ParameterizedJobConfig.Validate`.
