@@ -43,20 +43,26 @@ pub enum ServerError {
     },
 }
 
-/// What the HTTP API and the agent use to reach the server's parts.
+/// What the HTTP API and the agent use to reach the server: its store (for
+/// reads), its limits, its published figures and its place in a cluster.
 /// Cheap to clone: every field is a handle.
+///
+/// The server's actors are this crate's own: everything outside it acts on
+/// them through `ServerApi` (where forwarding to a leader, ACL checks and
+/// auditing plug in), so they are not public fields. Tests that drive one
+/// actor directly use the hidden accessors below.
 #[derive(Clone)]
 pub struct ServerHandle {
     pub store: StateStore,
-    pub broker: Addr<EvalBroker>,
-    pub blocked: Addr<BlockedEvals>,
-    pub plan_applier: Addr<PlanApplier>,
-    pub nodes: Addr<NodeTracker>,
-    pub workers: Addr<WorkerSupervisor>,
-    pub periodic: Addr<PeriodicLauncher>,
-    pub gc: Addr<GarbageCollector>,
+    pub(crate) broker: Addr<EvalBroker>,
+    pub(crate) blocked: Addr<BlockedEvals>,
+    pub(crate) plan_applier: Addr<PlanApplier>,
+    pub(crate) nodes: Addr<NodeTracker>,
+    pub(crate) workers: Addr<WorkerSupervisor>,
+    pub(crate) periodic: Addr<PeriodicLauncher>,
+    pub(crate) gc: Addr<GarbageCollector>,
     /// Switches the leader's duties on and off as leadership moves.
-    pub duties: LeaderDuties,
+    pub(crate) duties: LeaderDuties,
     /// How large a job may be (`[limits]`); every write path checks it.
     pub job_limits: JobLimits,
     /// Where the server publishes its Nomad-named figures (job summaries,
@@ -65,4 +71,33 @@ pub struct ServerHandle {
     /// This server's place in a cluster of servers; `None` for a single
     /// server without Raft.
     pub cluster: Option<herder_raft::Cluster>,
+}
+
+/// The server's actors, for tests that drive one of them directly; not an
+/// API (everything else goes through `ServerApi`).
+impl ServerHandle {
+    #[doc(hidden)]
+    pub fn test_broker(&self) -> &Addr<EvalBroker> {
+        &self.broker
+    }
+
+    #[doc(hidden)]
+    pub fn test_node_tracker(&self) -> &Addr<NodeTracker> {
+        &self.nodes
+    }
+
+    #[doc(hidden)]
+    pub fn test_workers(&self) -> &Addr<WorkerSupervisor> {
+        &self.workers
+    }
+
+    #[doc(hidden)]
+    pub fn test_periodic(&self) -> &Addr<PeriodicLauncher> {
+        &self.periodic
+    }
+
+    #[doc(hidden)]
+    pub fn test_gc(&self) -> &Addr<GarbageCollector> {
+        &self.gc
+    }
 }
