@@ -333,7 +333,7 @@ impl ServerApi {
             None => (None, None, None),
             Some(c) => {
                 check_scaling_policy(tg, c)?;
-                let (job, eval) = self.scaled_version(&old, &group, c, now)?;
+                let (job, eval) = self.scaled_version(old, &group, c, now)?;
                 event.eval_id = eval.as_ref().map(|e| e.id.to_string());
                 (Some(Arc::new(job)), eval, Some(old.job_modify_index))
             }
