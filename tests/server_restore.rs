@@ -40,7 +40,7 @@ fn register_jobs(agent: &TestAgent, n: usize) -> BTreeSet<uuid::Uuid> {
 }
 
 fn ready_in_broker(agent: &TestAgent) -> usize {
-    let broker = &agent.server.as_ref().expect("server").broker;
+    let broker = agent.server.as_ref().expect("server").test_broker();
     block_on(broker.send(Stats))
         .expect("broker answers")
         .total_ready
@@ -69,7 +69,7 @@ fn restart_restores_every_pending_eval_exactly_once() {
     agent.stop();
 
     let agent = TestAgent::start(quiet_server(dir.path()), false);
-    let broker = agent.server.as_ref().expect("server").broker.clone();
+    let broker = agent.server.as_ref().expect("server").test_broker().clone();
     let mut seen = Vec::new();
     while let Some(d) = block_on(broker.send(Dequeue {
         schedulers: vec![JobType::Service],

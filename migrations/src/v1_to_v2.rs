@@ -6,7 +6,7 @@
 //! This step strips `Job` from every allocation row and stores each
 //! embedded job as its version when that version is not stored yet.
 
-use super::{describe_key, meta_with_version, read_meta, MigrationError, META_KEY};
+use crate::format::{describe_key, meta_with_version, read_meta, MigrationError, META_KEY};
 use serde_json::Value;
 use std::collections::BTreeSet;
 

@@ -7,7 +7,7 @@
 //! This step moves every allocation row to its new key; the value is
 //! unchanged.
 
-use super::{describe_key, meta_with_version, read_meta, MigrationError, META_KEY};
+use crate::format::{describe_key, meta_with_version, read_meta, MigrationError, META_KEY};
 use serde_json::Value;
 
 /// The allocation prefix and the format-2 key length (prefix + UUID).

@@ -8,7 +8,7 @@
 //! only moves the version, so that a format-3 build, which would take a
 //! binary row for corruption, refuses the data dir instead.
 
-use super::{meta_with_version, read_meta, MigrationError, META_KEY};
+use crate::format::{meta_with_version, read_meta, MigrationError, META_KEY};
 
 pub(crate) fn run(db: &sled::Db) -> Result<(), MigrationError> {
     db.insert(META_KEY, meta_with_version(read_meta(db)?, 4)?)?;

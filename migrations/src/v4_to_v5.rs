@@ -7,7 +7,7 @@
 //! read the rows and ignore the log (losing acknowledged commits), refuses
 //! the data dir instead.
 
-use super::{meta_with_version, read_meta, MigrationError, META_KEY};
+use crate::format::{meta_with_version, read_meta, MigrationError, META_KEY};
 
 pub(crate) fn run(db: &sled::Db) -> Result<(), MigrationError> {
     db.insert(META_KEY, meta_with_version(read_meta(db)?, 5)?)?;

@@ -6,8 +6,9 @@
 //! written as `"3"` is a number, `true` where a string is expected is
 //! `"true"`). Every error points at the offending key or value.
 
+use super::describe::kind_of;
 use super::duration::parse_go_duration;
-use super::eval::{kind_of, Evaluator};
+use super::eval::Evaluator;
 use super::limits::depth_error;
 use super::source::Source;
 use super::JobspecError;

@@ -22,6 +22,7 @@
 //! Locals are evaluated in dependency order (not by retrying until nothing
 //! changes), so a chain of locals is no recursion at all.
 
+use super::describe::{brief, kind_of_hcl};
 use super::functions::{self, FnError};
 use super::limits::{self, Budget, HclLimits, VALUE_OVERHEAD};
 use super::scan;
@@ -32,7 +33,9 @@ use hcl::edit::expr::{
     UnaryOperator,
 };
 use hcl::edit::structure::{Attribute, Block, Body};
-use hcl::edit::template::{Directive, Element, Strip, Template};
+use hcl::edit::template::{
+    Directive, Element, ForDirective, IfDirective, Interpolation, Strip, Template,
+};
 use hcl::edit::visit::{visit_expr, visit_traversal_operator, Visit};
 use hcl::edit::Span;
 use hcl::{Number, Value as Hcl};
@@ -241,7 +244,7 @@ impl<'s> Evaluator<'s> {
                 max_expansion_bytes: self.budget.max(),
                 ..HclLimits::default()
             };
-            return Err(relocate(limits::scan_error(&source, refused, &limits)));
+            return Err(relocate(scan::scan_error(&source, refused, &limits)));
         }
         let expr = hcl::edit::parser::parse_expr(text).map_err(|e| bad(e.message()))?;
         // The given text has its own positions: evaluate it against its own
@@ -511,90 +514,120 @@ impl<'s> Evaluator<'s> {
         for (i, element) in elements.iter().enumerate() {
             match element {
                 Element::Literal(text) => {
-                    let mut text = text.value().as_str();
-                    let after_strip = match i.checked_sub(1) {
+                    // A literal's neighbours' markers strip its ends; the
+                    // template's own ends take the markers around it.
+                    let strip_start = match i.checked_sub(1) {
                         Some(prev) => strip_of(elements[prev]).strip_end(),
                         None => trim_start,
                     };
-                    let before_strip = match elements.get(i + 1) {
+                    let strip_end = match elements.get(i + 1) {
                         Some(next) => strip_of(next).strip_start(),
                         None => trim_end,
                     };
-                    if after_strip {
-                        text = text.trim_start();
-                    }
-                    if before_strip {
-                        text = text.trim_end();
-                    }
+                    let text = stripped(text.value().as_str(), strip_start, strip_end);
                     self.push(out, text, at)?;
                 }
-                Element::Interpolation(interp) => match self.eval(&interp.expr, scope) {
-                    Ok(built) => {
-                        let text = self.interpolated(built.value, &interp.expr.span())?;
-                        self.push(out, &text, at)?;
-                    }
-                    // A runtime reference: keep the interpolation as written.
-                    Err(Fail::Unknown { .. }) => {
-                        let span = interp.span();
-                        let raw = span.as_ref().and_then(|s| self.src.slice(s));
-                        let raw = raw.ok_or_else(|| {
-                            self.error(&span, "interpolation without source text")
-                        })?;
-                        self.push(out, raw, at)?;
-                    }
-                    Err(e) => return Err(e),
-                },
-                Element::Directive(Directive::If(d)) => {
-                    let cond = &d.if_expr.cond_expr;
-                    if self.boolean(cond, scope, "the condition of `%{ if }`")? {
-                        let next = d.else_expr.as_ref().map_or(d.endif_expr.strip, |e| e.strip);
-                        self.render(
-                            &d.if_expr.template,
-                            scope,
-                            out,
-                            d.if_expr.strip.strip_end(),
-                            next.strip_start(),
-                            at,
-                        )?;
-                    } else if let Some(e) = &d.else_expr {
-                        self.render(
-                            &e.template,
-                            scope,
-                            out,
-                            e.strip.strip_end(),
-                            d.endif_expr.strip.strip_start(),
-                            at,
-                        )?;
-                    }
+                Element::Interpolation(interp) => {
+                    self.render_interpolation(interp, scope, out, at)?;
                 }
-                Element::Directive(Directive::For(d)) => {
-                    let f = &d.for_expr;
-                    let items = self.items(&f.collection_expr, scope)?;
-                    for (key, value) in items {
-                        // Each iteration is a step, even one that renders
-                        // nothing.
-                        self.charge(VALUE_OVERHEAD, at)?;
-                        let key_scope = f.key_var.as_ref().map(|k| Scope {
-                            parent: scope,
-                            name: k.as_str(),
-                            value: key,
-                        });
-                        let inner = Scope {
-                            parent: key_scope.as_ref().or(scope),
-                            name: f.value_var.as_str(),
-                            value,
-                        };
-                        self.render(
-                            &f.template,
-                            Some(&inner),
-                            out,
-                            f.strip.strip_end(),
-                            d.endfor_expr.strip.strip_start(),
-                            at,
-                        )?;
-                    }
-                }
+                Element::Directive(Directive::If(d)) => self.render_if(d, scope, out, at)?,
+                Element::Directive(Directive::For(d)) => self.render_for(d, scope, out, at)?,
             }
+        }
+        Ok(())
+    }
+
+    /// `${ expr }`: the value's text, or the interpolation as written when
+    /// it is a runtime reference.
+    fn render_interpolation(
+        &self,
+        interp: &Interpolation,
+        scope: Option<&Scope>,
+        out: &mut String,
+        at: &At,
+    ) -> Result<(), Fail> {
+        match self.eval(&interp.expr, scope) {
+            Ok(built) => {
+                let text = self.interpolated(built.value, &interp.expr.span())?;
+                self.push(out, &text, at)
+            }
+            // A runtime reference: keep the interpolation as written.
+            Err(Fail::Unknown { .. }) => {
+                let span = interp.span();
+                let raw = span.as_ref().and_then(|s| self.src.slice(s));
+                let raw =
+                    raw.ok_or_else(|| self.error(&span, "interpolation without source text"))?;
+                self.push(out, raw, at)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `%{ if }`: the branch the condition picks, stripped by the markers
+    /// around that branch.
+    fn render_if(
+        &self,
+        d: &IfDirective,
+        scope: Option<&Scope>,
+        out: &mut String,
+        at: &At,
+    ) -> Result<(), Fail> {
+        let cond = &d.if_expr.cond_expr;
+        if self.boolean(cond, scope, "the condition of `%{ if }`")? {
+            let next = d.else_expr.as_ref().map_or(d.endif_expr.strip, |e| e.strip);
+            self.render(
+                &d.if_expr.template,
+                scope,
+                out,
+                d.if_expr.strip.strip_end(),
+                next.strip_start(),
+                at,
+            )
+        } else if let Some(e) = &d.else_expr {
+            self.render(
+                &e.template,
+                scope,
+                out,
+                e.strip.strip_end(),
+                d.endif_expr.strip.strip_start(),
+                at,
+            )
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `%{ for }`: the body once per item, with the key and value bound.
+    fn render_for(
+        &self,
+        d: &ForDirective,
+        scope: Option<&Scope>,
+        out: &mut String,
+        at: &At,
+    ) -> Result<(), Fail> {
+        let f = &d.for_expr;
+        let items = self.items(&f.collection_expr, scope)?;
+        for (key, value) in items {
+            // Each iteration is a step, even one that renders nothing.
+            self.charge(VALUE_OVERHEAD, at)?;
+            let key_scope = f.key_var.as_ref().map(|k| Scope {
+                parent: scope,
+                name: k.as_str(),
+                value: key,
+            });
+            let inner = Scope {
+                parent: key_scope.as_ref().or(scope),
+                name: f.value_var.as_str(),
+                value,
+            };
+            self.render(
+                &f.template,
+                Some(&inner),
+                out,
+                f.strip.strip_end(),
+                d.endfor_expr.strip.strip_start(),
+                at,
+            )?;
         }
         Ok(())
     }
@@ -1082,6 +1115,17 @@ fn arithmetic(op: BinaryOperator, a: &Number, b: &Number) -> Result<Number, Stri
     Number::from_f64(r).ok_or_else(|| format!("the result of `{op}` is not a finite number"))
 }
 
+/// A literal's text with the whitespace at its ends removed where a `~`
+/// marker next to it asks for that.
+fn stripped(text: &str, strip_start: bool, strip_end: bool) -> &str {
+    let text = if strip_start { text.trim_start() } else { text };
+    if strip_end {
+        text.trim_end()
+    } else {
+        text
+    }
+}
+
 /// The strip markers an element puts on its neighbours: an interpolation's
 /// own, a directive's opening marker before it and closing marker after.
 fn strip_of(element: &Element) -> Strip {
@@ -1241,44 +1285,11 @@ fn check_variable_block(src: &Source, block: &Block, name: &str) -> Result<(), J
     Ok(())
 }
 
-/// A string for a message: quoted, and cut short when long, so that an
-/// error about a huge value is not itself huge.
-pub(crate) fn brief(s: &str) -> String {
-    const MAX_CHARS: usize = 60;
-    match s.char_indices().nth(MAX_CHARS) {
-        Some((cut, _)) => format!("{:?}...", &s[..cut]),
-        None => format!("{s:?}"),
-    }
-}
-
 /// Source text for a message, unquoted and cut short.
 fn brief_code(s: &str) -> String {
     const MAX_CHARS: usize = 60;
     match s.char_indices().nth(MAX_CHARS) {
         Some((cut, _)) => format!("{}...", &s[..cut]),
         None => s.to_string(),
-    }
-}
-
-/// How error messages name a value's type.
-pub(crate) fn kind_of(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_string(),
-        Value::Bool(b) => format!("bool {b}"),
-        Value::Number(n) => format!("number {n}"),
-        Value::String(s) => format!("string {}", brief(s)),
-        Value::Array(_) => "a list".to_string(),
-        Value::Object(_) => "an object".to_string(),
-    }
-}
-
-pub(crate) fn kind_of_hcl(value: &Hcl) -> String {
-    match value {
-        Hcl::Null => "null".to_string(),
-        Hcl::Bool(b) => format!("bool {b}"),
-        Hcl::Number(n) => format!("number {n}"),
-        Hcl::String(s) => format!("string {}", brief(s)),
-        Hcl::Array(_) => "a list".to_string(),
-        Hcl::Object(_) => "an object".to_string(),
     }
 }

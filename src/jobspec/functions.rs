@@ -13,7 +13,7 @@
 //! limit instead of allocating. The others move their arguments into their
 //! result rather than copying them.
 
-use super::eval::brief;
+use super::describe::{brief, kind_of_hcl};
 use super::limits::{Budget, Exhausted, VALUE_OVERHEAD};
 use hcl::{Map, Value};
 
@@ -167,7 +167,7 @@ impl Function {
                     "{name}: argument {} must be {}, got {}",
                     i + 1,
                     param.describe(),
-                    super::eval::kind_of_hcl(arg)
+                    kind_of_hcl(arg)
                 )));
             }
         }

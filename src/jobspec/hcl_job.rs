@@ -8,6 +8,7 @@
 //! default, which gives the same result; `Job::canonicalize` fills the rest.
 
 use super::body::{BodyReader, Schema};
+use super::describe::kind_of;
 use super::eval::Evaluator;
 use super::limits::{self, Budget, HclLimits};
 use super::scan;
@@ -160,7 +161,7 @@ pub(crate) fn parse(
     let src = Source::new(text, file);
     let budget = Budget::new(limits.max_expansion_bytes);
     scan::scan(text, limits.max_nesting_depth, &budget)
-        .map_err(|refused| limits::scan_error(&src, refused, limits))?;
+        .map_err(|refused| scan::scan_error(&src, refused, limits))?;
     let body = hcl::edit::parser::parse_body(text).map_err(|e| JobspecError::Syntax {
         file: file.to_string(),
         line: e.location().line(),
@@ -382,7 +383,7 @@ fn driver_config(r: &BodyReader) -> Result<BTreeMap<String, Value>, JobspecError
             format!(
                 "invalid value for \"config\" in {}: an object is required, got {}",
                 r.place,
-                super::eval::kind_of(&other)
+                kind_of(&other)
             ),
         )),
         (None, None) => Ok(Default::default()),

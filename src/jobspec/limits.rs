@@ -15,9 +15,8 @@
 //! any recursive code sees the text, and the expansion by a [`Budget`] that
 //! the scan and then the evaluator charge *before* they build anything.
 
-use super::scan::Refused;
+use super::error::{JobspecError, LimitKind};
 use super::source::Source;
-use super::JobspecError;
 use std::cell::Cell;
 use std::ops::Range;
 
@@ -68,29 +67,6 @@ impl Default for HclLimits {
             max_source_bytes: Self::DEFAULT_MAX_SOURCE_BYTES,
             max_nesting_depth: Self::DEFAULT_MAX_NESTING_DEPTH,
             max_expansion_bytes: Self::DEFAULT_MAX_EXPANSION_BYTES,
-        }
-    }
-}
-
-/// Which of the [`HclLimits`] a job file exceeded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LimitKind {
-    /// [`HclLimits::max_source_bytes`].
-    SourceBytes,
-    /// [`HclLimits::max_nesting_depth`].
-    NestingDepth,
-    /// [`HclLimits::max_expansion_bytes`].
-    ExpansionBytes,
-}
-
-impl LimitKind {
-    /// The name of the setting that raises this limit, as error messages
-    /// give it (`hcl_max_nesting_depth`).
-    pub fn setting(self) -> &'static str {
-        match self {
-            LimitKind::SourceBytes => "hcl_max_source_bytes",
-            LimitKind::NestingDepth => "hcl_max_nesting_depth",
-            LimitKind::ExpansionBytes => "hcl_max_expansion_bytes",
         }
     }
 }
@@ -221,25 +197,5 @@ pub(crate) fn syntax_size_error(src: &Source, offset: usize, max: usize) -> Jobs
              (limits: {}); split the job, or raise the limit",
             kind.setting()
         ),
-    }
-}
-
-/// The error for a refused scan.
-pub(crate) fn scan_error(src: &Source, refused: Refused, limits: &HclLimits) -> JobspecError {
-    match refused {
-        Refused::TooDeep(offset) => depth_error(src, offset, limits.max_nesting_depth, "nesting"),
-        Refused::TooLarge(offset) => syntax_size_error(src, offset, limits.max_expansion_bytes),
-        Refused::EmptyHeredoc(offset) => {
-            let (line, column) = src.locate(offset);
-            JobspecError::Syntax {
-                file: src.file.to_string(),
-                line,
-                column,
-                message: "a heredoc must not close on its first line (the parser cannot tell \
-                          an empty heredoc from one that ends at a later delimiter line); \
-                          write \"\" for an empty string"
-                    .to_string(),
-            }
-        }
     }
 }

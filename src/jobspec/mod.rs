@@ -48,7 +48,9 @@
 //! nothing after it recurses deeper.
 
 mod body;
+mod describe;
 mod duration;
+mod error;
 mod eval;
 mod functions;
 mod hcl_job;
@@ -62,77 +64,12 @@ mod limits_tests;
 #[cfg(test)]
 mod tests;
 
-use crate::structs::{Job, ValidationError};
+use crate::structs::Job;
 use std::collections::BTreeMap;
 
 pub use duration::parse_go_duration;
-pub use limits::{HclLimits, LimitKind};
-
-/// Why a job file could not be turned into a job.
-///
-/// Every variant names the file; the positional ones carry a one-based
-/// line and column. Display reads like a compiler diagnostic:
-/// `web.nomad.hcl:12:5: unknown block "nework" in group "frontend"`.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum JobspecError {
-    /// The text is not well-formed HCL.
-    #[error("{file}:{line}:{column}: {message}")]
-    Syntax {
-        file: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    /// Well-formed HCL that is not a valid job specification: an unknown
-    /// block or attribute, a value of the wrong type, a bad duration, a
-    /// missing label or an undefined variable.
-    #[error("{file}:{line}:{column}: {message}")]
-    Spec {
-        file: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    /// Malformed JSON, or JSON whose fields have the wrong types.
-    #[error("{file}:{line}:{column}: {message}")]
-    Json {
-        file: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    /// The file exceeds one of the [`HclLimits`]: it is too large, nests
-    /// too deeply, or its evaluation would build too much. The message
-    /// names the setting that raises the limit (`limit.setting()`); the
-    /// position is where the limit was passed.
-    #[error("{file}:{line}:{column}: {message}")]
-    Limit {
-        file: String,
-        line: usize,
-        column: usize,
-        limit: LimitKind,
-        message: String,
-    },
-    /// The job parsed but fails [`Job::validate`].
-    #[error("{file}: {source}")]
-    Validation {
-        file: String,
-        source: ValidationError,
-    },
-}
-
-impl JobspecError {
-    /// The one-based (line, column) the error points at, when it has one.
-    pub fn location(&self) -> Option<(usize, usize)> {
-        match self {
-            JobspecError::Syntax { line, column, .. }
-            | JobspecError::Spec { line, column, .. }
-            | JobspecError::Json { line, column, .. }
-            | JobspecError::Limit { line, column, .. } => Some((*line, *column)),
-            JobspecError::Validation { .. } => None,
-        }
-    }
-}
+pub use error::{JobspecError, LimitKind};
+pub use limits::HclLimits;
 
 /// Name used for JSON input that came without a file name (an API body).
 pub const JSON_INPUT_NAME: &str = "<json>";

@@ -40,7 +40,9 @@
 //! over-counting (`**` counts two, a splat's `*` counts one) only matters
 //! to absurd text.
 
-use super::limits::Budget;
+use super::error::JobspecError;
+use super::limits::{depth_error, syntax_size_error, Budget, HclLimits};
+use super::source::Source;
 
 /// What one token of code is charged for the syntax tree it becomes:
 /// a little more than the largest cost per token measured (`a.b` in a
@@ -260,26 +262,11 @@ impl Scanner<'_> {
 
     /// One token of code (or skipped whitespace or comment).
     fn code(&mut self) -> Result<(), Refused> {
-        let b = self.peek(0);
-        match b {
-            b' ' | b'\t' | b'\r' | b'\n' | b'~' => {
-                self.pos += 1;
-                return Ok(());
-            }
-            b'#' => {
-                self.skip_line();
-                return Ok(());
-            }
-            b'/' if matches!(self.peek(1), b'/' | b'*') => {
-                if self.peek(1) == b'/' {
-                    self.skip_line();
-                } else {
-                    self.skip_block_comment();
-                }
-                return Ok(());
-            }
-            _ => self.token()?,
+        if self.skip_trivia() {
+            return Ok(());
         }
+        self.token()?;
+        let b = self.peek(0);
         match b {
             b'"' => {
                 self.operand_starts()?;
@@ -298,25 +285,8 @@ impl Scanner<'_> {
                 self.push(Kind::Bracket)?;
                 self.pos += 1;
             }
-            b'}' | b')' | b']' => {
-                self.pos += 1;
-                if let Some(frame) = self.pop() {
-                    if let Kind::Directive(keyword) = frame.kind {
-                        self.directive_closed(keyword)?;
-                    }
-                }
-            }
-            b',' => {
-                // Items of lists, objects and arguments are separate
-                // expressions.
-                let frame = self.top_mut();
-                let unwound = frame.operators;
-                frame.operators = 0;
-                frame.last = Last::Continues;
-                self.depth -= unwound;
-                self.item()?;
-                self.pos += 1;
-            }
+            b'}' | b')' | b']' => self.close()?,
+            b',' => self.item_separator()?,
             b'<' if self.peek(1) == b'<' && self.heredoc_start()? => {}
             b'=' if self.peek(1) == b'=' => self.operator(2)?,
             b'&' if self.peek(1) == b'&' => self.operator(2)?,
@@ -343,6 +313,43 @@ impl Scanner<'_> {
             // cannot hide nesting.
             _ => self.pos += 1,
         }
+        Ok(())
+    }
+
+    /// Skips whitespace (and `~` strip markers) or a comment at the
+    /// position; false when code starts there.
+    fn skip_trivia(&mut self) -> bool {
+        match self.peek(0) {
+            b' ' | b'\t' | b'\r' | b'\n' | b'~' => self.pos += 1,
+            b'#' => self.skip_line(),
+            b'/' if self.peek(1) == b'/' => self.skip_line(),
+            b'/' if self.peek(1) == b'*' => self.skip_block_comment(),
+            _ => return false,
+        }
+        true
+    }
+
+    /// `}`, `)` or `]`: the construct it closes ends.
+    fn close(&mut self) -> Result<(), Refused> {
+        self.pos += 1;
+        if let Some(frame) = self.pop() {
+            if let Kind::Directive(keyword) = frame.kind {
+                self.directive_closed(keyword)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `,`: items of lists, objects and arguments are separate
+    /// expressions, so the operators chained in the last one unwind.
+    fn item_separator(&mut self) -> Result<(), Refused> {
+        let frame = self.top_mut();
+        let unwound = frame.operators;
+        frame.operators = 0;
+        frame.last = Last::Continues;
+        self.depth -= unwound;
+        self.item()?;
+        self.pos += 1;
         Ok(())
     }
 
@@ -550,6 +557,26 @@ fn name_len(text: &str) -> usize {
     text.char_indices()
         .find(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || !c.is_ascii()))
         .map_or(text.len(), |(i, _)| i)
+}
+
+/// The error for a refused scan.
+pub(crate) fn scan_error(src: &Source, refused: Refused, limits: &HclLimits) -> JobspecError {
+    match refused {
+        Refused::TooDeep(offset) => depth_error(src, offset, limits.max_nesting_depth, "nesting"),
+        Refused::TooLarge(offset) => syntax_size_error(src, offset, limits.max_expansion_bytes),
+        Refused::EmptyHeredoc(offset) => {
+            let (line, column) = src.locate(offset);
+            JobspecError::Syntax {
+                file: src.file.to_string(),
+                line,
+                column,
+                message: "a heredoc must not close on its first line (the parser cannot tell \
+                          an empty heredoc from one that ends at a later delimiter line); \
+                          write \"\" for an empty string"
+                    .to_string(),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

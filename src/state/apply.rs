@@ -10,16 +10,16 @@
 
 use super::changes::{AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet};
 use super::command::{AllocClientUpdate, Command, PlanResults};
-use super::snapshot::{
+use super::tables::{
     count_usage, count_usage_in, index_alloc, index_alloc_by_job, set_insert, set_remove, Tables,
 };
 use super::ApplyError;
 use crate::structs::job::job_status;
 use crate::structs::{
-    AllocId, AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, EvalId,
-    EvalStatus, Evaluation, Job, JobChildrenSummary, JobScalingEvents, JobSummary, JobType, Node,
-    NodeEvent, NodeId, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
-    TaskGroupSummary,
+    AllocId, AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, DrainStrategy,
+    EvalId, EvalStatus, Evaluation, Job, JobChildrenSummary, JobScalingEvents, JobSummary, JobType,
+    Node, NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration,
+    SchedulingEligibility, TaskGroupSummary,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -87,21 +87,14 @@ impl Txn {
                 eval,
                 enforce_index,
                 event,
-            } => {
-                let key = JobKey::new(namespace, job_id);
-                match job {
-                    Some(job) => self.job_register(job, eval.as_ref(), *enforce_index)?,
-                    None if !self.t.jobs.contains_key(&key) => {
-                        return Err(ApplyError::JobNotFound {
-                            namespace: namespace.clone(),
-                            job_id: job_id.clone(),
-                        })
-                    }
-                    None => self.upsert_evals(eval.as_slice())?,
-                }
-                self.record_scaling_event(&key, group, event.clone());
-                Ok(())
-            }
+            } => self.job_scale(
+                (namespace, job_id),
+                group,
+                job.as_deref(),
+                eval,
+                *enforce_index,
+                event,
+            ),
             Command::JobDeregister {
                 namespace,
                 job_id,
@@ -125,50 +118,26 @@ impl Txn {
                 event,
                 evals,
                 updated_at,
-            } => {
-                self.update_node(node_id, event.as_ref(), |node| {
-                    node.status = *status;
-                    node.status_updated_at = *updated_at;
-                    Ok(())
-                })?;
-                self.upsert_evals(evals)
-            }
+            } => self.node_status(node_id, *status, *updated_at, event.as_ref(), evals),
             Command::NodeUpdateEligibility {
                 node_id,
                 eligibility,
                 event,
                 evals,
-            } => {
-                self.update_node(node_id, event.as_ref(), |node| {
-                    if node.drain_strategy.is_some()
-                        && *eligibility == SchedulingEligibility::Eligible
-                    {
-                        return Err(ApplyError::NodeDraining(node.id));
-                    }
-                    node.scheduling_eligibility = *eligibility;
-                    Ok(())
-                })?;
-                self.upsert_evals(evals)
-            }
+            } => self.node_eligibility(node_id, *eligibility, event.as_ref(), evals),
             Command::NodeUpdateDrain {
                 node_id,
                 drain,
                 mark_eligible,
                 event,
                 evals,
-            } => {
-                self.update_node(node_id, event.as_ref(), |node| {
-                    node.drain_strategy = drain.clone();
-                    node.drain = drain.is_some();
-                    if drain.is_some() {
-                        node.scheduling_eligibility = SchedulingEligibility::Ineligible;
-                    } else if *mark_eligible {
-                        node.scheduling_eligibility = SchedulingEligibility::Eligible;
-                    }
-                    Ok(())
-                })?;
-                self.upsert_evals(evals)
-            }
+            } => self.node_drain(
+                node_id,
+                drain.as_ref(),
+                *mark_eligible,
+                event.as_ref(),
+                evals,
+            ),
             Command::EvalUpdate { evals } => self.upsert_evals(evals),
             Command::EvalDelete {
                 eval_ids,
@@ -295,6 +264,33 @@ impl Txn {
             }
         }
         self.job_register(job, eval, Some(0))
+    }
+
+    /// A group's count changed: the job's new version when the count
+    /// moved (or only the evaluation when it did not), and the scaling
+    /// event either way.
+    fn job_scale(
+        &mut self,
+        (namespace, job_id): (&str, &str),
+        group: &str,
+        job: Option<&Job>,
+        eval: &Option<Evaluation>,
+        enforce_index: Option<u64>,
+        event: &ScalingEvent,
+    ) -> Result<(), ApplyError> {
+        let key = JobKey::new(namespace, job_id);
+        match job {
+            Some(job) => self.job_register(job, eval.as_ref(), enforce_index)?,
+            None if !self.t.jobs.contains_key(&key) => {
+                return Err(ApplyError::JobNotFound {
+                    namespace: namespace.to_string(),
+                    job_id: job_id.to_string(),
+                })
+            }
+            None => self.upsert_evals(eval.as_slice())?,
+        }
+        self.record_scaling_event(&key, group, event.clone());
+        Ok(())
     }
 
     /// Adds a scaling event as the group's newest (Nomad keeps 20).
@@ -688,6 +684,63 @@ impl Txn {
             self.touched.insert(RowKey::Node(*id));
         }
         Ok(())
+    }
+
+    fn node_status(
+        &mut self,
+        node_id: &NodeId,
+        status: NodeStatus,
+        updated_at: i64,
+        event: Option<&NodeEvent>,
+        evals: &[Evaluation],
+    ) -> Result<(), ApplyError> {
+        self.update_node(node_id, event, |node| {
+            node.status = status;
+            node.status_updated_at = updated_at;
+            Ok(())
+        })?;
+        self.upsert_evals(evals)
+    }
+
+    /// A draining node stays ineligible until its drain ends.
+    fn node_eligibility(
+        &mut self,
+        node_id: &NodeId,
+        eligibility: SchedulingEligibility,
+        event: Option<&NodeEvent>,
+        evals: &[Evaluation],
+    ) -> Result<(), ApplyError> {
+        self.update_node(node_id, event, |node| {
+            if node.drain_strategy.is_some() && eligibility == SchedulingEligibility::Eligible {
+                return Err(ApplyError::NodeDraining(node.id));
+            }
+            node.scheduling_eligibility = eligibility;
+            Ok(())
+        })?;
+        self.upsert_evals(evals)
+    }
+
+    /// Starting a drain makes the node ineligible; ending one leaves it
+    /// ineligible unless `mark_eligible` asks otherwise.
+    fn node_drain(
+        &mut self,
+        node_id: &NodeId,
+        drain: Option<&DrainStrategy>,
+        mark_eligible: bool,
+        event: Option<&NodeEvent>,
+        evals: &[Evaluation],
+    ) -> Result<(), ApplyError> {
+        self.update_node(node_id, event, |node| {
+            node.drain_strategy = drain.cloned();
+            node.drain = drain.is_some();
+            if drain.is_some() {
+                node.scheduling_eligibility = SchedulingEligibility::Ineligible;
+            } else if mark_eligible {
+                node.scheduling_eligibility = SchedulingEligibility::Eligible;
+            }
+            Ok(())
+        })?;
+        self.upsert_evals(evals)
     }
 
     fn update_node(

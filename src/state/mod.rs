@@ -19,6 +19,7 @@ pub mod quarantine;
 mod scheduler_view;
 pub mod snapshot;
 pub mod store;
+mod tables;
 mod wal;
 
 #[cfg(test)]

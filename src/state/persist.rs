@@ -62,8 +62,9 @@
 use super::alloc_row;
 use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, Table};
 use super::quarantine::{self, QuarantineSource, QuarantinedRecord};
-use super::snapshot::{StateSnapshot, Tables};
-use super::wal::{self, ClosedSegment};
+use super::snapshot::StateSnapshot;
+use super::tables::Tables;
+use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
     AllocatedResources, Allocation, Evaluation, Job, JobScalingEvents, JobSummary, Node,
@@ -874,19 +875,6 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
         Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
     }
-}
-
-/// Rows ready for sled: what the writer thread hands the persister, so
-/// that turning rows into bytes (the CPU-heavy part of persisting) runs
-/// beside the persister's disk work instead of before it.
-#[derive(Debug, Default)]
-pub(crate) struct EncodedRows {
-    /// Raw key and value (`None`: delete), later changes of a row last.
-    pub rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    /// The meta row of the state after these rows.
-    pub meta: Vec<u8>,
-    /// The index of that state.
-    pub last_index: u64,
 }
 
 /// Encodes the rows of `changes` (a row changed twice keeps its last

@@ -116,7 +116,7 @@ enum Request {
 struct Import {
     state: StateSnapshot,
     /// Every row of `state`, encoded for sled.
-    rows: persist::EncodedRows,
+    rows: wal::EncodedRows,
     reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -893,7 +893,7 @@ struct AppliedGroup {
     state: StateSnapshot,
     /// The group's changed rows as bytes (`None` for a store without
     /// disk), or why they could not be encoded.
-    encoded: Option<Result<persist::EncodedRows, StoreError>>,
+    encoded: Option<Result<wal::EncodedRows, StoreError>>,
     /// Each request's reply with its outcome, in order.
     replies: Vec<Answer>,
     /// Whether a batch moved the state's index or stored position: the
@@ -1174,7 +1174,7 @@ impl Persister {
         let _ = import.reply.send(Ok(()));
     }
 
-    fn replace_on_disk(&mut self, rows: &persist::EncodedRows) -> Result<(), StoreError> {
+    fn replace_on_disk(&mut self, rows: &wal::EncodedRows) -> Result<(), StoreError> {
         let Some(disk) = &mut self.disk else {
             return Ok(());
         };

@@ -23,7 +23,6 @@
 //! acknowledged (acknowledging waits for the sync), so it is cut off. Any
 //! other damaged record is corruption, and the data dir is refused.
 
-use super::persist::EncodedRows;
 use super::StoreError;
 use crate::structs::codec::{CodecError, Reader, Writer};
 use std::fs::{File, OpenOptions};
@@ -49,6 +48,21 @@ pub(crate) struct Record {
 pub(crate) struct ClosedSegment {
     pub path: PathBuf,
     pub bytes: u64,
+}
+
+/// Rows ready for sled, as a log record carries them: what the writer
+/// thread hands the persister, so that turning rows into bytes (the
+/// CPU-heavy part of persisting) runs beside the persister's disk work
+/// instead of before it. Here, below `persist`, because the log appends
+/// them as they are.
+#[derive(Debug, Default)]
+pub(crate) struct EncodedRows {
+    /// Raw key and value (`None`: delete), later changes of a row last.
+    pub rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The meta row of the state after these rows.
+    pub meta: Vec<u8>,
+    /// The index of that state.
+    pub last_index: u64,
 }
 
 /// Encodes the record of one commit: the groups' rows in order (a later

@@ -933,7 +933,7 @@ impl PeriodicConfig {
         &self,
         after: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<chrono::DateTime<chrono::Utc>>, String> {
-        let schedule = super::validate::cron_schedule(&self.spec)?;
+        let schedule = cron_schedule(&self.spec)?;
         if self.time_zone.is_empty() || self.time_zone == "UTC" {
             return Ok(schedule.after(&after).next());
         }
@@ -947,6 +947,22 @@ impl PeriodicConfig {
             .next()
             .map(|t| t.with_timezone(&chrono::Utc)))
     }
+}
+
+/// Parses a cron spec as Nomad accepts it: five fields (minute first), six
+/// or seven (seconds first), or a shorthand such as `@daily`.
+pub fn cron_schedule(spec: &str) -> Result<cron::Schedule, String> {
+    use std::str::FromStr;
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Err("cron spec is empty".into());
+    }
+    let full = if !spec.starts_with('@') && spec.split_whitespace().count() == 5 {
+        format!("0 {spec}")
+    } else {
+        spec.to_string()
+    };
+    cron::Schedule::from_str(&full).map_err(|e| e.to_string())
 }
 
 /// The job is a template dispatched with a payload.

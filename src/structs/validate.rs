@@ -5,8 +5,9 @@
 //! `Job.Validate` does after `Canonicalize`.
 
 use super::job::{
-    delay_function, operand, restart_mode, Affinity, Constraint, Job, JobType, ReschedulePolicy,
-    RestartPolicy, Spread, Task, TaskGroup, MAX_PRIORITY, MIN_PRIORITY,
+    cron_schedule, delay_function, operand, restart_mode, Affinity, Constraint, Job, JobType,
+    ReschedulePolicy, RestartPolicy, Spread, Task, TaskGroup, UpdateStrategy, MAX_PRIORITY,
+    MIN_PRIORITY,
 };
 use super::resources::{NetworkResource, Resources};
 use std::collections::HashSet;
@@ -377,30 +378,42 @@ fn validate_group(job: &Job, tg: &TaskGroup, limits: &JobLimits, errs: &mut Vec<
     for key in tg.meta.keys() {
         check_name("Meta key", key, limits, errs);
     }
-    if let Some(u) = &tg.update {
-        if u.max_parallel < 0 {
-            errs.push(format!(
-                "Update: MaxParallel can't be negative, got {}",
-                u.max_parallel
-            ));
-        }
-        if u.canary < 0 {
-            errs.push(format!(
-                "Update: Canary can't be negative, got {}",
-                u.canary
-            ));
-        }
-        if !matches!(
-            u.health_check.as_str(),
-            "" | "checks" | "task_states" | "manual"
-        ) {
-            errs.push(format!(
-                "Update: HealthCheck must be one of checks, task_states, manual; got {:?}",
-                u.health_check
-            ));
-        }
+    if let Some(update) = &tg.update {
+        validate_update(update, errs);
     }
     validate_networks("Networks", &tg.networks, errs);
+    validate_group_tasks(tg, limits, errs);
+    validate_port_labels(tg, errs);
+}
+
+/// A group's `update` block, checked as Nomad checks it.
+fn validate_update(u: &UpdateStrategy, errs: &mut Vec<String>) {
+    if u.max_parallel < 0 {
+        errs.push(format!(
+            "Update: MaxParallel can't be negative, got {}",
+            u.max_parallel
+        ));
+    }
+    if u.canary < 0 {
+        errs.push(format!(
+            "Update: Canary can't be negative, got {}",
+            u.canary
+        ));
+    }
+    if !matches!(
+        u.health_check.as_str(),
+        "" | "checks" | "task_states" | "manual"
+    ) {
+        errs.push(format!(
+            "Update: HealthCheck must be one of checks, task_states, manual; got {:?}",
+            u.health_check
+        ));
+    }
+}
+
+/// The group's tasks: names unique, at most one leader, and each task's
+/// own checks, its messages labelled with the task.
+fn validate_group_tasks(tg: &TaskGroup, limits: &JobLimits, errs: &mut Vec<String>) {
     let mut task_names: std::collections::HashMap<&str, usize> = Default::default();
     let mut leaders = 0;
     for (i, task) in tg.tasks.iter().enumerate() {
@@ -440,7 +453,6 @@ fn validate_group(job: &Job, tg: &TaskGroup, limits: &JobLimits, errs: &mut Vec<
     if leaders > 1 {
         errs.push("Only one task may be marked as leader".into());
     }
-    validate_port_labels(tg, errs);
 }
 
 fn validate_task(task: &Task, errs: &mut Vec<String>) {
@@ -782,22 +794,6 @@ fn validate_spreads(_level: &str, spreads: &[Spread], errs: &mut Vec<String>) {
             ));
         }
     }
-}
-
-/// Parses a cron spec as Nomad accepts it: five fields (minute first), six
-/// or seven (seconds first), or a shorthand such as `@daily`.
-pub fn cron_schedule(spec: &str) -> Result<cron::Schedule, String> {
-    use std::str::FromStr;
-    let spec = spec.trim();
-    if spec.is_empty() {
-        return Err("cron spec is empty".into());
-    }
-    let full = if !spec.starts_with('@') && spec.split_whitespace().count() == 5 {
-        format!("0 {spec}")
-    } else {
-        spec.to_string()
-    };
-    cron::Schedule::from_str(&full).map_err(|e| e.to_string())
 }
 
 /// Nomad's `ParameterizedJobConfig.Validate`.

@@ -7,6 +7,7 @@
 //! a restarted client is the same node to the servers.
 
 use crate::driver::DriverSet;
+use herder::structs::node::ClientHostVolume;
 use herder::structs::{NetworkResource, Node, NodeStatus};
 use herder_common::config::AgentConfig;
 use std::collections::BTreeMap;
@@ -90,6 +91,30 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
         status: NodeStatus::Initializing,
         ..Default::default()
     };
+    set_resources(&mut node, config, facts, total_mhz);
+    let ip = if config.bind_addr == "0.0.0.0" {
+        "127.0.0.1".to_string()
+    } else {
+        config.bind_addr.clone()
+    };
+    node.attributes = machine_attributes(config, facts, &ip, total_mhz);
+    node.node_resources.networks = vec![host_network(&ip)];
+    node.host_volumes = host_volumes(config);
+    for driver in drivers.iter() {
+        let info = driver.fingerprint();
+        if info.detected && info.healthy {
+            node.attributes.extend(info.attributes.clone());
+        }
+        node.drivers.insert(driver.name().to_string(), info);
+    }
+    node.compute_class();
+    node
+}
+
+/// What the machine offers, and what the configuration keeps back from
+/// the tasks.
+fn set_resources(node: &mut Node, config: &AgentConfig, facts: &MachineFacts, total_mhz: i64) {
+    let c = &config.client;
     let res = &mut node.node_resources;
     res.cpu.cpu_shares = total_mhz;
     res.cpu.total_cpu_cores = facts.cores;
@@ -100,13 +125,17 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     reserved.cpu.cpu_shares = c.reserved_cpu;
     reserved.memory.memory_mb = c.reserved_memory_mb;
     reserved.disk.disk_mb = c.reserved_disk_mb;
+}
 
-    let ip = if config.bind_addr == "0.0.0.0" {
-        "127.0.0.1".to_string()
-    } else {
-        config.bind_addr.clone()
-    };
-    let attrs: BTreeMap<String, String> = [
+/// The machine's attributes under Nomad's names (`cpu.arch`,
+/// `kernel.name`, `unique.hostname`, ...); an empty fact is left out.
+fn machine_attributes(
+    config: &AgentConfig,
+    facts: &MachineFacts,
+    ip: &str,
+    total_mhz: i64,
+) -> BTreeMap<String, String> {
+    [
         ("cpu.arch", facts.arch.clone()),
         ("cpu.numcores", facts.cores.to_string()),
         (
@@ -122,7 +151,7 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
         ("os.version", facts.os_version.clone()),
         ("arch", facts.arch.clone()),
         ("unique.hostname", facts.hostname.clone()),
-        ("unique.network.ip-address", ip.clone()),
+        ("unique.network.ip-address", ip.to_string()),
         (
             "unique.storage.volume",
             config.data_dir.to_string_lossy().into_owned(),
@@ -140,30 +169,24 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     .into_iter()
     .filter(|(_, v)| !v.is_empty())
     .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    node.attributes = attrs;
-    node.node_resources.networks = vec![host_network(&ip)];
-    node.host_volumes = c
+    .collect()
+}
+
+/// The host volumes the configuration offers to jobs.
+fn host_volumes(config: &AgentConfig) -> BTreeMap<String, ClientHostVolume> {
+    config
+        .client
         .host_volumes
         .iter()
         .map(|(name, v)| {
-            let volume = herder::structs::node::ClientHostVolume {
+            let volume = ClientHostVolume {
                 name: name.clone(),
                 path: v.path.to_string_lossy().into_owned(),
                 read_only: v.read_only,
             };
             (name.clone(), volume)
         })
-        .collect();
-    for driver in drivers.iter() {
-        let info = driver.fingerprint();
-        if info.detected && info.healthy {
-            node.attributes.extend(info.attributes.clone());
-        }
-        node.drivers.insert(driver.name().to_string(), info);
-    }
-    node.compute_class();
-    node
+        .collect()
 }
 
 /// The host network tasks' ports are bound on, as Nomad reports it.

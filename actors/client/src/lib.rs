@@ -20,6 +20,7 @@
 
 pub mod alloc_manager;
 pub mod alloc_runner;
+mod clock;
 pub mod driver;
 pub mod fingerprint;
 pub mod logs;
@@ -31,8 +32,8 @@ pub mod server_link;
 pub mod task_dir;
 pub mod task_runner;
 
+pub use clock::now_nanos;
 use herder::structs::{AllocId, ClientStatus, TaskState, VecMap};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// What an allocation runner reports after every change: the allocation's
 /// client-side state, whole, so the shipper can keep only the newest one per
@@ -94,13 +95,6 @@ pub enum ControlError {
     /// The driver failed to deliver it.
     #[error("{0}")]
     Driver(driver::DriverError),
-}
-
-/// Unix nanoseconds now, the unit task events and states use.
-pub fn now_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

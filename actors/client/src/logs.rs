@@ -12,6 +12,7 @@
 //! breaks its pipe (it only blocks once the pipe buffer is full until the
 //! new client drains it).
 
+use crate::task_dir::{check_task_name, log_dir};
 use futures::Stream;
 use herder::structs::LogConfig;
 use std::fs::{self, File, OpenOptions};
@@ -49,11 +50,6 @@ impl LogKind {
 pub enum Origin {
     Start,
     End,
-}
-
-/// The log directory of an allocation directory.
-pub fn log_dir(alloc_dir: &Path) -> PathBuf {
-    alloc_dir.join("alloc").join("logs")
 }
 
 fn file_prefix(task: &str, kind: LogKind) -> String {
@@ -101,7 +97,7 @@ impl RotatingLog {
     /// client continues where the last one stopped, as logmon does).
     pub fn open(dir: &Path, task: &str, kind: LogKind, config: &LogConfig) -> io::Result<Self> {
         // The task's name is the files' stem: it must not lead elsewhere.
-        crate::task_dir::check_task_name(task)?;
+        check_task_name(task)?;
         fs::create_dir_all(dir)?;
         let index = log_indices(dir, task, kind)?.last().copied().unwrap_or(0);
         let path = log_path(dir, task, kind, index);

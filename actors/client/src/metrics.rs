@@ -135,23 +135,14 @@ impl ClientFigures {
 
     /// Nomad's client families for `node`, whose status is `node_status`.
     pub fn families(&self, node: &Node, node_status: &str) -> Vec<Family> {
-        let node_class = if node.node_class.is_empty() {
-            "none".to_string()
-        } else {
-            node.node_class.clone()
-        };
-        let base: Labels = vec![
-            ("node_id", node.id.to_string()),
-            ("datacenter", node.datacenter.clone()),
-            ("node_class", node_class),
-            ("node_status", node_status.to_string()),
-            (
-                "node_scheduling_eligibility",
-                node.scheduling_eligibility.as_str().to_string(),
-            ),
-        ]
-        .into();
+        let mut families = self.node_gauges(node, &node_labels(node, node_status));
+        families.extend(self.task_counters());
+        families
+    }
 
+    /// The node's allocated and unallocated resources and its allocations
+    /// by client status, one gauge family each.
+    fn node_gauges(&self, node: &Node, base: &Labels) -> Vec<Family> {
         let mut allocated = ComparableResources::default();
         let (mut pending, mut running, mut terminal) = (0u64, 0u64, 0u64);
         for a in self.allocs.values() {
@@ -186,7 +177,12 @@ impl ClientFigures {
         gauge("nomad.client.allocations.pending", count(pending));
         gauge("nomad.client.allocations.running", count(running));
         gauge("nomad.client.allocations.terminal", count(terminal));
+        families
+    }
 
+    /// The per-task counters (running, complete, failed, restart), with a
+    /// sample for each task whose count moved.
+    fn task_counters(&self) -> impl Iterator<Item = Family> {
         let mut counters = [
             "nomad.client.allocs.running",
             "nomad.client.allocs.complete",
@@ -215,9 +211,28 @@ impl ClientFigures {
                 }
             }
         }
-        families.extend(counters.into_iter().filter(|f| !f.samples.is_empty()));
-        families
+        counters.into_iter().filter(|f| !f.samples.is_empty())
     }
+}
+
+/// The labels every node gauge carries.
+fn node_labels(node: &Node, node_status: &str) -> Labels {
+    let node_class = if node.node_class.is_empty() {
+        "none".to_string()
+    } else {
+        node.node_class.clone()
+    };
+    vec![
+        ("node_id", node.id.to_string()),
+        ("datacenter", node.datacenter.clone()),
+        ("node_class", node_class),
+        ("node_status", node_status.to_string()),
+        (
+            "node_scheduling_eligibility",
+            node.scheduling_eligibility.as_str().to_string(),
+        ),
+    ]
+    .into()
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ impl AllocDir {
     }
 
     pub fn log_dir(&self) -> PathBuf {
-        crate::logs::log_dir(&self.root)
+        log_dir(&self.root)
     }
 
     /// A task's working directory.
@@ -68,6 +68,12 @@ impl AllocDir {
             _ => Ok(()),
         }
     }
+}
+
+/// The log directory of an allocation directory (`logs` writes and reads
+/// the files in it).
+pub fn log_dir(alloc_dir: &Path) -> PathBuf {
+    alloc_dir.join("alloc").join("logs")
 }
 
 /// Refuses a task name that is not one plain directory name. A task's

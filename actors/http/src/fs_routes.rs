@@ -29,9 +29,9 @@ use futures::StreamExt;
 use herder::structs::{AllocId, Allocation, Job};
 use herder_client::alloc_runner::persisted_alloc;
 use herder_client::logs::{
-    log_dir, log_file_name, log_indices, position_of, read_segment, LogKind, LogPosition, Origin,
+    log_file_name, log_indices, position_of, read_segment, LogKind, LogPosition, Origin,
 };
-use herder_client::task_dir::AllocDir;
+use herder_client::task_dir::{log_dir, AllocDir};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

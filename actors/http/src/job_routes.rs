@@ -13,6 +13,7 @@
 use super::body::off_worker;
 use super::body::Body;
 use super::errors::ApiError;
+use super::job_body::{decode_job_body, parse_job_body};
 use super::plan;
 use super::query::{
     api, blocking_read, decode_json, json_with_index, list_response, paginate, read_json, server,
@@ -25,7 +26,7 @@ use herder::jobspec::{self, JobspecError, LimitKind};
 use herder::state::{StateSnapshot, Table, TableSet};
 use herder::structs::unhonoured::{join_warnings, unhonoured_fields};
 use herder::structs::Job;
-use herder_server::server_api::{check_job, DispatchJob, JobWriteResult, RegisterJob, ScaleJob};
+use herder_server::server_api::{DispatchJob, JobWriteResult, RegisterJob, ScaleJob};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -268,44 +269,6 @@ struct RegisterOptions {
     job_modify_index: u64,
     preserve_counts: bool,
     eval_priority: i32,
-}
-
-/// Reads `{"Job": {...}, ...}`: the job with Nomad's defaults filled in
-/// and validated, or the 400 that says what to fix. Runs off the HTTP
-/// workers (see [`off_worker`]).
-pub(super) async fn decode_job_body(
-    info: &AgentInfo,
-    body: Body,
-) -> Result<(Job, Value), ApiError> {
-    let limits = server(info)?.job_limits;
-    let max_job_bytes = info.config.limits.max_job_bytes;
-    off_worker(info, move || {
-        let (job, value) = parse_job_body(max_job_bytes, &body)?;
-        check_job(&job, &limits)?;
-        Ok((job, value))
-    })
-    .await
-}
-
-/// As [`decode_job_body`] without the validation, for registration,
-/// where `ServerApi::register_job` validates (once) for every transport.
-fn parse_job_body(max_job_bytes: usize, body: &[u8]) -> Result<(Job, Value), ApiError> {
-    let value: Value = decode_json(body)?;
-    match value.get("Job") {
-        None | Some(Value::Null) => {
-            return Err(ApiError::BadRequest("Job must be specified".into()))
-        }
-        Some(job) if job.to_string().len() > max_job_bytes => {
-            return Err(ApiError::BadRequest(format!(
-                "job is larger than the limit of {max_job_bytes} bytes (limits.max_job_bytes)"
-            )))
-        }
-        Some(_) => {}
-    }
-    let text = std::str::from_utf8(body)
-        .map_err(|e| ApiError::BadRequest(format!("Request body is not UTF-8: {e}")))?;
-    let job = jobspec::parse_json(text).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    Ok((job, value))
 }
 
 async fn register_new(

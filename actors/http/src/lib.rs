@@ -18,6 +18,7 @@ pub mod filter;
 mod forward;
 mod fs_routes;
 mod in_flight;
+mod job_body;
 mod job_routes;
 mod metrics_routes;
 mod node_routes;

@@ -8,7 +8,7 @@
 use super::body::off_worker;
 use super::body::Body;
 use super::errors::ApiError;
-use super::job_routes::decode_job_body;
+use super::job_body::decode_job_body;
 use super::query::{api, QueryOptions};
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};

@@ -20,7 +20,9 @@
 //! periodic sweep, so cancelation pace follows scheduling progress and a
 //! quiet cluster still drains the backlog.
 
-use crate::broker::{Enqueue, EvalWrites, JobKey, SetEnabled, Token};
+use crate::broker::{
+    BrokerConfig, Enqueue, EvalBroker, EvalWrites, JobEvalAcked, JobKey, SetEnabled, Token,
+};
 use actix::prelude::*;
 use herder::structs::{EvalId, EvalStatus, Evaluation, NodeId, TriggeredBy};
 use std::collections::{HashMap, VecDeque};
@@ -121,21 +123,6 @@ pub struct Untrack {
 }
 
 impl Message for Untrack {
-    type Result = ();
-}
-
-/// Sent by the broker on every ack: the job's evaluation at
-/// `acked_modify_index` was processed (0 when it failed instead), and
-/// `cancelable` are the job's older pending evaluations the broker dropped.
-#[derive(Debug)]
-pub struct JobEvalAcked {
-    pub namespace: String,
-    pub job_id: String,
-    pub acked_modify_index: u64,
-    pub cancelable: Vec<Arc<Evaluation>>,
-}
-
-impl Message for JobEvalAcked {
     type Result = ();
 }
 
@@ -538,4 +525,30 @@ impl Handler<GetBlockedStats> for BlockedEvals {
     fn handle(&mut self, _msg: GetBlockedStats, _ctx: &mut Context<Self>) -> Self::Result {
         MessageResult(self.stats())
     }
+}
+
+/// Start a broker and a `BlockedEvals` tracker wired to each other (acks
+/// flow to the tracker, unblocked evaluations back to the broker), both
+/// persisting through `sink`. Both start disabled: send `SetEnabled(true)`
+/// to each on gaining leadership.
+pub fn start_with_blocked_evals(
+    config: BrokerConfig,
+    blocked_config: BlockedEvalsConfig,
+    sink: Recipient<EvalWrites>,
+) -> (Addr<EvalBroker>, Addr<BlockedEvals>) {
+    // The broker's mailbox exists before the broker, so the tracker can
+    // hold its address and the broker the tracker's.
+    let broker_ctx = Context::<EvalBroker>::new();
+    let tracker = BlockedEvals::new(
+        blocked_config,
+        broker_ctx.address().recipient(),
+        sink.clone(),
+    )
+    .start();
+    let broker = broker_ctx.run(EvalBroker::new(
+        config,
+        sink,
+        Some(tracker.clone().recipient()),
+    ));
+    (broker, tracker)
 }

@@ -18,16 +18,17 @@
 //! through the [`EvalWrites`] sink together with a `failed-follow-up`
 //! evaluation that the broker then enqueues.
 //!
-//! Wiring (see [`start_with_blocked_evals`]): the state writer sends every
-//! applied `pending` evaluation to the broker ([`Enqueue`]) and every
-//! `blocked` one to `BlockedEvals`; the broker tells `BlockedEvals` of each
-//! ack; both persist through a `Recipient<EvalWrites>`.
+//! Wiring (see `blocked_evals::start_with_blocked_evals`): the state
+//! writer sends every applied `pending` evaluation to the broker
+//! ([`Enqueue`]) and every `blocked` one to `BlockedEvals`; the broker
+//! tells `BlockedEvals` of each ack ([`JobEvalAcked`], a message of the
+//! broker's so that the broker needs nothing of the tracker); both persist
+//! through a `Recipient<EvalWrites>`.
 //!
 //! All timers (nack timeouts, delayed evaluations, dequeue timeouts) share
 //! one heap and one armed actix timer, so the cost of a timer is a heap push
 //! and the actor's context never holds thousands of sleeping futures.
 
-use crate::blocked_evals::JobEvalAcked;
 use actix::prelude::*;
 use herder::structs::{new_id, EvalId, EvalStatus, Evaluation, JobType, TriggeredBy};
 use rand::Rng;
@@ -414,6 +415,21 @@ impl Ord for TimerEntry {
     fn cmp(&self, other: &Self) -> Ordering {
         (other.at, other.seq).cmp(&(self.at, self.seq))
     }
+}
+
+/// Sent by the broker on every ack: the job's evaluation at
+/// `acked_modify_index` was processed (0 when it failed instead), and
+/// `cancelable` are the job's older pending evaluations the broker dropped.
+#[derive(Debug)]
+pub struct JobEvalAcked {
+    pub namespace: String,
+    pub job_id: String,
+    pub acked_modify_index: u64,
+    pub cancelable: Vec<Arc<Evaluation>>,
+}
+
+impl Message for JobEvalAcked {
+    type Result = ();
 }
 
 /// The broker actor. Create it with [`EvalBroker::new`], start it, then
@@ -1031,32 +1047,6 @@ impl EvalBroker {
             }
         }
     }
-}
-
-/// Start a broker and a `BlockedEvals` tracker wired to each other (acks
-/// flow to the tracker, unblocked evaluations back to the broker), both
-/// persisting through `sink`. Both start disabled: send `SetEnabled(true)`
-/// to each on gaining leadership.
-pub fn start_with_blocked_evals(
-    config: BrokerConfig,
-    blocked_config: crate::blocked_evals::BlockedEvalsConfig,
-    sink: Recipient<EvalWrites>,
-) -> (Addr<EvalBroker>, Addr<crate::blocked_evals::BlockedEvals>) {
-    // The broker's mailbox exists before the broker, so the tracker can
-    // hold its address and the broker the tracker's.
-    let broker_ctx = Context::<EvalBroker>::new();
-    let tracker = crate::blocked_evals::BlockedEvals::new(
-        blocked_config,
-        broker_ctx.address().recipient(),
-        sink.clone(),
-    )
-    .start();
-    let broker = broker_ctx.run(EvalBroker::new(
-        config,
-        sink,
-        Some(tracker.clone().recipient()),
-    ));
-    (broker, tracker)
 }
 
 /// How long an evaluation must wait before it may run, if at all.

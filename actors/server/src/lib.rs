@@ -25,6 +25,7 @@ pub mod periodic;
 pub mod plan_applier;
 pub mod server;
 pub mod server_api;
+pub mod server_handle;
 pub mod server_metrics;
 pub mod worker;
 pub mod worker_supervisor;

@@ -9,7 +9,7 @@
 //! Shutdown runs the other way: stop taking work, then close the store so
 //! every acknowledged write is flushed.
 
-use crate::blocked_evals::{BlockedEvals, BlockedEvalsConfig};
+use crate::blocked_evals::{self, BlockedEvals, BlockedEvalsConfig};
 use crate::broker::{self, BrokerConfig, EvalBroker};
 use crate::cluster_member;
 use crate::eval_router::{EvalRouter, StopRouting};
@@ -21,67 +21,17 @@ use crate::node_drainer::{NodeDrainer, StopDrainer};
 use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::periodic::{self, PeriodicLauncher, StopLauncher};
-use crate::plan_applier::{self, PlanApplier};
+use crate::plan_applier::{self, InFlightView, PlanApplier};
+pub use crate::server_handle::{ServerError, ServerHandle};
 use crate::server_metrics::{ServerMetrics, StopMetrics};
 use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
-use crate::worker_supervisor::{self, WorkerConfigError, WorkerPoolConfig, WorkerSupervisor};
+use crate::worker_supervisor::{self, WorkerPoolConfig, WorkerSupervisor};
 use actix::prelude::*;
-use herder::state::{StateStore, StoreError, StoreOptions};
-use herder::structs::validate::JobLimits;
+use herder::state::{StateStore, StoreOptions};
 use herder_common::config::AgentConfig;
 use herder_common::nomad_metrics::Board;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    // The store's message already carries its cause (`StoreError` both
-    // prints and chains it), so it is printed here and not chained again:
-    // a walked error chain states the cause once.
-    #[error("state store at {path}: {error}")]
-    Store { path: PathBuf, error: StoreError },
-    #[error("state store at {path}: opening was interrupted")]
-    OpenInterrupted { path: PathBuf },
-    #[error("server.num_schedulers / enabled_schedulers")]
-    Workers(#[from] WorkerConfigError),
-    #[error("data dir {path}")]
-    DataDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// This server could not take its place in the cluster.
-    #[error("cluster: {0}")]
-    Cluster(String),
-    #[error("RPC port {addr}")]
-    RpcBind {
-        addr: String,
-        source: std::io::Error,
-    },
-}
-
-/// What the HTTP API and the agent use to reach the server's parts.
-/// Cheap to clone: every field is a handle.
-#[derive(Clone)]
-pub struct ServerHandle {
-    pub store: StateStore,
-    pub broker: Addr<EvalBroker>,
-    pub blocked: Addr<BlockedEvals>,
-    pub plan_applier: Addr<PlanApplier>,
-    pub nodes: Addr<NodeTracker>,
-    pub workers: Addr<WorkerSupervisor>,
-    pub periodic: Addr<PeriodicLauncher>,
-    pub gc: Addr<GarbageCollector>,
-    /// Switches the leader's duties on and off as leadership moves.
-    pub duties: LeaderDuties,
-    /// How large a job may be (`[limits]`); every write path checks it.
-    pub job_limits: JobLimits,
-    /// Where the server publishes its Nomad-named figures (job summaries,
-    /// job statuses) for `/v1/metrics`.
-    pub nomad_metrics: Board,
-    /// This server's place in a cluster of servers; `None` for a single
-    /// server without Raft.
-    pub cluster: Option<herder_raft::Cluster>,
-}
 
 /// A running server.
 pub struct Server {
@@ -166,38 +116,16 @@ impl Server {
             None
         };
         let leader = leader && replica.is_none();
-        let writer = EvalWriter::new(store.clone()).start();
-        let (broker, blocked) = broker::start_with_blocked_evals(
-            broker_config(config),
-            BlockedEvalsConfig::default(),
-            writer.recipient(),
-        );
-        let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
-        let in_flight_view = plan_applier.in_flight_view();
-        let plan_applier = plan_applier.start();
-        lead_queues(leader, &broker, &blocked, &plan_applier).await;
-        let router = EvalRouter::new(store.clone(), broker.clone(), blocked.clone())
+        let cluster = replica.as_ref().map(|r| r.cluster.clone());
+        let (queues, in_flight_view) = start_queues(config, &store, leader).await;
+        let router = EvalRouter::new(store.clone(), queues.broker.clone(), queues.blocked.clone())
             .with_leadership(leader)
             .start();
         let nodes = NodeTracker::new(store.clone(), tracker_config(config))
             .with_leadership(leader)
             .start();
-        let deps = WorkerDeps {
-            store: store.clone(),
-            link: LeaderLink::new(
-                LeaderQueues {
-                    broker: broker.clone(),
-                    blocked: blocked.clone(),
-                    plan_applier: plan_applier.clone(),
-                },
-                replica.as_ref().map(|r| r.cluster.clone()),
-            ),
-            in_flight_view,
-            schedulers: Arc::new(CoreSchedulers),
-            timing: WorkerTiming::default(),
-        };
-        let server_id = format!("{}.{}", config.name_or_hostname(), config.region);
-        let workers = WorkerSupervisor::new(server_id, cpus, deps, pool)?.start();
+        let link = LeaderLink::new(queues.clone(), cluster.clone());
+        let workers = start_workers(config, cpus, pool, &store, link, in_flight_view)?;
         // Nomad's leader pauses three quarters of its workers to leave CPU
         // to the plan applier, which is right when followers schedule too.
         // A single server is the whole cluster: pausing would leave one
@@ -207,9 +135,9 @@ impl Server {
         let (drainer, periodic, gc) = start_timed_duties(&store, config, leader);
         let duties = LeaderDuties::new(
             LeaderActors {
-                plan_applier: plan_applier.clone(),
-                broker: broker.clone(),
-                blocked: blocked.clone(),
+                plan_applier: queues.plan_applier.clone(),
+                broker: queues.broker.clone(),
+                blocked: queues.blocked.clone(),
                 router: router.clone(),
                 nodes: nodes.clone(),
                 periodic: periodic.clone(),
@@ -219,21 +147,13 @@ impl Server {
             leader,
         );
         let nomad_metrics = Board::new();
-        let metrics = ServerMetrics::new(
-            store.clone(),
-            broker.clone(),
-            blocked.clone(),
-            plan_applier.clone(),
-            nomad_metrics.clone(),
-            std::time::Duration::from_secs(1),
-        )
-        .start();
+        let metrics = start_metrics(&store, &queues, &nomad_metrics);
         tracing::info!(index = store.latest_index(), leader, "server started");
         let handle = ServerHandle {
             store,
-            broker,
-            blocked,
-            plan_applier,
+            broker: queues.broker,
+            blocked: queues.blocked,
+            plan_applier: queues.plan_applier,
             nodes,
             workers,
             periodic,
@@ -241,7 +161,7 @@ impl Server {
             duties,
             job_limits: config.limits.job_limits(),
             nomad_metrics,
-            cluster: replica.as_ref().map(|r| r.cluster.clone()),
+            cluster,
         };
         let rpc = match replica {
             Some(replica) => Some(cluster_member::serve(replica, &handle)?),
@@ -295,6 +215,70 @@ impl Server {
         }
         tracing::info!("server stopped");
     }
+}
+
+/// The evaluation queues (broker with blocked evals, persisting through
+/// the eval writer) and the plan queue, each taking work only if this
+/// server leads; and the plan applier's view of the plan being written.
+async fn start_queues(
+    config: &AgentConfig,
+    store: &StateStore,
+    leader: bool,
+) -> (LeaderQueues, InFlightView) {
+    let writer = EvalWriter::new(store.clone()).start();
+    let (broker, blocked) = blocked_evals::start_with_blocked_evals(
+        broker_config(config),
+        BlockedEvalsConfig::default(),
+        writer.recipient(),
+    );
+    let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
+    let in_flight_view = plan_applier.in_flight_view();
+    let plan_applier = plan_applier.start();
+    lead_queues(leader, &broker, &blocked, &plan_applier).await;
+    let queues = LeaderQueues {
+        broker,
+        blocked,
+        plan_applier,
+    };
+    (queues, in_flight_view)
+}
+
+/// This server's scheduling workers, reaching the leader's queues through
+/// `link`.
+fn start_workers(
+    config: &AgentConfig,
+    cpus: usize,
+    pool: WorkerPoolConfig,
+    store: &StateStore,
+    link: LeaderLink,
+    in_flight_view: InFlightView,
+) -> Result<Addr<WorkerSupervisor>, ServerError> {
+    let deps = WorkerDeps {
+        store: store.clone(),
+        link,
+        in_flight_view,
+        schedulers: Arc::new(CoreSchedulers),
+        timing: WorkerTiming::default(),
+    };
+    let server_id = format!("{}.{}", config.name_or_hostname(), config.region);
+    Ok(WorkerSupervisor::new(server_id, cpus, deps, pool)?.start())
+}
+
+/// The queue depths and Nomad's job figures, published once a second.
+fn start_metrics(
+    store: &StateStore,
+    queues: &LeaderQueues,
+    nomad_metrics: &Board,
+) -> Addr<ServerMetrics> {
+    ServerMetrics::new(
+        store.clone(),
+        queues.broker.clone(),
+        queues.blocked.clone(),
+        queues.plan_applier.clone(),
+        nomad_metrics.clone(),
+        std::time::Duration::from_secs(1),
+    )
+    .start()
 }
 
 /// The leader-only queues take work only on the leader: the broker and

@@ -5,13 +5,13 @@
 use actix::prelude::*;
 use herder::structs::{new_id, EvalStatus, Evaluation, JobType, TriggeredBy};
 use herder_server::blocked_evals::{
-    Block, BlockedEvals, BlockedEvalsConfig, GetBlockedStats, Reblock, Unblock, UnblockNode,
-    CANCELED_AFTER_NEWER_EVAL,
+    start_with_blocked_evals, Block, BlockedEvals, BlockedEvalsConfig, GetBlockedStats, Reblock,
+    Unblock, UnblockNode, CANCELED_AFTER_NEWER_EVAL,
 };
 use herder_server::broker::{
-    start_with_blocked_evals, Ack, BrokerConfig, BrokerError, Delivery, Dequeue, Enqueue,
-    EvalBroker, EvalWriteError, EvalWrites, Nack, Outstanding, OutstandingReset, PauseNackTimeout,
-    ResumeNackTimeout, SchedulerStats, SetEnabled, SetPaused, Stats,
+    Ack, BrokerConfig, BrokerError, Delivery, Dequeue, Enqueue, EvalBroker, EvalWriteError,
+    EvalWrites, Nack, Outstanding, OutstandingReset, PauseNackTimeout, ResumeNackTimeout,
+    SchedulerStats, SetEnabled, SetPaused, Stats,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

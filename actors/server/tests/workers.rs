@@ -7,10 +7,10 @@ use actix::prelude::*;
 use herder::scheduler::{Planner, PlannerError, Scheduler, SchedulerError, State};
 use herder::state::{fixtures, Command, StateStore, StoreOptions};
 use herder::structs::{EvalId, EvalStatus, Evaluation, JobType, Node, TriggeredBy};
-use herder_server::blocked_evals::BlockedEvalsConfig;
+use herder_server::blocked_evals::{start_with_blocked_evals, BlockedEvalsConfig};
 use herder_server::broker::{
-    start_with_blocked_evals, BrokerConfig, BrokerStats, Enqueue, EnqueueAll, EvalBroker,
-    EvalWriteError, EvalWrites, Outstanding, SetEnabled, Stats,
+    BrokerConfig, BrokerStats, Enqueue, EnqueueAll, EvalBroker, EvalWriteError, EvalWrites,
+    Outstanding, SetEnabled, Stats,
 };
 use herder_server::leader_link::{LeaderLink, LeaderQueues};
 use herder_server::plan_applier::PlanApplier;

@@ -9,9 +9,9 @@
 //! on its shard's single-threaded runtime, so a node's state is a plain
 //! `RefCell` and a node costs a few small futures and timers, not threads.
 
+use super::counters::Counters;
 use super::http::SimHttp;
 use super::mock_alloc::{report, AllocView, Outcome};
-use super::Counters;
 use herder::state::AllocClientUpdate;
 use herder::structs::{AllocId, ClientStatus, DesiredStatus, Node};
 use herder_client::node_protocol::{

@@ -4,9 +4,11 @@
 //! talks to, which hands them to the client that runs the allocation.
 
 use super::alloc_logs::{self, AllocLogsArgs};
+use super::flags::{ApiFlags, ViewFlags};
+use super::lookup::resolve_uuid_prefix;
 use super::monitor::{monitor, MonitorOptions};
+use super::output::{self, now_nanos};
 use super::views::{AllocView, WriteResponse};
-use super::{now_nanos, output, resolve_uuid_prefix, ApiFlags, ViewFlags};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use herder_api_client::{path_segment, ApiClient};

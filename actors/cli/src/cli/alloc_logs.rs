@@ -5,7 +5,7 @@
 //! `HTTPAddr`), since herder does not forward client requests between
 //! agents. The logs API answers Nomad's stream frames, decoded here.
 
-use super::resolve_uuid_prefix;
+use super::lookup::resolve_uuid_prefix;
 use anyhow::{bail, Context};
 use base64::Engine;
 use clap::Args;

@@ -169,9 +169,10 @@ fn config_of(args: &ClusterArgs) -> anyhow::Result<BenchConfig> {
     })
 }
 
-fn write_table(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
-    let opt = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.2}{unit}"));
-    let rows: Vec<(&str, String)> = vec![
+/// The rows of what the cluster did: nodes, jobs, placements and
+/// evaluations.
+fn workload_rows(r: &Report) -> Vec<(&'static str, String)> {
+    vec![
         ("Nodes", r.nodes.to_string()),
         (
             "Node registration",
@@ -205,6 +206,14 @@ fn write_table(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
                 r.evals_complete, r.evals_blocked, r.evals_failed
             ),
         ),
+    ]
+}
+
+/// The rows of how the server did it: plans, scheduling time, its CPU
+/// and memory, churn and the restart.
+fn server_rows(r: &Report) -> Vec<(&'static str, String)> {
+    let opt = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.2}{unit}"));
+    vec![
         (
             "Plans applied (partial)",
             format!(
@@ -252,7 +261,13 @@ fn write_table(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
                 r.allocs_after_restart.map_or("-".into(), |n| n.to_string())
             ),
         ),
-    ];
+    ]
+}
+
+/// The report as aligned `key = value` lines.
+fn write_table(r: &Report, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut rows = workload_rows(r);
+    rows.extend(server_rows(r));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (key, value) in rows {
         writeln!(out, "{key:<width$} = {value}")?;

@@ -1,8 +1,10 @@
 //! `herder eval list|status`: inspect evaluations and why they could not
 //! place allocations.
 
+use super::flags::{ApiFlags, ViewFlags};
+use super::lookup::resolve_uuid_prefix;
+use super::output;
 use super::views::EvalView;
-use super::{output, resolve_uuid_prefix, ApiFlags, ViewFlags};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use herder_api_client::{path_segment, ApiClient};

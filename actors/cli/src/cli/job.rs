@@ -2,9 +2,11 @@
 //! dispatch|scale|periodic force`: Nomad's job verbs against a running
 //! agent.
 
+use super::flags::{ApiFlags, TemplateFlag, ViewFlags};
+use super::lookup::resolve_job_id;
 use super::monitor::{monitor, MonitorOptions};
+use super::output::{self, now_nanos};
 use super::views::{AllocView, JobStub, JobSummaryView, JobView, PlanResponse, WriteResponse};
-use super::{now_nanos, output, resolve_job_id, ApiFlags, TemplateFlag, ViewFlags};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use herder::jobspec::{self, JobspecError};

@@ -13,7 +13,9 @@ pub mod alloc;
 pub mod alloc_logs;
 pub mod bench;
 pub mod eval;
+pub mod flags;
 pub mod job;
+pub mod lookup;
 pub mod monitor;
 pub mod node;
 pub mod operator;
@@ -29,9 +31,10 @@ mod fake_server;
 #[cfg(test)]
 mod verb_tests;
 
-use anyhow::{bail, Context};
-use clap::{Args, Parser, Subcommand};
-use herder_api_client::{ApiClient, ApiError, ClientConfig};
+pub use flags::{ApiFlags, TemplateFlag, ViewFlags};
+pub use lookup::{resolve_job_id, resolve_uuid_prefix};
+
+use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 
 #[derive(Debug, Parser)]
@@ -103,152 +106,6 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
             Ok(0)
         }
     }
-}
-
-/// How a client verb reaches the agent; accepted after any verb word.
-#[derive(Clone, Debug, Default, Args)]
-pub struct ApiFlags {
-    /// The agent's HTTP address [default: $HERDER_ADDR, $NOMAD_ADDR,
-    /// http://127.0.0.1:4646].
-    #[arg(long = "address", value_name = "ADDR", global = true)]
-    pub address: Option<String>,
-    /// ACL token sent as X-Nomad-Token [default: $HERDER_TOKEN, $NOMAD_TOKEN].
-    #[arg(long = "token", value_name = "TOKEN", global = true)]
-    pub token: Option<String>,
-    /// The namespace of jobs and their objects [default: $HERDER_NAMESPACE,
-    /// $NOMAD_NAMESPACE, default]; `*` lists every namespace.
-    #[arg(long = "namespace", value_name = "NAMESPACE", global = true)]
-    pub namespace: Option<String>,
-    /// The region to ask [default: $HERDER_REGION, $NOMAD_REGION, the
-    /// agent's].
-    #[arg(long = "region", value_name = "REGION", global = true)]
-    pub region: Option<String>,
-}
-
-impl ApiFlags {
-    /// A client for the agent these flags and the environment name.
-    pub fn client(&self) -> Result<ApiClient, ApiError> {
-        self.client_with_env(|key| std::env::var(key).ok())
-    }
-
-    /// As [`ApiFlags::client`], looking variables up with `env`.
-    pub fn client_with_env(
-        &self,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<ApiClient, ApiError> {
-        let pick = |flag: &Option<String>, ours: &str, nomads: &str| {
-            flag.clone()
-                .or_else(|| env(ours).filter(|v| !v.is_empty()))
-                .or_else(|| env(nomads).filter(|v| !v.is_empty()))
-        };
-        let namespace = pick(&self.namespace, "HERDER_NAMESPACE", "NOMAD_NAMESPACE");
-        let region = pick(&self.region, "HERDER_REGION", "NOMAD_REGION");
-        let config = ClientConfig::resolve(self.address.as_deref(), self.token.as_deref(), &env);
-        Ok(ApiClient::new(config)?.with_scope(namespace, region))
-    }
-}
-
-/// Output switches most read verbs share.
-#[derive(Clone, Debug, Default, Args)]
-pub struct ViewFlags {
-    /// Print the API's raw JSON answer instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Full IDs and every event instead of short forms.
-    #[arg(long)]
-    pub verbose: bool,
-}
-
-/// `-t`: a Go template for the answer. herder renders the simple subset
-/// (text and `{{.Field}}` / `{{.A.B}}` / `{{.}}` actions); anything else is
-/// refused with a message saying so.
-#[derive(Clone, Debug, Default, Args)]
-pub struct TemplateFlag {
-    /// Format the answer with a Go template (the `{{.Field}}` subset).
-    #[arg(short = 't', value_name = "TEMPLATE")]
-    pub template: Option<String>,
-}
-
-impl TemplateFlag {
-    /// Renders `value` with the template, if one was given; refuses it
-    /// together with `-json`, as Nomad does.
-    pub fn render(&self, json: bool, value: &serde_json::Value) -> anyhow::Result<Option<String>> {
-        let Some(template) = &self.template else {
-            return Ok(None);
-        };
-        if json {
-            bail!("Both json and template formatting are not allowed");
-        }
-        output::go_template(template, value).map(Some)
-    }
-}
-
-/// Resolves a UUID or a unique prefix of one (as Nomad's CLI does) with
-/// `GET <list_path>?prefix=`. `kind` names the object in messages.
-pub fn resolve_uuid_prefix(
-    client: &ApiClient,
-    list_path: &str,
-    kind: &str,
-    given: &str,
-) -> anyhow::Result<String> {
-    if uuid::Uuid::parse_str(given).is_ok() && given.len() == 36 {
-        return Ok(given.to_string());
-    }
-    if given.len() < 2 {
-        bail!("Identifier must contain at least two characters.");
-    }
-    // The server looks prefixes up as bytes of the UUID, so Nomad's CLI
-    // drops an odd trailing hex digit; do the same to work against Nomad.
-    let even = &given[..given.len() - given.len() % 2];
-    let ids = list_ids(client, list_path, even)?;
-    pick_unique(ids, kind, given, |_| false)
-}
-
-/// Resolves a job ID or a unique prefix of one; an exact match wins.
-pub fn resolve_job_id(client: &ApiClient, given: &str) -> anyhow::Result<String> {
-    let ids = list_ids(client, "/v1/jobs", given)?;
-    pick_unique(ids, "job", given, |id| id == given)
-}
-
-fn list_ids(client: &ApiClient, list_path: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
-    let answer = client.get(list_path, &[("prefix", prefix.to_string())])?;
-    let items = answer
-        .body
-        .as_array()
-        .with_context(|| format!("GET {list_path}: expected a JSON array"))?;
-    Ok(items
-        .iter()
-        .filter_map(|item| item.get("ID").and_then(|id| id.as_str()))
-        .filter(|id| id.starts_with(prefix))
-        .map(str::to_string)
-        .collect())
-}
-
-fn pick_unique(
-    mut ids: Vec<String>,
-    kind: &str,
-    given: &str,
-    exact: impl Fn(&str) -> bool,
-) -> anyhow::Result<String> {
-    if let Some(found) = ids.iter().find(|id| exact(id)) {
-        return Ok(found.clone());
-    }
-    match ids.len() {
-        0 => bail!("No {kind} with prefix or id {given:?} found"),
-        1 => Ok(ids.remove(0)),
-        _ => bail!(
-            "Prefix {given:?} matched multiple {kind}s; use more characters:\n{}",
-            ids.join("\n")
-        ),
-    }
-}
-
-/// Unix time in nanoseconds, for "5m ago" columns.
-pub fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
 }
 
 /// Rewrites `-word` and `-word=value` into `--word...`; leaves short flags

@@ -1,8 +1,10 @@
 //! `herder node status|drain|eligibility`: Nomad's node verbs.
 
+use super::flags::{ApiFlags, ViewFlags};
+use super::lookup::resolve_uuid_prefix;
 use super::monitor::MonitorOptions;
+use super::output::{self, now_nanos};
 use super::views::{AllocView, NodeView};
-use super::{now_nanos, output, resolve_uuid_prefix, ApiFlags, ViewFlags};
 use anyhow::{bail, Context};
 use clap::{ArgGroup, Args, Subcommand};
 use herder_api_client::{path_segment, ApiClient};

@@ -3,9 +3,10 @@
 //! registration), with check-and-set; and the `raft` and `gossip` verbs
 //! ([`super::operator_raft`]).
 
+use super::flags::ApiFlags;
 use super::operator_raft::{self, GossipCommand, RaftCommand};
+use super::output;
 use super::views::SchedulerConfigView;
-use super::{output, ApiFlags};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use herder_api_client::{decode_lenient, ApiClient};

@@ -83,6 +83,14 @@ pub fn format_time(unix_nanos: i64) -> String {
         .to_string()
 }
 
+/// Unix time in nanoseconds, for "5m ago" columns.
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
 /// How long before `now` something happened, Nomad's short form ("4m2s ago").
 pub fn time_ago(unix_nanos: i64, now_nanos: i64) -> String {
     if unix_nanos <= 0 {

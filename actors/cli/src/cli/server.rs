@@ -3,8 +3,9 @@
 //! cluster's servers (`members`, `join`, `force-leave`, as Nomad's
 //! `server` verbs).
 
+use super::flags::{ApiFlags, ViewFlags};
+use super::output;
 use super::views::{WorkerConfigView, WorkersView};
-use super::{output, ApiFlags, ViewFlags};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use herder_api_client::ApiClient;

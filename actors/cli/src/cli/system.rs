@@ -1,6 +1,6 @@
 //! `herder system gc`: Nomad's system verbs against a running agent.
 
-use super::ApiFlags;
+use super::flags::ApiFlags;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::json;

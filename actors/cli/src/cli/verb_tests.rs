@@ -4,6 +4,7 @@
 
 use super::fake_server::{fixture, FakeServer, Reply, Seen};
 use super::*;
+use herder_api_client::{ApiClient, ClientConfig};
 use serde_json::{json, Value};
 
 fn parse(args: &[&str]) -> Cli {

@@ -142,7 +142,7 @@ impl Driver for MockDriver {
             detected: true,
             healthy: true,
             health_description: "Healthy".into(),
-            update_time: Some(crate::now_nanos()),
+            update_time: Some(crate::clock::now_nanos()),
         }
     }
 

@@ -9,6 +9,9 @@
 
 pub mod mock;
 pub mod raw_exec;
+mod set;
+
+pub use set::DriverSet;
 
 use herder::structs::{DriverInfo, LogConfig};
 use serde::{Deserialize, Serialize};
@@ -165,41 +168,6 @@ pub trait Driver: Send + Sync + 'static {
     /// react. A signal no table knows, or a task that already exited, is
     /// an error of the task (`DriverError::Task`).
     fn signal(&self, handle: TaskHandle, signal: String) -> BoxFuture<'_, Result<(), DriverError>>;
-}
-
-/// The drivers a client offers, by name.
-#[derive(Clone, Default)]
-pub struct DriverSet {
-    drivers: BTreeMap<String, Arc<dyn Driver>>,
-}
-
-impl DriverSet {
-    /// The built-in drivers named in `names` (unknown names are skipped and
-    /// returned so the caller can warn about them).
-    pub fn from_names(names: &[String]) -> (DriverSet, Vec<String>) {
-        let mut set = DriverSet::default();
-        let mut unknown = Vec::new();
-        for name in names {
-            match name.as_str() {
-                raw_exec::NAME => set.insert(Arc::new(raw_exec::RawExecDriver::new())),
-                mock::NAME => set.insert(Arc::new(mock::MockDriver::new())),
-                other => unknown.push(other.to_string()),
-            }
-        }
-        (set, unknown)
-    }
-
-    pub fn insert(&mut self, driver: Arc<dyn Driver>) {
-        self.drivers.insert(driver.name().to_string(), driver);
-    }
-
-    pub fn get(&self, name: &str) -> Option<Arc<dyn Driver>> {
-        self.drivers.get(name).cloned()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Driver>> {
-        self.drivers.values()
-    }
 }
 
 /// The signals a task may be sent by name, as Nomad's signal table names

@@ -70,7 +70,7 @@ impl Driver for RawExecDriver {
             } else {
                 "no /bin/sh on this machine".into()
             },
-            update_time: Some(crate::now_nanos()),
+            update_time: Some(crate::clock::now_nanos()),
         }
     }
 

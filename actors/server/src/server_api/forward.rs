@@ -5,17 +5,17 @@
 //! this: on a cluster member `StateStore::submit` already goes through the
 //! replicated log to the leader (herder-raft's `LogReplicator`).
 //!
-//! The follower's side is [`call_duty`]; the leader answers every
-//! [`LeaderCall`] here, at [`LEADER_CALL_PATH`] on the RPC port: the
+//! The follower's side is `write_path::call_duty` (the write path is
+//! where a follower's write leaves, and it needs nothing of this serving
+//! side); the leader answers every [`LeaderCall`] here, at [`LEADER_CALL_PATH`] on the RPC port: the
 //! duties' writes through its own [`WritePath`], the scheduling workers'
 //! calls through its queues (`leader_link`). The answer, refusals
 //! included, is the leader's own, so a caller of a follower's `ServerApi`
 //! cannot tell the difference.
 
 use super::write_path::WritePath;
-use super::ServerApiError;
-use crate::leader_link::{call_leader, CallError, LeaderAnswer, LeaderCall, LeaderQueues, Refused};
-use crate::server::ServerHandle;
+use crate::leader_link::{LeaderAnswer, LeaderCall, LeaderQueues, Refused};
+use crate::server_handle::ServerHandle;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder_raft::http::serve_signed;
 use herder_raft::Cluster;
@@ -70,27 +70,4 @@ async fn answer_here(server: &ServerHandle, call: LeaderCall) -> Result<LeaderAn
             .await
             .map_err(Refused::Api),
     }
-}
-
-/// Sends a duty's write to the leader and returns its answer.
-pub(super) async fn call_duty(
-    cluster: &Cluster,
-    call: LeaderCall,
-) -> Result<LeaderAnswer, ServerApiError> {
-    call_leader(cluster, &call).await.map_err(|e| match e {
-        CallError::NoLeader => ServerApiError::Internal("No cluster leader".into()),
-        CallError::Refused(Refused::Api(e)) => e,
-        CallError::Refused(other) => ServerApiError::Internal(other.to_string()),
-        CallError::Lost(e) => ServerApiError::Unavailable(format!("forwarding to the leader: {e}")),
-    })
-}
-
-/// The answer of the expected kind, or an internal error.
-pub(super) fn expect<T>(
-    answer: LeaderAnswer,
-    pick: impl FnOnce(LeaderAnswer) -> Option<T>,
-) -> Result<T, ServerApiError> {
-    pick(answer).ok_or_else(|| {
-        ServerApiError::Internal("the leader answered a forwarded call with another kind".into())
-    })
 }

@@ -308,24 +308,7 @@ impl ServerApi {
                 "missing task group name for scaling action".into(),
             ));
         }
-        let new_count = match count {
-            Some(c) if c < 0 => {
-                return Err(ServerApiError::Invalid(
-                    "scaling action count can't be negative".into(),
-                ))
-            }
-            Some(_) if error => {
-                return Err(ServerApiError::Invalid(
-                    "scaling action should not contain count if error is true".into(),
-                ))
-            }
-            Some(c) => Some(i32::try_from(c).map_err(|_| {
-                ServerApiError::Invalid(format!(
-                    "new scaling count is too large for TaskGroup.Count (int): {c}"
-                ))
-            })?),
-            None => None,
-        };
+        let new_count = scaling_count(count, error)?;
         let snap = self.snapshot();
         check_registration_allowed(&snap)?;
         let old = snap
@@ -350,14 +333,7 @@ impl ServerApi {
             None => (None, None, None),
             Some(c) => {
                 check_scaling_policy(tg, c)?;
-                let mut job = (**old).clone();
-                if let Some(tg) = job.task_groups.iter_mut().find(|g| g.name == group) {
-                    tg.count = c;
-                }
-                check_job(&job, &self.job_limits)?;
-                job.submit_time = now;
-                let eval = (!job.is_template())
-                    .then(|| Evaluation::for_job(&job, TriggeredBy::JobScaling, now));
+                let (job, eval) = self.scaled_version(old, &group, c, now)?;
                 event.eval_id = eval.as_ref().map(|e| e.id.to_string());
                 (Some(Arc::new(job)), eval, Some(old.job_modify_index))
             }
@@ -382,6 +358,26 @@ impl ServerApi {
             result.job_modify_index = old.modify_index;
         }
         Ok(result)
+    }
+
+    /// The job's next version with `group` at `count`, and the evaluation
+    /// that places it (none for a parameterized or periodic template).
+    fn scaled_version(
+        &self,
+        old: &Job,
+        group: &str,
+        count: i32,
+        now: i64,
+    ) -> Result<(Job, Option<Evaluation>), ServerApiError> {
+        let mut job = old.clone();
+        if let Some(tg) = job.task_groups.iter_mut().find(|g| g.name == group) {
+            tg.count = count;
+        }
+        check_job(&job, &self.job_limits)?;
+        job.submit_time = now;
+        let eval =
+            (!job.is_template()).then(|| Evaluation::for_job(&job, TriggeredBy::JobScaling, now));
+        Ok((job, eval))
     }
 
     fn job_write_result(
@@ -605,6 +601,26 @@ fn check_dispatch(request: &DispatchJob, parent: &Job) -> Result<(), ServerApiEr
         )));
     }
     Ok(())
+}
+
+/// A scaling request's new count, if it sets one: never negative, never
+/// with `error` (an error report changes nothing), and within a group
+/// count's range.
+fn scaling_count(count: Option<i64>, error: bool) -> Result<Option<i32>, ServerApiError> {
+    match count {
+        Some(c) if c < 0 => Err(ServerApiError::Invalid(
+            "scaling action count can't be negative".into(),
+        )),
+        Some(_) if error => Err(ServerApiError::Invalid(
+            "scaling action should not contain count if error is true".into(),
+        )),
+        Some(c) => i32::try_from(c).map(Some).map_err(|_| {
+            ServerApiError::Invalid(format!(
+                "new scaling count is too large for TaskGroup.Count (int): {c}"
+            ))
+        }),
+        None => Ok(None),
+    }
 }
 
 /// A new count must stay within the group's scaling policy, if it has one.

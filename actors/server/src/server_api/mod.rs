@@ -31,6 +31,7 @@
 //! this process's own and does not cross it either.
 
 pub mod allocs_evals;
+mod error;
 pub mod forward;
 pub mod jobs;
 pub mod nodes;
@@ -40,6 +41,7 @@ pub mod workers;
 mod write_path;
 
 pub use allocs_evals::AllocStopResult;
+pub use error::{store_error, ServerApiError};
 pub use jobs::{
     check_job, DispatchJob, DispatchResult, JobWriteResult, PeriodicLaunch, RegisterJob, ScaleJob,
     DISPATCH_PAYLOAD_SIZE_LIMIT,
@@ -49,31 +51,13 @@ pub use operator::{GcReport, SchedulerConfigRead, SchedulerConfigWrite, SetSched
 pub use plan::JobPlan;
 pub use workers::{SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo};
 
-use crate::server::ServerHandle;
+use crate::server_handle::ServerHandle;
 use crate::worker_supervisor::WorkerSupervisor;
-use herder::state::{ApplyError, StateSnapshot, StateStore, StoreError, TableSet};
+use error::shutting_down;
+use herder::state::{StateSnapshot, StateStore, TableSet};
 use herder::structs::validate::JobLimits;
 use std::time::{Duration, Instant};
 use write_path::WritePath;
-
-/// Why a call was refused. The class decides the HTTP status when the
-/// call came over HTTP: `Invalid` 400, `NotFound` 404, `Forbidden` 403,
-/// `Unavailable` 503, `Internal` 500.
-#[derive(Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
-pub enum ServerApiError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    Unavailable(String),
-    #[error("{0}")]
-    Internal(String),
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
-}
 
 /// A cheap, clonable handle to a running server's operations.
 #[derive(Clone)]
@@ -147,45 +131,6 @@ impl ServerApi {
                 Ok(Ok(_)) => {}
             }
         }
-    }
-}
-
-/// A write's outcome from the store: rejections are the caller's fault,
-/// a closed or failed store is the server's.
-pub fn store_error(e: StoreError) -> ServerApiError {
-    match e {
-        StoreError::Rejected(ApplyError::JobNotFound { .. }) => {
-            ServerApiError::NotFound("job not found".into())
-        }
-        StoreError::Rejected(ApplyError::NodeNotFound(_)) => {
-            ServerApiError::NotFound("node not found".into())
-        }
-        StoreError::Rejected(r) => {
-            let message = r.to_string();
-            // Nomad's check-and-set refusal reads "Enforcing job modify
-            // index ..."; the store's sentences are lower-case.
-            if message.starts_with("enforcing") {
-                ServerApiError::Invalid(capitalize(&message))
-            } else {
-                ServerApiError::Invalid(message)
-            }
-        }
-        StoreError::Closed => shutting_down(),
-        other => ServerApiError::Internal(other.to_string()),
-    }
-}
-
-fn shutting_down() -> ServerApiError {
-    ServerApiError::Unavailable("the server is shutting down".into())
-}
-
-/// Nomad's messages start with a capital ("Enforcing job modify index
-/// ..."); the store's errors are lower-case sentences.
-fn capitalize(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(c) => c.to_uppercase().chain(chars).collect(),
-        None => String::new(),
     }
 }
 

@@ -15,15 +15,14 @@
 //! extra task hop: a `match` and the same actor message or store submit
 //! the caller would make itself.
 
-use super::forward;
-use super::{shutting_down, store_error, ServerApiError};
+use super::error::{shutting_down, store_error, ServerApiError};
 use crate::gc::{ForceGc, GarbageCollector, GcError, GcReport};
-use crate::leader_link::{LeaderAnswer, LeaderCall};
+use crate::leader_link::{call_leader, CallError, LeaderAnswer, LeaderCall, Refused};
 use crate::node_tracker::{
     Heartbeat, NodeError, NodeReply, NodeTracker, RegisterNode, UpdateAllocs,
 };
 use crate::periodic::{ForceLaunch, Launched, PeriodicError, PeriodicLauncher};
-use crate::server::ServerHandle;
+use crate::server_handle::ServerHandle;
 use actix::Addr;
 use herder::state::{AllocClientUpdate, ApplyOutcome, Command, StateStore, StoreError};
 use herder::structs::{Node, NodeId};
@@ -149,7 +148,7 @@ impl WritePath {
     pub(super) async fn register_node(&self, node: Node) -> Result<NodeReply, ServerApiError> {
         self.duty(LeaderCall::RegisterNode(Box::new(node)))
             .await
-            .and_then(|a| forward::expect(a, node_reply))
+            .and_then(|a| expect_answer(a, node_reply))
     }
 
     pub(super) async fn heartbeat(
@@ -165,7 +164,7 @@ impl WritePath {
         };
         self.duty(call)
             .await
-            .and_then(|a| forward::expect(a, node_reply))
+            .and_then(|a| expect_answer(a, node_reply))
     }
 
     pub(super) async fn update_allocs(
@@ -180,7 +179,7 @@ impl WritePath {
             updates,
         };
         self.duty(call).await.and_then(|a| {
-            forward::expect(a, |a| match a {
+            expect_answer(a, |a| match a {
                 LeaderAnswer::Index(i) => Some(i),
                 _ => None,
             })
@@ -196,7 +195,7 @@ impl WritePath {
     ) -> Result<Launched, ServerApiError> {
         let call = LeaderCall::ForcePeriodic { namespace, job_id };
         self.duty(call).await.and_then(|a| {
-            forward::expect(a, |a| match a {
+            expect_answer(a, |a| match a {
                 LeaderAnswer::Launched(l) => Some(l),
                 _ => None,
             })
@@ -206,7 +205,7 @@ impl WritePath {
     /// A garbage collection that ignores every age threshold.
     pub(super) async fn force_gc(&self) -> Result<GcReport, ServerApiError> {
         self.duty(LeaderCall::ForceGc).await.and_then(|a| {
-            forward::expect(a, |a| match a {
+            expect_answer(a, |a| match a {
                 LeaderAnswer::Gc(r) => Some(r),
                 _ => None,
             })
@@ -216,7 +215,7 @@ impl WritePath {
     /// A duty's write: here, or at the leader when this server follows.
     async fn duty(&self, call: LeaderCall) -> Result<LeaderAnswer, ServerApiError> {
         match self.leader_elsewhere() {
-            Some(cluster) => forward::call_duty(cluster, call).await,
+            Some(cluster) => call_duty(cluster, call).await,
             None => self.execute_here(call).await,
         }
     }
@@ -276,4 +275,24 @@ fn node_error(e: NodeError) -> ServerApiError {
         NodeError::NotLeader => ServerApiError::Unavailable(e.to_string()),
         NodeError::Store(s) => ServerApiError::Internal(s.to_string()),
     }
+}
+
+/// Sends a duty's write to the leader and returns its answer.
+async fn call_duty(cluster: &Cluster, call: LeaderCall) -> Result<LeaderAnswer, ServerApiError> {
+    call_leader(cluster, &call).await.map_err(|e| match e {
+        CallError::NoLeader => ServerApiError::Internal("No cluster leader".into()),
+        CallError::Refused(Refused::Api(e)) => e,
+        CallError::Refused(other) => ServerApiError::Internal(other.to_string()),
+        CallError::Lost(e) => ServerApiError::Unavailable(format!("forwarding to the leader: {e}")),
+    })
+}
+
+/// The answer of the expected kind, or an internal error.
+fn expect_answer<T>(
+    answer: LeaderAnswer,
+    pick: impl FnOnce(LeaderAnswer) -> Option<T>,
+) -> Result<T, ServerApiError> {
+    pick(answer).ok_or_else(|| {
+        ServerApiError::Internal("the leader answered a forwarded call with another kind".into())
+    })
 }

@@ -1,0 +1,249 @@
+//! The state's tables: the primary rows by ID and the secondary indexes
+//! derived from them (allocations by node, evaluation and job; evaluations
+//! by job; the job versions allocations still run; each node's usage), and
+//! the helpers that keep those indexes in step with a row's change.
+//!
+//! Apart from `snapshot.rs`'s read API so that `apply.rs`, which changes
+//! the tables and is driven by the snapshot, does not import it back.
+
+use super::changes::{JobKey, JobVersionKey, Table};
+use crate::structs::fit::NodeAllocUsage;
+use crate::structs::{
+    AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
+    SchedulerConfiguration,
+};
+use crate::view::catalog::NodeCatalogCache;
+use crate::view::usage_column::{UsageColumnCache, UsageMap};
+use imbl::{OrdMap, OrdSet};
+use std::sync::Arc;
+
+/// What each node's live allocations hold, by node. Ordered, so that the
+/// scheduler's per-node usage column moves from one state to the next by
+/// the maps' difference (see [`crate::view::usage_column`]) instead
+/// of a lookup per node per evaluation.
+pub(crate) type NodeUsageMap = UsageMap;
+
+/// The tables. Secondary indexes (`allocs_by_*`, `evals_by_job`,
+/// `version_refs`) are derived from the primary tables and rebuilt at load.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tables {
+    pub jobs: OrdMap<JobKey, Arc<Job>>,
+    pub job_versions: OrdMap<JobVersionKey, Arc<Job>>,
+    pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
+    pub allocs: OrdMap<AllocId, Arc<Allocation>>,
+    pub evals: OrdMap<EvalId, Arc<Evaluation>>,
+    pub nodes: OrdMap<NodeId, Arc<Node>>,
+    pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
+    pub scaling_events: OrdMap<JobKey, Arc<JobScalingEvents>>,
+    pub table_indexes: [u64; Table::ALL.len()],
+    pub latest_index: u64,
+    /// Where a replicated log stands when it drives the state (opaque to
+    /// the store: the Raft crate's last applied log id and membership),
+    /// kept with the tables so that it is persisted in the same record as
+    /// the rows it describes. `None` for a state only `apply` wrote.
+    pub applied_position: Option<Arc<[u8]>>,
+    pub allocs_by_node: OrdMap<NodeId, OrdSet<AllocId>>,
+    pub allocs_by_job: OrdMap<JobKey, OrdSet<AllocId>>,
+    pub allocs_by_eval: OrdMap<EvalId, OrdSet<AllocId>>,
+    pub evals_by_job: OrdMap<JobKey, OrdSet<EvalId>>,
+    /// How many allocations run each job version: referenced versions are
+    /// kept even when they fall out of the newest-versions window.
+    pub version_refs: OrdMap<JobVersionKey, u64>,
+    /// What each node's live allocations hold (nodes with none are absent):
+    /// fitting a plan reads this instead of every allocation on the node.
+    pub node_usage: NodeUsageMap,
+    /// The scheduler's catalog of the `nodes` table, built on first use
+    /// and shared with the tables derived from these (it is only handed
+    /// out for the node table it was built from).
+    pub node_catalog: NodeCatalogCache,
+    /// The scheduler's usage columns of recent `node_usage` maps, shared
+    /// likewise.
+    pub usage_columns: UsageColumnCache,
+}
+
+impl Tables {
+    /// Rebuilds every secondary index from the primary tables.
+    ///
+    /// At open this is the serial part of a restart (a million
+    /// allocations), so each index is built on its own thread, in plain
+    /// maps, and turned into a persistent map once: the same contents as
+    /// writing allocation by allocation (`index_alloc`, `count_usage`),
+    /// which `tests/store_props.rs` checks (a reopened store equals, index
+    /// for index, the state the same commands built in memory).
+    pub(crate) fn rebuild_indexes(&mut self) {
+        let (allocs, evals) = (&self.allocs, &self.evals);
+        let built = std::thread::scope(|s| {
+            let by_node = in_parallel(s, || group_ids(allocs.values().map(|a| (a.node_id, a.id))));
+            let by_eval = in_parallel(s, || group_ids(allocs.values().map(|a| (a.eval_id, a.id))));
+            let by_job = in_parallel(s, || {
+                group_ids(allocs.values().map(|a| (JobKey::of_alloc(a), a.id)))
+            });
+            let evals_by_job = in_parallel(s, || {
+                group_ids(
+                    evals
+                        .values()
+                        .map(|e| (JobKey::new(&e.namespace, &e.job_id), e.id)),
+                )
+            });
+            let version_refs = in_parallel(s, || count_version_refs(allocs));
+            let node_usage = in_parallel(s, || sum_node_usage(allocs));
+            (
+                by_node.join(),
+                by_eval.join(),
+                by_job.join(),
+                evals_by_job.join(),
+                version_refs.join(),
+                node_usage.join(),
+            )
+        });
+        (
+            self.allocs_by_node,
+            self.allocs_by_eval,
+            self.allocs_by_job,
+            self.evals_by_job,
+            self.version_refs,
+            self.node_usage,
+        ) = built;
+    }
+}
+
+/// Runs `work` on a thread of the scope (like the loader's decoders, a
+/// thread the system cannot start is a panic at open, not an error).
+fn in_parallel<'s, T: Send + 's>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    work: impl FnOnce() -> T + Send + 's,
+) -> Joining<'s, T> {
+    Joining(scope.spawn(work))
+}
+
+struct Joining<'s, T>(std::thread::ScopedJoinHandle<'s, T>);
+
+impl<T> Joining<'_, T> {
+    /// The result; a panic on the thread goes on here.
+    fn join(self) -> T {
+        self.0
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    }
+}
+
+/// An index from key to the set of IDs filed under it.
+fn group_ids<K: Ord + Clone, V: Ord + Clone>(
+    pairs: impl Iterator<Item = (K, V)>,
+) -> OrdMap<K, OrdSet<V>> {
+    let mut grouped: std::collections::BTreeMap<K, Vec<V>> = std::collections::BTreeMap::new();
+    for (key, id) in pairs {
+        grouped.entry(key).or_default().push(id);
+    }
+    grouped
+        .into_iter()
+        .map(|(key, ids)| (key, ids.into_iter().collect::<OrdSet<V>>()))
+        .collect()
+}
+
+/// How many allocations (live or not) run each job version.
+fn count_version_refs(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> OrdMap<JobVersionKey, u64> {
+    let mut refs: std::collections::BTreeMap<JobVersionKey, u64> =
+        std::collections::BTreeMap::new();
+    for a in allocs.values() {
+        let key = JobVersionKey {
+            job: JobKey::of_alloc(a),
+            version: a.job_version,
+        };
+        *refs.entry(key).or_insert(0) += 1;
+    }
+    refs.into_iter().collect()
+}
+
+/// Each node's usage by its live allocations (nodes with none absent).
+fn sum_node_usage(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> NodeUsageMap {
+    let mut usage: std::collections::BTreeMap<NodeId, NodeAllocUsage> =
+        std::collections::BTreeMap::new();
+    for a in allocs.values().filter(|a| !a.is_terminal()) {
+        usage.entry(a.node_id).or_default().add(a);
+    }
+    usage
+        .into_iter()
+        .filter(|(_, u)| u.live > 0)
+        .map(|(node, u)| (node, Arc::new(u)))
+        .collect()
+}
+
+/// Adds an allocation to the secondary indexes.
+pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
+    set_insert(&mut t.allocs_by_node, alloc.node_id, alloc.id);
+    index_alloc_by_job(t, alloc);
+}
+
+/// `index_alloc` but for the node index: the job and evaluation indexes
+/// and the version reference.
+pub(crate) fn index_alloc_by_job(t: &mut Tables, alloc: &Allocation) {
+    let job = JobKey::of_alloc(alloc);
+    set_insert(&mut t.allocs_by_eval, alloc.eval_id, alloc.id);
+    *t.version_refs
+        .entry(JobVersionKey {
+            job: job.clone(),
+            version: alloc.job_version,
+        })
+        .or_insert(0) += 1;
+    set_insert(&mut t.allocs_by_job, job, alloc.id);
+}
+
+/// Moves a node's usage from `old` to `new` (either may be absent, e.g.
+/// for an insert or a delete). Terminal allocations count for nothing, so
+/// a stop releases its resources here.
+pub(crate) fn count_usage(t: &mut Tables, old: Option<&Allocation>, new: Option<&Allocation>) {
+    count_usage_in(&mut t.node_usage, old, new);
+}
+
+/// `count_usage` on the usage map alone.
+pub(crate) fn count_usage_in(
+    node_usage: &mut NodeUsageMap,
+    old: Option<&Allocation>,
+    new: Option<&Allocation>,
+) {
+    let old = old.filter(|a| !a.is_terminal());
+    let new = new.filter(|a| !a.is_terminal());
+    if old.is_none() && new.is_none() {
+        return;
+    }
+    let mut nodes: Vec<NodeId> = old.iter().chain(new.iter()).map(|a| a.node_id).collect();
+    nodes.dedup();
+    for node in nodes {
+        let mut usage = node_usage
+            .get(&node)
+            .map_or_else(NodeAllocUsage::default, |u| (**u).clone());
+        if let Some(a) = old.filter(|a| a.node_id == node) {
+            usage.remove(a);
+        }
+        if let Some(a) = new.filter(|a| a.node_id == node) {
+            usage.add(a);
+        }
+        if usage.live == 0 {
+            node_usage.remove(&node);
+        } else {
+            node_usage.insert(node, Arc::new(usage));
+        }
+    }
+}
+
+pub(crate) fn set_insert<K: Ord + Clone, V: Ord + Clone>(
+    index: &mut OrdMap<K, OrdSet<V>>,
+    key: K,
+    value: V,
+) {
+    index.entry(key).or_default().insert(value);
+}
+
+pub(crate) fn set_remove<K: Ord + Clone, V: Ord + Clone>(
+    index: &mut OrdMap<K, OrdSet<V>>,
+    key: &K,
+    value: &V,
+) {
+    if let Some(set) = index.get_mut(key) {
+        set.remove(value);
+        if set.is_empty() {
+            index.remove(key);
+        }
+    }
+}
