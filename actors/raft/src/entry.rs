@@ -24,6 +24,9 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    /// Every kind, for the checks that must consider each one.
+    pub const ALL: [EntryKind; 1] = [EntryKind::StateCommands];
+
     /// The oldest herder version that applies entries of this kind.
     pub fn required_version(self) -> semver::Version {
         match self {

@@ -6,6 +6,10 @@
 //! checks the versions every server advertises before it proposes an entry
 //! of a kind, and refuses the write with an error that names the servers
 //! that hold it back (as Nomad's `ServersMeetMinimumVersion`).
+//!
+//! The other side of the same rule: a server may join only when it applies
+//! every kind the members could already have written ([`can_join`]), so a
+//! kind unlocked once never meets a server that cannot read it.
 
 use crate::entry::EntryKind;
 use crate::server_node::ServerNode;
@@ -27,6 +31,29 @@ pub enum GateError {
         /// records them.
         older: Vec<ServerNode>,
     },
+    #[error(
+        "{joiner} at version {} cannot join: every member applies {kind:?} entries, \
+         which need {required} or newer; upgrade it first",
+        describe_version(&joiner.version)
+    )]
+    JoinerTooOld {
+        joiner: ServerNode,
+        kind: EntryKind,
+        required: semver::Version,
+    },
+}
+
+fn describe_version(version: &str) -> &str {
+    if version.is_empty() {
+        "unknown"
+    } else {
+        version
+    }
+}
+
+/// Whether `server` runs a version that applies entries of `kind`.
+fn applies(server: &ServerNode, kind: EntryKind) -> bool {
+    semver::Version::parse(server.version.trim()).is_ok_and(|v| v >= kind.required_version())
 }
 
 fn describe(older: &[ServerNode]) -> String {
@@ -54,9 +81,7 @@ pub fn can_write<'a>(
     let mut older = Vec::new();
     for server in servers {
         any = true;
-        let new_enough =
-            semver::Version::parse(server.version.trim()).is_ok_and(|version| version >= required);
-        if !new_enough {
+        if !applies(server, kind) {
             older.push(server.clone());
         }
     }
@@ -72,6 +97,25 @@ pub fn can_write<'a>(
             older,
         })
     }
+}
+
+/// Whether `joiner` may join a cluster of `members`: it must apply every
+/// kind the members may write today (a kind still held back by an old
+/// member binds nobody).
+pub fn can_join<'a>(
+    joiner: &ServerNode,
+    members: impl IntoIterator<Item = &'a ServerNode> + Clone,
+) -> Result<(), GateError> {
+    for kind in EntryKind::ALL {
+        if can_write(kind, members.clone()).is_ok() && !applies(joiner, kind) {
+            return Err(GateError::JoinerTooOld {
+                joiner: joiner.clone(),
+                kind,
+                required: kind.required_version(),
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -147,5 +191,31 @@ mod tests {
                 kind: EntryKind::StateCommands
             })
         );
+    }
+
+    #[test]
+    fn a_server_too_old_for_what_the_members_write_may_not_join() {
+        let current = [server(1, "0.1.0"), server(2, "0.2.0")];
+        assert_eq!(can_join(&server(3, "0.1.0"), &current), Ok(()));
+        let err = can_join(&server(3, "0.0.9"), &current).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                GateError::JoinerTooOld {
+                    kind: EntryKind::StateCommands,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("s3.global (10.0.0.3:4647) at version 0.0.9"),
+            "{message}"
+        );
+        assert!(message.contains("upgrade it first"), "{message}");
+        // A kind an old member still holds back binds nobody yet.
+        let mixed = [server(1, "0.1.0"), server(2, "0.0.9")];
+        assert_eq!(can_join(&server(3, "0.0.9"), &mixed), Ok(()));
     }
 }
