@@ -188,13 +188,16 @@ impl Server {
     /// Stops routing and scheduling, then flushes and closes the store.
     pub async fn stop(self) {
         let h = self.handle;
+        let started = std::time::Instant::now();
         if let Some(rpc) = &self.rpc {
             rpc.stop(true).await;
+            tracing::debug!(took = ?started.elapsed(), "RPC port stopped");
         }
         if let Some(cluster) = &h.cluster {
             // Ends the replica (and with it the leadership follower, which
             // stops the leader's duties) before the store closes.
             cluster.shutdown().await;
+            tracing::debug!(took = ?started.elapsed(), "replica stopped");
         }
         let _ = self.router.send(StopRouting).await;
         let _ = self.drainer.send(StopDrainer).await;
@@ -203,9 +206,11 @@ impl Server {
         let _ = h.gc.send(StopGc).await;
         // Workers finish (and ack) the evaluations in hand first.
         let _ = h.workers.send(worker_supervisor::StopAll).await;
+        tracing::debug!(took = ?started.elapsed(), "workers stopped");
         let _ = h.plan_applier.send(plan_applier::SetEnabled(false)).await;
         let _ = h.broker.send(broker::SetEnabled(false)).await;
         let _ = h.blocked.send(broker::SetEnabled(false)).await;
+        tracing::debug!(took = ?started.elapsed(), "queues disabled");
         let store = h.store.clone();
         if tokio::task::spawn_blocking(move || store.close())
             .await
