@@ -39,10 +39,10 @@ struct Inner {
     contact: LeaderContact,
     stop: tokio::sync::watch::Sender<bool>,
     /// How many writes this server gave up while leading
-    /// ([`rpc::write_as_leader`]): each may still commit later.
+    /// ([`super::rpc::write_as_leader`]): each may still commit later.
     interrupted: tokio::sync::watch::Sender<u64>,
     /// Whether this server should carry the leader's duties now
-    /// ([`leadership`]).
+    /// ([`super::leadership`]).
     duty_leader: tokio::sync::watch::Sender<bool>,
 }
 
@@ -229,7 +229,7 @@ impl Cluster {
 
     /// Whether this server should carry the leader's duties: it leads
     /// with a complete state, and no write it gave up is still unsettled
-    /// ([`leadership`]). Starts false.
+    /// ([`super::leadership`]). Starts false.
     pub fn duty_leadership(&self) -> tokio::sync::watch::Receiver<bool> {
         self.inner.duty_leader.subscribe()
     }
