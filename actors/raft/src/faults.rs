@@ -30,7 +30,7 @@
 //! [`SignedClient`]: crate::http::SignedClient
 //! [`SignedClient::with_faults`]: crate::http::SignedClient::with_faults
 
-use crate::http::HttpError;
+use crate::http_error::HttpError;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;

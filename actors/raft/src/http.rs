@@ -15,6 +15,9 @@
 //! futures, which actix's client does not give.
 
 use crate::faults::{FaultLink, Faults};
+// Defined in a leaf module so that the fault injector, which this
+// transport consults, can name it without importing the transport back.
+pub use crate::http_error::HttpError;
 use crate::transport::{RpcError, SnapshotRpcError, Transport};
 use crate::{NodeId, ServerNode, TypeConfig};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -301,27 +304,6 @@ where
             .body(bytes),
         Err(e) => HttpResponse::InternalServerError().body(format!("encoding the answer: {e}")),
     }
-}
-
-/// Why an HTTP exchange failed, before openraft's classification.
-#[derive(Debug, thiserror::Error)]
-pub enum HttpError {
-    /// The request never reached the server (no connection).
-    #[error("cannot reach {url}: {reason}")]
-    Unreachable { url: String, reason: String },
-    /// The exchange broke after the request may have arrived.
-    #[error("{url}: no answer: {reason}")]
-    Lost { url: String, reason: String },
-    #[error("{url} answered {status}: {body}")]
-    Status {
-        url: String,
-        status: u16,
-        body: String,
-    },
-    #[error("{url}: the answer is not signed with the cluster key")]
-    Unsigned { url: String },
-    #[error("{url}: {reason}")]
-    Body { url: String, reason: String },
 }
 
 /// The client side of every signed exchange on the RPC port (the Raft

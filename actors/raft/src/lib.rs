@@ -136,6 +136,7 @@ pub mod cluster;
 pub mod entry;
 pub mod faults;
 pub mod http;
+mod http_error;
 pub mod log_store;
 pub mod memory_target;
 pub mod node;

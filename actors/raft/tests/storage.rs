@@ -1,11 +1,17 @@
 //! The sled log store and the state machine adapter against openraft's own
-//! storage conformance suite, and the log store's durability across a
-//! reopen.
+//! storage conformance suite, the log store's durability across a
+//! reopen, and what the adapter refuses to apply (over the in-memory
+//! target: here rather than in `state_machine.rs`, whose own tests would
+//! import the target that implements its trait back).
 
-use herder_raft::{MemoryTarget, SledLogStore, StateMachineAdapter, TypeConfig};
-use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use herder::state::Command;
+use herder_raft::{LogEntry, MemoryTarget, SledLogStore, StateMachineAdapter, TypeConfig};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{blank_ent, StoreBuilder, Suite};
-use openraft::{CommittedLeaderId, LogId, RaftLogReader, StorageError, StorageIOError, Vote};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, StorageError, StorageIOError,
+    Vote,
+};
 use std::sync::Arc;
 use tempfile::TempDir;
 
@@ -86,4 +92,51 @@ async fn a_committed_position_without_its_entries_reads_as_none() {
         Some(log_id(2, 4)),
         "behind the purge mark"
     );
+}
+
+fn normal(index: u64, entry: LogEntry) -> Entry<TypeConfig> {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(entry),
+    }
+}
+
+fn stability(job_id: &str) -> Command {
+    Command::JobStabilityUpdate {
+        namespace: "default".into(),
+        job_id: job_id.into(),
+        version: 0,
+        stable: true,
+    }
+}
+
+#[tokio::test]
+async fn an_entry_this_build_cannot_decode_stops_the_apply_and_changes_nothing() {
+    let target = Arc::new(MemoryTarget::new());
+    let mut adapter = StateMachineAdapter::new(target.clone());
+    let applied = adapter
+        .apply([normal(1, LogEntry::commands(vec![stability("a")]))])
+        .await
+        .unwrap();
+    assert_eq!(applied[0].index, 1);
+
+    let mut newer = LogEntry::commands(vec![stability("b")]);
+    newer.version = herder::state::COMMAND_VERSION + 1;
+    let refused = adapter.apply([normal(2, newer)]).await;
+    assert!(refused.is_err());
+    assert_eq!(target.commands(), vec![stability("a")]);
+    assert_eq!(target.applied_index(), Some(1));
+}
+
+#[tokio::test]
+async fn entries_at_or_below_the_stored_position_are_not_applied_again() {
+    let target = Arc::new(MemoryTarget::new());
+    let mut adapter = StateMachineAdapter::new(target.clone());
+    let first = normal(1, LogEntry::commands(vec![stability("a")]));
+    adapter.apply([first.clone()]).await.unwrap();
+    adapter
+        .apply([first, normal(2, LogEntry::commands(vec![stability("b")]))])
+        .await
+        .unwrap();
+    assert_eq!(target.commands(), vec![stability("a"), stability("b")]);
 }

@@ -10,91 +10,17 @@
 //! when it last answered; and the leader's dead server cleanup
 //! ([`super::autopilot`]) reads how long each member has been silent.
 
-use super::rpc::{self, ServerStatus};
-use super::{autopilot, Cluster, Member};
-use crate::NodeId;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use super::{autopilot, rpc, Cluster};
 use std::time::{Duration, Instant};
+
+// Kept in a module of their own, which the handle holds without naming
+// this poller (whose rounds need the handle).
+pub use super::health::{Liveness, MemberHealth};
 
 /// Pause between two rounds of status calls (each bounded by the
 /// cluster's quick client's timeout, 1 s: a member slower than that
 /// counts as failed for the round).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
-
-/// What this server last heard from one member.
-#[derive(Clone, Debug)]
-pub struct MemberHealth {
-    /// Whether it answered the last status call (as this member: a server
-    /// at the same address under another ID does not count).
-    pub alive: bool,
-    /// Its last answer, kept while it is silent (its name, version...).
-    pub status: Option<ServerStatus>,
-    /// When it last answered, or when this server started watching it.
-    pub last_contact: Instant,
-}
-
-/// The poller's findings, by member ID. Cheap to clone; clones share.
-#[derive(Clone, Default)]
-pub struct Liveness {
-    seen: Arc<Mutex<BTreeMap<NodeId, MemberHealth>>>,
-}
-
-impl Liveness {
-    /// What was last heard from member `id` (`None` before the first
-    /// round that saw it in the configuration).
-    pub fn get(&self, id: NodeId) -> Option<MemberHealth> {
-        self.lock().get(&id).cloned()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<NodeId, MemberHealth>> {
-        // A panic elsewhere while holding the lock leaves a usable map.
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records one round's answers; members that left the configuration
-    /// are forgotten, new ones start their silence count now.
-    pub fn record(
-        &self,
-        members: &[Member],
-        answers: Vec<(NodeId, Option<ServerStatus>)>,
-        now: Instant,
-    ) {
-        let mut seen = self.lock();
-        let current: BTreeSet<NodeId> = members.iter().map(|m| m.id).collect();
-        seen.retain(|id, _| current.contains(id));
-        for (id, answer) in answers {
-            note(&mut seen, id, answer, now);
-        }
-    }
-
-    /// Records one answer (or silence) of member `id` heard outside the
-    /// poller's rounds (a member listing asking on the spot).
-    pub fn note(&self, id: NodeId, answer: Option<ServerStatus>, now: Instant) {
-        note(&mut self.lock(), id, answer, now);
-    }
-}
-
-fn note(
-    seen: &mut BTreeMap<NodeId, MemberHealth>,
-    id: NodeId,
-    answer: Option<ServerStatus>,
-    now: Instant,
-) {
-    let entry = seen.entry(id).or_insert_with(|| MemberHealth {
-        alive: false,
-        status: None,
-        last_contact: now,
-    });
-    match answer.filter(|s| s.id == id) {
-        Some(status) => {
-            entry.alive = true;
-            entry.status = Some(status);
-            entry.last_contact = now;
-        }
-        None => entry.alive = false,
-    }
-}
 
 /// Polls the members until the cluster stops; on the leader, each round
 /// ends with the dead server cleanup.
@@ -127,74 +53,4 @@ async fn probe_round(cluster: &Cluster) {
         });
     let answers = futures::future::join_all(calls).await;
     cluster.liveness().record(&members, answers, Instant::now());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(id: NodeId) -> crate::ServerNode {
-        crate::ServerNode {
-            rpc_addr: format!("127.0.0.1:{id}"),
-            http_addr: String::new(),
-            name: format!("s{id}.global"),
-            version: "0.1.0".into(),
-            datacenter: "dc1".into(),
-        }
-    }
-
-    fn member(id: NodeId) -> Member {
-        Member {
-            id,
-            addr: format!("127.0.0.1:{id}"),
-            node: node(id),
-            voter: true,
-            leader: false,
-        }
-    }
-
-    fn status(id: NodeId) -> ServerStatus {
-        ServerStatus {
-            id,
-            node: node(id),
-            region: "global".into(),
-            bootstrap_expect: 3,
-            initialized: true,
-            leader: None,
-            last_applied: 1,
-            term: 1,
-        }
-    }
-
-    #[test]
-    fn a_silent_member_keeps_its_last_answer_and_contact_time() {
-        let liveness = Liveness::default();
-        let t0 = Instant::now();
-        let members = [member(1), member(2)];
-        liveness.record(&members, vec![(2, Some(status(2)))], t0);
-        let later = t0 + Duration::from_secs(5);
-        liveness.record(&members, vec![(2, None)], later);
-        let health = liveness.get(2).expect("member 2 is watched");
-        assert!(!health.alive);
-        assert_eq!(health.last_contact, t0);
-        assert_eq!(health.status.map(|s| s.node.name), Some("s2.global".into()));
-    }
-
-    #[test]
-    fn another_server_at_the_address_is_not_the_member() {
-        let liveness = Liveness::default();
-        let t0 = Instant::now();
-        liveness.record(&[member(2)], vec![(2, Some(status(7)))], t0);
-        assert!(!liveness.get(2).expect("watched").alive);
-    }
-
-    #[test]
-    fn members_that_left_the_configuration_are_forgotten() {
-        let liveness = Liveness::default();
-        let t0 = Instant::now();
-        liveness.record(&[member(2)], vec![(2, Some(status(2)))], t0);
-        liveness.record(&[member(3)], vec![(3, None)], t0);
-        assert!(liveness.get(2).is_none());
-        assert_eq!(liveness.get(3).map(|h| h.last_contact), Some(t0));
-    }
 }

@@ -6,6 +6,9 @@
 //! holder of the cluster key can make one.
 
 use super::{election, Cluster, Member};
+// Defined with `Member` below the handle, which answers it; the status call
+// is its home for callers (`rpc::ServerStatus`).
+pub use super::status::ServerStatus;
 use crate::entry::{LogEntry, WriteResponse};
 use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
 use crate::node::ProposeError;
@@ -25,23 +28,6 @@ pub const READ_INDEX_PATH: &str = "/v1/raft/read-index";
 pub const JOIN_PATH: &str = "/v1/raft/join";
 pub const REMOVE_PATH: &str = "/v1/raft/remove";
 pub const UPDATE_PATH: &str = "/v1/raft/update";
-
-/// What a server says about itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct ServerStatus {
-    pub id: NodeId,
-    /// What it advertises about itself (what the membership would record).
-    pub node: ServerNode,
-    /// Its region and `bootstrap_expect`.
-    pub region: String,
-    pub bootstrap_expect: usize,
-    /// Whether it belongs to a cluster (has a membership).
-    pub initialized: bool,
-    pub leader: Option<Member>,
-    pub last_applied: u64,
-    pub term: u64,
-}
 
 /// Why a server refused a call meant for the leader.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
