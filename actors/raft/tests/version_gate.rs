@@ -202,3 +202,53 @@ async fn an_old_server_holds_writes_back_until_it_upgrades() {
         member.stop().await;
     }
 }
+
+/// The gate's other side: once every member writes a kind, a server too
+/// old to apply it is not let in (it would fail on the first such entry);
+/// the same server on the current version joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_too_old_for_what_the_members_write_is_not_let_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut listeners: Vec<TcpListener> = (0..4)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    let late = listeners.pop().unwrap();
+    let mut members = Vec::new();
+    for (n, listener) in listeners.into_iter().enumerate() {
+        members.push(Member::start(&dir, n, &addrs[..3], listener, CURRENT).await);
+    }
+    wait_for_a_leader(&members).await;
+
+    let old = Member::start(&dir, 3, &addrs, late, TOO_OLD).await;
+    // retry_join asks the leader about once a second; give it several tries.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for member in &members {
+        assert_eq!(
+            member.recorded_version("s4.global"),
+            None,
+            "the old server got in"
+        );
+    }
+    let leader = members.iter().find(|m| m.cluster.is_leader()).unwrap();
+    let (command, _) = register(1);
+    submit(&leader.store, command).await.expect("writes go on");
+    old.stop().await;
+
+    // The same server, upgraded (its data dir kept), joins.
+    let listener = TcpListener::bind(&addrs[3]).unwrap();
+    let upgraded = Member::start(&dir, 3, &addrs, listener, CURRENT).await;
+    eventually("the upgraded server to join", PATIENCE, || {
+        members
+            .iter()
+            .all(|m| m.recorded_version("s4.global").as_deref() == Some(CURRENT))
+    })
+    .await;
+    upgraded.stop().await;
+    for member in members {
+        member.stop().await;
+    }
+}

@@ -258,7 +258,9 @@ pub async fn probe_status(client: &SignedClient, addr: &str) -> Result<ServerSta
 
 /// Makes `join` a voter (the leader's side). A member already at that
 /// address under another ID is the same server with a wiped data dir, so
-/// it is replaced; the newcomer first catches up as a learner.
+/// it is replaced; the newcomer first catches up as a learner. A
+/// newcomer too old for what the members write is refused
+/// ([`crate::version_gate::can_join`]).
 async fn add_voter(cluster: &Cluster, join: JoinRequest) -> Result<(), Refusal> {
     if !cluster.is_leader() {
         return Err(not_leader(cluster));
@@ -267,6 +269,9 @@ async fn add_voter(cluster: &Cluster, join: JoinRequest) -> Result<(), Refusal> 
     if members.iter().any(|m| m.id == join.id && m.voter) {
         return Ok(());
     }
+    // A newcomer must apply every kind the members may already write.
+    crate::version_gate::can_join(&join.node, members.iter().map(|m| &m.node))
+        .map_err(|e| Refusal::VersionGate(e.to_string()))?;
     let raft = cluster.node().raft();
     let addr = join.node.rpc_addr.clone();
     raft.add_learner(join.id, join.node, true)
