@@ -444,6 +444,15 @@ fn a_rolling_restart_under_load_loses_nothing() {
     let load = writers.finish();
     report(&load);
     assert_settled(&cluster, &load, nodes, last_stop);
+
+    // Stopping the whole cluster is quick: the last servers, without a
+    // quorum, wait for no leader (their workers waited 10 s for one).
+    let took = cluster.stop_all();
+    eprintln!("all three servers stopped in {took:?}");
+    assert!(
+        took < Duration::from_secs(4),
+        "stopping the cluster took {took:?}"
+    );
 }
 
 /// How many kills the long test makes (`HERDER_CLUSTER_KILLS`, default 20).

@@ -404,6 +404,9 @@ impl Parts {
         // Streams and parked queries end before the HTTP server stops:
         // they would otherwise hold its graceful stop for its timeout.
         self.info.shutting_down.send_replace(true);
+        if let Some(server) = &self.server {
+            server.begin_stop();
+        }
         self.http.stop().await;
         if let Some(server) = self.server {
             server.stop().await;

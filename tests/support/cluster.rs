@@ -343,6 +343,20 @@ impl Cluster {
         self.reap(i, Duration::from_secs(30));
     }
 
+    /// Stops every running server at once (SIGTERM to all, as an operator
+    /// stopping the cluster); answers how long until the last one exited.
+    pub fn stop_all(&mut self) -> Duration {
+        let started = Instant::now();
+        let running: Vec<usize> = self.running().collect();
+        for &i in &running {
+            self.signal(i, libc::SIGTERM);
+        }
+        for i in running {
+            self.reap(i, Duration::from_secs(30));
+        }
+        started.elapsed()
+    }
+
     fn reap(&mut self, i: usize, timeout: Duration) {
         let s = &mut self.servers[i];
         let Some(mut child) = s.child.take() else {

@@ -147,6 +147,11 @@ pub enum CallError {
 pub async fn call_leader(cluster: &Cluster, call: &LeaderCall) -> Result<LeaderAnswer, CallError> {
     let deadline = Instant::now() + FIND_LEADER_FOR;
     loop {
+        if cluster.is_stopping() {
+            // A stopping server waits for no leader: its workers and
+            // duties must wind down now, not after `FIND_LEADER_FOR`.
+            return Err(CallError::NoLeader);
+        }
         let leader = cluster.leader().filter(|l| l.id != cluster.id());
         let outcome = match &leader {
             None => None,

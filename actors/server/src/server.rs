@@ -186,6 +186,15 @@ impl Server {
     }
 
     /// Stops routing and scheduling, then flushes and closes the store.
+    /// The first step of a stop, taken before the agent's HTTP server
+    /// drains its requests: a cluster member stops waiting for leaders, so
+    /// requests forwarded to one end at once instead of holding the drain.
+    pub fn begin_stop(&self) {
+        if let Some(cluster) = &self.handle.cluster {
+            cluster.begin_shutdown();
+        }
+    }
+
     pub async fn stop(self) {
         let h = self.handle;
         let started = std::time::Instant::now();

@@ -282,10 +282,23 @@ impl Cluster {
         self.inner.stop.subscribe()
     }
 
+    /// Whether the cluster is shutting down: calls that wait for a leader
+    /// give up at once instead of waiting out their time.
+    pub fn is_stopping(&self) -> bool {
+        *self.inner.stop.borrow()
+    }
+
+    /// Marks the cluster as stopping, ahead of [`Self::shutdown`]: waits for
+    /// a leader and leader-side writes give up at once, so requests still
+    /// in flight end before the agent's HTTP server waits for them.
+    pub fn begin_shutdown(&self) {
+        self.inner.stop.send_replace(true);
+    }
+
     /// Stops the background tasks and the replica (its log stays on disk).
     /// The store is left to its owner, who closes it after this.
     pub async fn shutdown(&self) {
-        self.inner.stop.send_replace(true);
+        self.begin_shutdown();
         let node = self.inner.node.clone();
         let stopping = self.spawn(async move { node.shutdown().await });
         let _ = stopping.await;

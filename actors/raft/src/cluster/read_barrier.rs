@@ -20,8 +20,12 @@ impl Cluster {
         let index = loop {
             match rpc::read_index(self).await {
                 Ok(index) => break index,
-                // The leader may have just died: ask the next one.
-                Err(_) if std::time::Instant::now() + BARRIER_RETRY < deadline => {
+                // The leader may have just died: ask the next one (unless
+                // this server is stopping: then the read ends now).
+                Err(_)
+                    if !self.is_stopping()
+                        && std::time::Instant::now() + BARRIER_RETRY < deadline =>
+                {
                     tokio::time::sleep(BARRIER_RETRY).await
                 }
                 Err(e) => return Err(e),

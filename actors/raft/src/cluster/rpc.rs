@@ -164,8 +164,10 @@ pub async fn write_as_leader(cluster: &Cluster, entry: LogEntry) -> Result<Write
         return Err(not_leader(cluster));
     }
     let proposed = cluster.node().propose(entry);
+    let mut stopping = cluster.stopping();
     let answer = tokio::select! {
         answer = proposed => answer,
+        _ = stopping.wait_for(|stop| *stop) => return Err(Refusal::Interrupted),
         () = quorum_lost(cluster) => {
             cluster.note_interrupted();
             return Err(Refusal::Interrupted);
