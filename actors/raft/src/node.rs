@@ -46,18 +46,17 @@ pub enum ProposeError {
 
 /// Herder's Raft timings. A leader heartbeats every 100 ms. A follower
 /// stands for election once it has heard nothing for the old leader's
-/// lease (`election_timeout_max`, 600 ms) plus its own timeout (drawn
-/// once per process from 300-600 ms), so 0.9-1.35 s after a leader's
-/// crash with openraft's 150 ms tick; the others grant their vote once
-/// the lease has run out for them too. Openraft 0.9 adds twice
-/// `election_timeout_max` to a server's wait after it once lost a vote to
-/// a longer log, and keeps that until its next election even when it has
-/// caught up since: the bound on a failover is therefore about
-/// 1.35 + 1.2 s plus a second round (up to 0.6 s) when two candidates
-/// split the vote. With 500-1000 ms that bound was 4+ s and the kill loop
-/// measured 6.2 s; the issue asks for 5 s. Nomad's defaults (1 s
-/// heartbeat timeout, 500 ms lease) are of the same order. A busy 2-core
-/// machine still has room to miss several heartbeats without an election.
+/// lease (`election_timeout_max`, 600 ms) plus a timeout drawn afresh
+/// each time from 300-600 ms, and only after a quorum answered its
+/// pre-vote (`cluster::election`, which replaces openraft's own timer in
+/// a cluster): a new leader 0.9-1.35 s after a leader's crash, one round.
+/// (With openraft's timer and 500-1000 ms, a server that had once lost a
+/// vote to a longer log waited 2 x `election_timeout_max` more, and a
+/// server still catching up moved the term: failovers of 3-6 s.) Nomad's
+/// defaults (1 s heartbeat timeout, 500 ms lease) are of the same order;
+/// a busy 2-core machine still has room to miss several heartbeats
+/// without an election. The in-process tests (`router`) keep openraft's
+/// timer.
 /// A snapshot every 8,192 entries; 1,024 entries are kept behind it so a
 /// follower that is briefly behind catches up from the log.
 pub fn default_config() -> Result<Config, ConfigError> {
