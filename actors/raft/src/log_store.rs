@@ -9,7 +9,7 @@
 //! acknowledgement as a durable copy, and a vote forgotten by a crash
 //! allows two leaders in one term.
 //!
-//! Appends are flushed by a [`GroupFlusher`] off openraft's core task: the
+//! Appends are flushed by a `GroupFlusher` off openraft's core task: the
 //! core hands the entries over and goes on (answering votes and
 //! heartbeats) while the disk syncs, and every append waiting meanwhile
 //! shares the next sync. An append that held the core for its own fsync

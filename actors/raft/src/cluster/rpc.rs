@@ -155,7 +155,7 @@ fn not_leader(cluster: &Cluster) -> Refusal {
 /// Openraft keeps a leader cut off from its quorum leading (and its write
 /// waiting) until it hears of a newer term. Like Nomad's leader lease,
 /// the write is given up as interrupted once no quorum has acknowledged
-/// this leader for [`QUORUM_LOST_AFTER`]: by then the others have elected
+/// this leader for `QUORUM_LOST_AFTER` (5 s): by then the others have elected
 /// another, and the entry is overwritten when this server rejoins (unless
 /// it reached them: hence "may or may not"). Each give-up is counted
 /// ([`Cluster::interruptions`]).
