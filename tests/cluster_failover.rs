@@ -348,6 +348,59 @@ fn a_follower_frozen_for_20_s_catches_up() {
     assert_settled(&cluster, &load, nodes, resumed_at);
 }
 
+/// SIGSTOP the leader for 10 s: the others elect a new one and go on; the
+/// old leader wakes up believing it still leads, learns of the newer term,
+/// and follows (it cannot win back the lead: its log is behind, and its
+/// pre-votes are refused while the new leader is heard). Nothing
+/// acknowledged is lost, nothing is placed twice.
+#[test]
+fn a_frozen_leader_is_replaced_and_follows_when_it_wakes() {
+    let _alone = alone();
+    let nodes = node_count();
+    let (mut cluster, targets, writers, leader) = loaded_cluster(ClusterOptions::default(), nodes);
+
+    let frozen_at = Instant::now();
+    cluster.pause(leader);
+    targets.set(cluster.running_urls());
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(10));
+    let failover = frozen_at.elapsed();
+    assert_ne!(new_leader, leader, "a frozen server still named leader");
+    assert!(
+        failover <= FAILOVER_LIMIT,
+        "a new leader took {failover:?} (limit {FAILOVER_LIMIT:?})"
+    );
+    writers
+        .wait_for_acks(writers.acked(), 20, Duration::from_secs(20))
+        .unwrap_or_else(|| {
+            panic!(
+                "writes stop without the frozen leader: {}",
+                writers.describe()
+            )
+        });
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(frozen_at.elapsed()));
+
+    cluster.resume(leader);
+    let resumed_at = Instant::now();
+    let agreed = cluster.wait_for_leader(Duration::from_secs(10));
+    assert_eq!(
+        agreed,
+        new_leader,
+        "the woken server disturbed the new leader: {}",
+        cluster.describe_leaders()
+    );
+    let caught_up = wait_caught_up(&cluster, leader, "/v1/jobs", Duration::from_secs(30));
+    eprintln!(
+        "{} frozen 10 s, {} led after {failover:?}; the old leader caught up {caught_up:?} after SIGCONT",
+        cluster.servers[leader].name, cluster.servers[new_leader].name
+    );
+    targets.set(cluster.running_urls());
+
+    let load = writers.finish();
+    report(&load);
+    assert_same_jobs(&cluster, leader, Duration::from_secs(30));
+    assert_settled(&cluster, &load, nodes, resumed_at);
+}
+
 /// Snapshots every 64 log entries, keeping 16 behind: a wiped follower is
 /// far enough behind to need the snapshot.
 const SMALL_SNAPSHOTS: &str = "[server]\nraft_snapshot_threshold = 64\nraft_trailing_logs = 16\n";

@@ -350,6 +350,15 @@ struct Handle {
 /// index and no changed rows: subscribers see those), or why not.
 pub trait Replicator: Send + Sync {
     fn propose(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>>;
+
+    /// As [`Self::propose`], for a write this server makes as leader (a
+    /// plan it checked, a status its broker decided): committed only while
+    /// this server leads, never handed to another leader, which did not
+    /// make that decision and might not make it on its state.
+    fn propose_as_leader(
+        &self,
+        command: Command,
+    ) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>>;
 }
 
 impl ApplyOutcome {
@@ -513,15 +522,37 @@ impl StateStore {
     /// proposed to the replicated log instead and answered once committed
     /// and applied here.
     pub fn submit(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
-        let replicator = self
-            .handle
+        if let Some(replicator) = self.replicator() {
+            return replicator.propose(command);
+        }
+        self.submit_here(command)
+    }
+
+    /// As [`Self::submit`], for the leader's own decisions (its plan
+    /// applier, broker, heartbeat timers, drainer, launcher, GC): on a
+    /// replica the write commits only while this server leads and is
+    /// never forwarded to another leader ([`Replicator::propose_as_leader`]).
+    /// A single server is always its own leader: the same as `submit`.
+    pub fn submit_as_leader(
+        &self,
+        command: Command,
+    ) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
+        if let Some(replicator) = self.replicator() {
+            return replicator.propose_as_leader(command);
+        }
+        self.submit_here(command)
+    }
+
+    fn replicator(&self) -> Option<Arc<dyn Replicator>> {
+        self.handle
             .replicator
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(replicator) = replicator {
-            return replicator.propose(command);
-        }
+            .clone()
+    }
+
+    /// Queues a command on this store's own writer.
+    fn submit_here(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
         let (reply, receiver) = oneshot::channel();
         let sender = self.handle.sender.lock().unwrap_or_else(|e| e.into_inner());
         let request = Request::One { command, reply };

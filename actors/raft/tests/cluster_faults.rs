@@ -606,3 +606,34 @@ async fn a_write_the_leader_gave_up_settles_before_its_duties_resume() {
     );
     cluster.stop().await;
 }
+
+/// A leader's own decision (`submit_as_leader`: a plan its applier
+/// checked) is never forwarded: on a server that no longer leads it is
+/// refused, where a plain write is forwarded to the leader. A stale leader
+/// woken from a pause once placed, through such a forward, a plan its
+/// successor had already placed differently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_write_on_a_follower_is_refused_not_forwarded() {
+    let cluster = TestCluster::start(7).await;
+    let leader = cluster.leader_among(&[0, 1, 2]).await;
+    let follower = cluster.followers_of(leader)[0];
+    let store = &cluster.servers[follower].store;
+
+    let decided = Write::new("decided-as-leader");
+    let refused = store.submit_as_leader(decided.command.clone()).await;
+    assert!(
+        matches!(refused, Ok(Err(StoreError::NotCommitted(_)))),
+        "{refused:?}"
+    );
+    let forwarded = submit(store, Write::new("forwarded")).await;
+    cluster.everywhere_once(&forwarded).await;
+    for server in &cluster.servers {
+        assert_eq!(
+            find(&server.store, &decided),
+            Found::Absent,
+            "on {}",
+            server.addr
+        );
+    }
+    cluster.stop().await;
+}

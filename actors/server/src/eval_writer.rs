@@ -27,7 +27,9 @@ impl Handler<EvalWrites> for EvalWriter {
     type Result = ResponseFuture<Result<u64, EvalWriteError>>;
 
     fn handle(&mut self, msg: EvalWrites, _ctx: &mut Context<Self>) -> Self::Result {
-        let done = self.store.submit(Command::EvalUpdate { evals: msg.evals });
+        let done = self
+            .store
+            .submit_as_leader(Command::EvalUpdate { evals: msg.evals });
         Box::pin(async move {
             match done.await {
                 Ok(Ok(outcome)) => Ok(outcome.index),

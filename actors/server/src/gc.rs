@@ -190,7 +190,7 @@ impl GarbageCollector {
                     tracing::info!("garbage collection pass stopped: leadership lost");
                     return Err(GcError::NotLeader);
                 }
-                match store.submit(command).await {
+                match store.submit_as_leader(command).await {
                     Ok(Ok(_)) => {}
                     // A job purged or node removed meanwhile: nothing left
                     // to collect there.

@@ -393,7 +393,7 @@ impl NodeDrainer {
         );
         let reply = self
             .store
-            .submit(Command::AllocDesiredTransition { transitions, evals });
+            .submit_as_leader(Command::AllocDesiredTransition { transitions, evals });
         ctx.spawn(
             fut::wrap_future(reply).map(move |result, act: &mut Self, _| {
                 for id in &ids {
@@ -451,7 +451,7 @@ impl NodeDrainer {
             ..Default::default()
         };
         self.completing.insert(node_id);
-        let reply = self.store.submit(Command::NodeUpdateDrain {
+        let reply = self.store.submit_as_leader(Command::NodeUpdateDrain {
             node_id,
             drain: None,
             mark_eligible: false,

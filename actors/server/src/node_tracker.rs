@@ -314,7 +314,10 @@ impl NodeTracker {
         &self,
         commands: Vec<Command>,
     ) -> impl std::future::Future<Output = Result<u64, NodeError>> {
-        let pending: Vec<_> = commands.into_iter().map(|c| self.store.submit(c)).collect();
+        let pending: Vec<_> = commands
+            .into_iter()
+            .map(|c| self.store.submit_as_leader(c))
+            .collect();
         let latest = self.store.latest_index();
         async move {
             let mut index = latest;

@@ -372,7 +372,7 @@ impl PeriodicLauncher {
         let eval_id = eval.id;
         tracing::info!(job_id = %id, eval_id = %eval_id, "launching periodic job");
         metrics::counter!("herder.periodic.launches").increment(1);
-        let done = self.store.submit(Command::JobRegister {
+        let done = self.store.submit_as_leader(Command::JobRegister {
             job: Arc::new(child),
             eval: Some(eval),
             enforce_index: Some(0),

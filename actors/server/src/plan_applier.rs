@@ -340,7 +340,7 @@ impl PlanApplier {
         self.optimistic = Some(optimistic);
         self.publish_view();
         self.writing = true;
-        let rx = self.store.submit(command);
+        let rx = self.store.submit_as_leader(command);
         // Submitted first: whatever the worker writes next is ordered
         // after this plan.
         answer.answer_ahead_of_write();

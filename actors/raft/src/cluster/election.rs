@@ -28,6 +28,7 @@
 
 use super::Cluster;
 use crate::NodeId;
+use futures::StreamExt;
 use openraft::LogId;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -209,12 +210,19 @@ async fn quorum_would_vote(cluster: &Cluster) -> bool {
             }
         }
     });
-    let granted = 1 + futures::future::join_all(asks)
-        .await
-        .into_iter()
-        .filter(|&yes| yes)
-        .count();
-    granted > voters.len() / 2
+    // Decided as soon as a quorum said yes: a voter that does not answer
+    // (a frozen old leader) must not hold the election for its timeout.
+    let needed = voters.len() / 2 + 1;
+    let mut granted = 1;
+    let mut answers: futures::stream::FuturesUnordered<_> = asks.collect();
+    while granted < needed {
+        match answers.next().await {
+            Some(true) => granted += 1,
+            Some(false) => {}
+            None => return false,
+        }
+    }
+    true
 }
 
 #[cfg(test)]

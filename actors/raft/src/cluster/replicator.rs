@@ -57,6 +57,40 @@ impl Replicator for LogReplicator {
         });
         receiver
     }
+
+    fn propose_as_leader(
+        &self,
+        command: Command,
+    ) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
+        let (reply, receiver) = oneshot::channel();
+        let cluster = self.cluster.clone();
+        let name = command.name();
+        self.runtime.spawn(async move {
+            let outcome = write_as_this_leader(&cluster, LogEntry::commands(vec![command]))
+                .await
+                .and_then(|response| single_outcome(response, name));
+            let _ = reply.send(outcome);
+        });
+        receiver
+    }
+}
+
+/// Commits `entry` here while this server leads; never forwarded. A
+/// leader's decision (a plan its applier checked against its state) that
+/// another leader committed would skip that leader's own check: a stale
+/// leader woken from a pause placed a plan its successor had already
+/// placed differently, through such a forward.
+async fn write_as_this_leader(
+    cluster: &Cluster,
+    entry: LogEntry,
+) -> Result<WriteResponse, StoreError> {
+    match rpc::write_as_leader(cluster, entry).await {
+        Ok(response) => Ok(response),
+        Err(Refusal::NotLeader { .. }) => Err(StoreError::NotCommitted(
+            "this server no longer leads; the write was not made".into(),
+        )),
+        Err(refusal) => Err(StoreError::NotCommitted(refusal.to_string())),
+    }
 }
 
 /// The one command's outcome of a committed entry.
