@@ -98,6 +98,18 @@ impl Member {
     }
 }
 
+/// `n` bound loopback ports and their addresses.
+fn loopback_ports(n: usize) -> (Vec<TcpListener>, Vec<String>) {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let addrs = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    (listeners, addrs)
+}
+
 fn data_dir(dir: &TempDir, n: usize) -> PathBuf {
     dir.path().join(format!("server-{n}"))
 }
@@ -129,13 +141,7 @@ async fn wait_for_a_leader(members: &[Member]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_server_holds_writes_back_until_it_upgrades() {
     let dir = tempfile::tempdir().unwrap();
-    let listeners: Vec<TcpListener> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    let addrs: Vec<String> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
+    let (listeners, addrs) = loopback_ports(3);
     let mut members = Vec::new();
     for (n, listener) in listeners.into_iter().enumerate() {
         let version = if n == 2 { TOO_OLD } else { CURRENT };
@@ -209,13 +215,7 @@ async fn an_old_server_holds_writes_back_until_it_upgrades() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_too_old_for_what_the_members_write_is_not_let_in() {
     let dir = tempfile::tempdir().unwrap();
-    let mut listeners: Vec<TcpListener> = (0..4)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    let addrs: Vec<String> = listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
+    let (mut listeners, addrs) = loopback_ports(4);
     let late = listeners.pop().unwrap();
     let mut members = Vec::new();
     for (n, listener) in listeners.into_iter().enumerate() {

@@ -44,34 +44,45 @@ impl LogReplicator {
     }
 }
 
-impl Replicator for LogReplicator {
-    fn propose(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
+impl LogReplicator {
+    /// Runs `write` for `command` on the replica's runtime and answers with
+    /// the command's outcome.
+    fn spawn_write<W, F>(
+        &self,
+        command: Command,
+        write: W,
+    ) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>>
+    where
+        W: FnOnce(Cluster, LogEntry) -> F + Send + 'static,
+        F: std::future::Future<Output = Result<WriteResponse, StoreError>> + Send,
+    {
         let (reply, receiver) = oneshot::channel();
         let cluster = self.cluster.clone();
         let name = command.name();
         self.runtime.spawn(async move {
-            let outcome = write(&cluster, LogEntry::commands(vec![command]))
+            let outcome = write(cluster, LogEntry::commands(vec![command]))
                 .await
                 .and_then(|response| single_outcome(response, name));
             let _ = reply.send(outcome);
         });
         receiver
     }
+}
+
+impl Replicator for LogReplicator {
+    fn propose(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
+        self.spawn_write(command, |cluster, entry| async move {
+            write(&cluster, entry).await
+        })
+    }
 
     fn propose_as_leader(
         &self,
         command: Command,
     ) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
-        let (reply, receiver) = oneshot::channel();
-        let cluster = self.cluster.clone();
-        let name = command.name();
-        self.runtime.spawn(async move {
-            let outcome = write_as_this_leader(&cluster, LogEntry::commands(vec![command]))
-                .await
-                .and_then(|response| single_outcome(response, name));
-            let _ = reply.send(outcome);
-        });
-        receiver
+        self.spawn_write(command, |cluster, entry| async move {
+            write_as_this_leader(&cluster, entry).await
+        })
     }
 }
 
