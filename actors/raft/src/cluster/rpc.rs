@@ -73,64 +73,43 @@ pub fn configure(cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
         crate::http::configure(raft, key, cluster.leader_contact())(config);
         config
             .app_data(web::Data::new(cluster))
-            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
-            .route(
-                STATUS_PATH,
-                signed_route(
-                    STATUS_PATH,
-                    |c, ()| async move { Ok::<_, Refusal>(c.status()) },
-                ),
-            )
-            .route(
-                WRITE_PATH,
-                signed_route(WRITE_PATH, |c, entry: LogEntry| async move {
-                    write_as_leader(&c, entry).await
-                }),
-            )
-            .route(
-                READ_INDEX_PATH,
-                signed_route(READ_INDEX_PATH, |c, ()| async move {
-                    leader_read_index(&c).await
-                }),
-            )
-            .route(
-                JOIN_PATH,
-                signed_route(JOIN_PATH, |c, join: JoinRequest| async move {
-                    add_voter(&c, join).await
-                }),
-            )
-            .route(
-                UPDATE_PATH,
-                signed_route(UPDATE_PATH, |c, update: JoinRequest| async move {
-                    update_member(&c, update).await
-                }),
-            )
-            .route(
-                election::PREVOTE_PATH,
-                signed_route(
-                    election::PREVOTE_PATH,
-                    |c, ask: election::PreVoteRequest| async move { election::answer(&c, &ask) },
-                ),
-            )
-            .route(
-                REMOVE_PATH,
-                signed_route(REMOVE_PATH, |c, r: RemoveRequest| async move {
-                    remove_member(&c, r).await
-                }),
-            );
+            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES));
+        serve_call(config, STATUS_PATH, |c, ()| async move {
+            Ok::<_, Refusal>(c.status())
+        });
+        serve_call(config, WRITE_PATH, |c, entry: LogEntry| async move {
+            write_as_leader(&c, entry).await
+        });
+        serve_call(config, READ_INDEX_PATH, |c, ()| async move {
+            leader_read_index(&c).await
+        });
+        serve_call(config, JOIN_PATH, |c, join: JoinRequest| async move {
+            add_voter(&c, join).await
+        });
+        serve_call(config, UPDATE_PATH, |c, update: JoinRequest| async move {
+            update_member(&c, update).await
+        });
+        serve_call(
+            config,
+            election::PREVOTE_PATH,
+            |c, ask: election::PreVoteRequest| async move { election::answer(&c, &ask) },
+        );
+        serve_call(config, REMOVE_PATH, |c, r: RemoveRequest| async move {
+            remove_member(&c, r).await
+        });
     }
 }
 
-/// A signed call at `path`, answered by `call` with this server's
-/// cluster and the decoded request.
-fn signed_route<Req, Answer, F, Fut>(path: &'static str, call: F) -> actix_web::Route
+/// Serves the signed call at `path` on `config`, answered by `call` with
+/// this server's cluster and the decoded request.
+fn serve_call<Req, Answer, F, Fut>(config: &mut web::ServiceConfig, path: &'static str, call: F)
 where
     Req: DeserializeOwned + 'static,
     Answer: Serialize + 'static,
     F: Fn(Cluster, Req) -> Fut + Clone + 'static,
     Fut: Future<Output = Answer> + 'static,
 {
-    web::post().to(
+    let route = web::post().to(
         move |cluster: web::Data<Cluster>, request: HttpRequest, body: web::Bytes| {
             let call = call.clone();
             async move {
@@ -139,7 +118,8 @@ where
                 serve_signed(&key, path, &request, &body, move |req: Req| call(this, req)).await
             }
         },
-    )
+    );
+    config.route(path, route);
 }
 
 /// The refusal for a call only the leader takes.
