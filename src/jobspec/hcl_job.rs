@@ -10,6 +10,7 @@
 use super::body::{BodyReader, Schema};
 use super::describe::kind_of;
 use super::eval::Evaluator;
+use super::hcl_service;
 use super::limits::{self, Budget, HclLimits};
 use super::scan;
 use super::source::Source;
@@ -86,9 +87,9 @@ const GROUP: Schema = Schema {
         "network",
         "meta",
         "task",
+        "service",
     ],
     ignored: &[
-        "service",
         "volume",
         "scaling",
         "consul",
@@ -122,9 +123,9 @@ const TASK: Schema = Schema {
         "logs",
         "lifecycle",
         "artifact",
+        "service",
     ],
     ignored: &[
-        "service",
         "template",
         "vault",
         "volume_mount",
@@ -321,6 +322,7 @@ fn group(r: &BodyReader, name: String, d: &GroupDefaults) -> Result<TaskGroup, J
         let name = labels.into_iter().next().unwrap_or_default();
         tg.tasks.push(task(&t, name, &restart_policy)?);
     }
+    tg.services = hcl_service::services(r)?;
     Ok(tg)
 }
 
@@ -358,6 +360,7 @@ fn task(r: &BodyReader, name: String, group_restart: &RestartPolicy) -> Result<T
         let (a, _) = r.child(block, 0, "")?;
         t.artifacts.push(artifact(&a)?);
     }
+    t.services = hcl_service::services(r)?;
     Ok(t)
 }
 

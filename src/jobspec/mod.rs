@@ -26,7 +26,7 @@
 //! are not, since the core does no I/O.
 //!
 //! Limits, each a deliberate choice:
-//! - Nomad blocks herder does not act on (`service`, `template`, `vault`,
+//! - Nomad blocks herder does not act on (`template`, `vault`,
 //!   `volume`, `volume_mount`, `scaling`, `consul`, `multiregion`,
 //!   `device`, ...) are accepted and ignored rather than refused, so valid
 //!   Nomad jobs still run; they are listed in each block's schema.
@@ -54,6 +54,7 @@ mod error;
 mod eval;
 mod functions;
 mod hcl_job;
+mod hcl_service;
 mod json;
 mod limits;
 mod scan;

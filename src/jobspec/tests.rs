@@ -828,3 +828,109 @@ job "full" {
     );
     job.validate().unwrap();
 }
+
+#[test]
+fn service_and_check_blocks_become_nomads_services() {
+    let src = r#"
+job "web" {
+  group "g" {
+    network {
+      port "http" {}
+    }
+    service {
+      name     = "web"
+      port     = "http"
+      tags     = ["a", "b"]
+      provider = "nomad"
+      check {
+        type     = "http"
+        path     = "/health"
+        interval = "5s"
+        timeout  = "2s"
+        header {
+          X-Probe = ["1"]
+        }
+      }
+      check {
+        name     = "script"
+        type     = "script"
+        task     = "t"
+        command  = "/bin/true"
+        args     = ["-x"]
+        interval = "10s"
+        timeout  = "1s"
+      }
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+      }
+      service {
+        port = "http"
+        check {
+          type     = "tcp"
+          interval = "1s"
+          timeout  = "1s"
+        }
+      }
+    }
+  }
+}"#;
+    let job = parse_hcl(src, "web.hcl").unwrap_or_else(|e| panic!("{e}"));
+    let s = &job.task_groups[0].services[0];
+    assert_eq!((s.name.as_str(), s.port_label.as_str()), ("web", "http"));
+    assert_eq!((s.tags.len(), s.provider.as_str()), (2, "nomad"));
+    let http = &s.checks[0];
+    assert_eq!(http.name, "service: \"web\" check");
+    assert_eq!(http.interval, Duration::from_secs(5));
+    assert_eq!(http.header["X-Probe"], vec!["1".to_string()]);
+    assert_eq!(s.checks[1].args, vec!["-x".to_string()]);
+    let ts = &job.task_groups[0].tasks[0].services[0];
+    assert_eq!((ts.name.as_str(), ts.task_name.as_str()), ("web-g-t", "t"));
+    assert_eq!(ts.provider, "consul");
+    job.validate().unwrap_or_else(|e| panic!("{e}"));
+
+    // The JSON of the parsed job reads back as the same job.
+    let json = serde_json::to_value(&job).unwrap();
+    assert_eq!(json["TaskGroups"][0]["Services"][0]["PortLabel"], "http");
+    let back: Job = serde_json::from_value(json).unwrap();
+    assert_eq!(back, job);
+}
+
+#[test]
+fn a_service_check_that_cannot_run_is_refused() {
+    let src = r#"
+job "web" {
+  group "g" {
+    service {
+      name = "web"
+      port = "nope"
+      check {
+        type     = "carrier-pigeon"
+        interval = "5s"
+        timeout  = "2s"
+      }
+      check {
+        type     = "script"
+        interval = "0s"
+        timeout  = "2s"
+      }
+    }
+    task "t" {
+      driver = "raw_exec"
+    }
+  }
+}"#;
+    let job = parse_hcl(src, "web.hcl").unwrap_or_else(|e| panic!("{e}"));
+    let err = job.validate().unwrap_err().to_string();
+    for want in [
+        "port label \"nope\" is not a port",
+        "Type must be one of http, tcp, script, grpc; got \"carrier-pigeon\"",
+        "Interval must be at least 1s",
+        "a script check needs a Command",
+        "a script check of a group service must name its task",
+    ] {
+        assert!(err.contains(want), "{want:?} not in {err}");
+    }
+}

@@ -8,6 +8,7 @@
 use super::resources::{NetworkResource, Resources};
 use super::scaling::ScalingPolicy;
 use super::serde_util::{nanos, nanos_opt, null_default, nullable};
+use super::service::Service;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -210,8 +211,10 @@ impl Job {
         let job_update = self.update.clone();
         let job_type = self.job_type.clone();
         let (namespace, id) = (self.namespace.clone(), self.id.clone());
+        let job_name = self.name.clone();
         for tg in &mut self.task_groups {
             tg.canonicalize(&job_type, job_update.as_ref());
+            tg.canonicalize_services(&job_name);
             if let Some(policy) = &mut tg.scaling {
                 policy.canonicalize(&namespace, &id, &tg.name, tg.count);
             }
@@ -354,9 +357,10 @@ pub struct TaskGroup {
     /// done yet (see [`super::unhonoured`]).
     #[serde(with = "nullable")]
     pub volumes: BTreeMap<String, VolumeRequest>,
-    /// Kept as written and not acted on (see [`super::unhonoured`]).
+    /// The group's services, registered in the native catalog while an
+    /// allocation runs, with the checks its client runs.
     #[serde(with = "nullable")]
-    pub services: Vec<serde_json::Value>,
+    pub services: Vec<Service>,
     /// The group's `scaling` block: bounds for `job scale` and the
     /// autoscaler's policy, served by `/v1/scaling/policies`.
     pub scaling: Option<ScalingPolicy>,
@@ -451,6 +455,29 @@ impl TaskGroup {
         }
     }
 
+    /// Nomad's service defaults: a group service without a name is
+    /// `<job>-<group>`, a task's `<job>-<group>-<task>`; a task's services
+    /// name their task.
+    fn canonicalize_services(&mut self, job_name: &str) {
+        for service in &mut self.services {
+            if service.name.is_empty() {
+                service.name = format!("{job_name}-{}", self.name);
+            }
+            service.canonicalize();
+        }
+        for task in &mut self.tasks {
+            for service in &mut task.services {
+                if service.name.is_empty() {
+                    service.name = format!("{job_name}-{}-{}", self.name, task.name);
+                }
+                if service.task_name.is_empty() {
+                    service.task_name = task.name.clone();
+                }
+                service.canonicalize();
+            }
+        }
+    }
+
     pub fn lookup_task(&self, name: &str) -> Option<&Task> {
         self.tasks.iter().find(|t| t.name == name)
     }
@@ -519,8 +546,9 @@ pub struct Task {
     // answer to a registration names each one present.
     #[serde(with = "nullable")]
     pub templates: Vec<serde_json::Value>,
+    /// The task's services (registered like the group's).
     #[serde(with = "nullable")]
-    pub services: Vec<serde_json::Value>,
+    pub services: Vec<Service>,
     pub vault: Option<serde_json::Value>,
     /// Left out when unset, as Nomad's answers leave it out.
     #[serde(rename = "CSIPluginConfig", skip_serializing_if = "Option::is_none")]

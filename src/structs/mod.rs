@@ -16,6 +16,7 @@ pub mod plan;
 pub mod resources;
 pub mod scaling;
 pub mod serde_util;
+pub mod service;
 pub mod summary;
 pub mod unhonoured;
 pub mod validate;
@@ -42,6 +43,7 @@ pub use resources::{
     NodeDiskResources, NodeMemoryResources, NodeReservedResources, NodeResources, Port, Resources,
 };
 pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
+pub use service::{Service, ServiceCheck, ServiceRegistration};
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use validate::ValidationError;
 pub use vecmap::VecMap;

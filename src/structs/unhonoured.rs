@@ -1,13 +1,14 @@
 //! What a job asks for that herder keeps but does not yet do.
 //!
 //! A valid Nomad job must register on herder, so blocks herder has no
-//! implementation for yet (templates, Vault, Consul services, CSI, devices,
-//! multiregion, mounting volumes) are accepted and stored as written. A
+//! implementation for yet (templates, Vault, Consul Connect, gRPC checks,
+//! CSI, devices, multiregion, mounting volumes) are accepted and stored as written. A
 //! user must not believe they are in effect: every registration, plan and
 //! validation answer names each one present in its `Warnings`, and the
 //! README lists them. When one of them is implemented, its line goes.
 
 use super::job::{Job, Task, TaskGroup, VolumeRequest};
+use super::service::{check_type, Service};
 
 /// One warning per unhonoured field present in `job`, naming where it is.
 pub fn unhonoured_fields(job: &Job) -> Vec<String> {
@@ -29,11 +30,7 @@ pub fn unhonoured_fields(job: &Job) -> Vec<String> {
 
 fn group_warnings(tg: &TaskGroup, out: &mut Vec<String>) {
     let at = format!("Group {:?}", tg.name);
-    if !tg.services.is_empty() {
-        out.push(format!(
-            "{at}: service is not supported by herder yet; it is kept but not registered"
-        ));
-    }
+    service_warnings(&at, &tg.services, out);
     for (name, v) in &tg.volumes {
         if v.volume_type == VolumeRequest::CSI {
             out.push(format!(
@@ -61,11 +58,7 @@ fn task_warnings(tg: &TaskGroup, task: &Task, out: &mut Vec<String>) {
     if task.vault.is_some() {
         out.push(kept("vault"));
     }
-    if !task.services.is_empty() {
-        out.push(format!(
-            "{at}: service is not supported by herder yet; it is kept but not registered"
-        ));
-    }
+    service_warnings(&at, &task.services, out);
     if task.csi_plugin_config.is_some() {
         out.push(kept("csi_plugin"));
     }
@@ -74,6 +67,33 @@ fn task_warnings(tg: &TaskGroup, task: &Task, out: &mut Vec<String>) {
     }
     if !task.resources.devices.is_empty() {
         out.push(kept("device"));
+    }
+}
+
+/// Services are registered and their http, tcp and script checks run;
+/// what is left of them is named here.
+fn service_warnings(at: &str, services: &[Service], out: &mut Vec<String>) {
+    for s in services {
+        let at = format!("{at}, service {:?}", s.name);
+        if s.connect.is_some() {
+            out.push(format!(
+                "{at}: connect is not supported by herder; it is kept but no sidecar runs"
+            ));
+        }
+        for c in &s.checks {
+            if c.r#type == check_type::GRPC {
+                out.push(format!(
+                    "{at}: grpc check {:?} is not supported by herder yet; it is kept but not run",
+                    c.name
+                ));
+            }
+            if c.check_restart.is_some() {
+                out.push(format!(
+                    "{at}: check_restart of check {:?} is not supported by herder yet; it is kept but ignored",
+                    c.name
+                ));
+            }
+        }
     }
 }
 
@@ -105,7 +125,8 @@ mod tests {
             "Multiregion": {"Strategy": {}},
             "TaskGroups": [{"Name": "g",
                 "Volumes": {"data": {"Type": "host", "Source": "fast-disk"}},
-                "Services": [{"Name": "web"}],
+                "Services": [{"Name": "web", "Connect": {"SidecarService": {}},
+                    "Checks": [{"Name": "c", "Type": "grpc"}, {"Name": "h", "Type": "http"}]}],
                 "Tasks": [{"Name": "t", "Driver": "raw_exec",
                     "Templates": [{"EmbeddedTmpl": "x"}],
                     "Artifacts": [{"GetterSource": "https://example.invalid/x"}],
@@ -117,7 +138,8 @@ mod tests {
         let w = unhonoured_fields(&job);
         for want in [
             "multiregion",
-            "Group \"g\": service",
+            "Group \"g\", service \"web\": connect",
+            "Group \"g\", service \"web\": grpc check \"c\"",
             "host volume \"data\" places the group on nodes that offer \"fast-disk\"",
             "task \"t\": template",
             "task \"t\": artifact",
@@ -127,12 +149,14 @@ mod tests {
         ] {
             assert!(w.iter().any(|l| l.contains(want)), "{want:?} not in {w:#?}");
         }
-        assert_eq!(w.len(), 8);
+        assert_eq!(w.len(), 9);
         let plain: Job = serde_json::from_value(json!({"ID": "x", "TaskGroups": [
-            {"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}))
+            {"Name": "g", "Services": [{"Name": "s", "Checks": [{"Type": "http"}]}],
+             "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                "Services": [{"Name": "u", "Checks": [{"Type": "script"}]}]}]}]}))
         .unwrap();
         assert!(unhonoured_fields(&plain).is_empty());
         assert_eq!(join_warnings(&[]), "");
-        assert!(join_warnings(&w).starts_with("8 warnings:\n\n* "));
+        assert!(join_warnings(&w).starts_with("9 warnings:\n\n* "));
     }
 }

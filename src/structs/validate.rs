@@ -10,6 +10,7 @@ use super::job::{
     MIN_PRIORITY,
 };
 use super::resources::{NetworkResource, Resources};
+use super::service::{check_type, Service, ServiceCheck};
 use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
@@ -384,6 +385,115 @@ fn validate_group(job: &Job, tg: &TaskGroup, limits: &JobLimits, errs: &mut Vec<
     validate_networks("Networks", &tg.networks, errs);
     validate_group_tasks(tg, limits, errs);
     validate_port_labels(tg, errs);
+    validate_services(tg, errs);
+}
+
+/// Nomad's smallest check interval and timeout.
+const MIN_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// The group's and its tasks' services: named, their ports among the
+/// group's port labels (or numbers), their checks runnable.
+fn validate_services(tg: &TaskGroup, errs: &mut Vec<String>) {
+    let group_nets = tg.networks.iter();
+    let task_nets = tg.tasks.iter().flat_map(|t| t.resources.networks.iter());
+    let labels: HashSet<&str> = group_nets
+        .chain(task_nets)
+        .flat_map(|n| n.all_ports())
+        .map(|p| p.label.as_str())
+        .collect();
+    let port_known = |label: &str| labels.contains(label) || label.parse::<u16>().is_ok();
+    let owned = tg.services.iter().map(|s| ("Group", s));
+    let of_tasks = tg
+        .tasks
+        .iter()
+        .flat_map(|t| t.services.iter().map(|s| ("Task", s)));
+    for (owner, s) in owned.chain(of_tasks) {
+        let at = format!("{owner} service {:?}", s.name);
+        if s.name.is_empty() {
+            errs.push(format!("{owner} service: Name must be set"));
+        }
+        if !s.port_label.is_empty() && !port_known(&s.port_label) {
+            errs.push(format!(
+                "{at}: port label {:?} is not a port of the group's network",
+                s.port_label
+            ));
+        }
+        for (i, c) in s.checks.iter().enumerate() {
+            let at = format!(
+                "{at}, check {:?}",
+                if c.name.is_empty() {
+                    (i + 1).to_string()
+                } else {
+                    c.name.clone()
+                }
+            );
+            validate_check(tg, s, c, &at, &port_known, errs);
+        }
+    }
+}
+
+fn validate_check(
+    tg: &TaskGroup,
+    s: &Service,
+    c: &ServiceCheck,
+    at: &str,
+    port_known: &dyn Fn(&str) -> bool,
+    errs: &mut Vec<String>,
+) {
+    if !check_type::KNOWN.contains(&c.r#type.as_str()) {
+        errs.push(format!(
+            "{at}: Type must be one of http, tcp, script, grpc; got {:?}",
+            c.r#type
+        ));
+        return;
+    }
+    if c.interval < MIN_CHECK_PERIOD {
+        errs.push(format!(
+            "{at}: Interval must be at least 1s, got {:?}",
+            c.interval
+        ));
+    }
+    if c.timeout < MIN_CHECK_PERIOD {
+        errs.push(format!(
+            "{at}: Timeout must be at least 1s, got {:?}",
+            c.timeout
+        ));
+    }
+    if c.r#type == check_type::SCRIPT {
+        if c.command.is_empty() {
+            errs.push(format!("{at}: a script check needs a Command"));
+        }
+        let task = if c.task_name.is_empty() {
+            &s.task_name
+        } else {
+            &c.task_name
+        };
+        if task.is_empty() {
+            errs.push(format!(
+                "{at}: a script check of a group service must name its task"
+            ));
+        } else if tg.lookup_task(task).is_none() {
+            errs.push(format!("{at}: task {task:?} is not a task of the group"));
+        }
+        return;
+    }
+    if c.r#type == check_type::HTTP && c.path.is_empty() {
+        errs.push(format!("{at}: an http check needs a Path"));
+    }
+    let port = if c.port_label.is_empty() {
+        &s.port_label
+    } else {
+        &c.port_label
+    };
+    if port.is_empty() {
+        errs.push(format!(
+            "{at}: the check needs a port, but neither it nor its service names one"
+        ));
+    } else if !port_known(port) {
+        errs.push(format!(
+            "{at}: port label {port:?} is not a port of the group's network"
+        ));
+    }
 }
 
 /// A group's `update` block, checked as Nomad checks it.
