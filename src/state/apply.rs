@@ -47,6 +47,9 @@ fn parallel_placements() -> usize {
     PARALLEL_PLACEMENTS
 }
 
+#[path = "apply_services.rs"]
+mod services;
+
 pub(crate) struct Txn {
     t: Tables,
     index: u64,
@@ -162,6 +165,19 @@ impl Txn {
                 self.reconcile_job_summaries();
                 Ok(())
             }
+            Command::ServiceRegistrationUpsert { services } => {
+                self.upsert_services(services);
+                Ok(())
+            }
+            Command::ServiceRegistrationDelete { namespace, ids } => {
+                self.delete_services(namespace, ids)
+            }
+            Command::ServiceRegistrationDeleteByAlloc { alloc_ids } => {
+                for id in alloc_ids {
+                    self.delete_alloc_services(id);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -210,6 +226,7 @@ impl Txn {
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
             RowKey::ScalingEvents(k) => t.scaling_events.get(k).cloned().map(Row::ScalingEvents),
+            RowKey::Service(k) => t.services.get(k).cloned().map(Row::Service),
         }
     }
 
@@ -682,6 +699,7 @@ impl Txn {
         for id in ids {
             self.t.nodes.remove(id);
             self.touched.insert(RowKey::Node(*id));
+            self.delete_node_services(id);
         }
         Ok(())
     }
@@ -699,6 +717,9 @@ impl Txn {
             node.status_updated_at = updated_at;
             Ok(())
         })?;
+        if status == NodeStatus::Down {
+            self.delete_node_services(node_id);
+        }
         self.upsert_evals(evals)
     }
 
@@ -857,6 +878,7 @@ impl Txn {
         }
         for id in alloc_ids {
             if let Some(alloc) = self.t.allocs.remove(id) {
+                self.delete_alloc_services(id);
                 self.written_allocs.remove(id);
                 self.touched.insert(RowKey::Alloc {
                     create_index: alloc.create_index,
@@ -1120,6 +1142,9 @@ impl Txn {
     /// Everything that follows an allocation row but the row itself: the
     /// job summary, node usage, indexes, and the row's change record.
     fn track_alloc(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
+        if alloc.client_status.is_terminal() {
+            self.delete_alloc_services(&alloc.id);
+        }
         match old {
             Some(old) => {
                 count_usage(&mut self.t, Some(old), Some(alloc));

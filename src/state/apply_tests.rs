@@ -1127,3 +1127,6 @@ fn reconciling_summaries_recounts_a_parents_children() {
         r#"{"Version":1,"Command":{"Type":"ReconcileJobSummaries"}}"#
     );
 }
+
+#[path = "apply_services_tests.rs"]
+mod services;

@@ -6,7 +6,7 @@
 
 use crate::structs::{
     AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
-    SchedulerConfiguration,
+    SchedulerConfiguration, ServiceRegistration,
 };
 use equivalent::{Comparable, Equivalent};
 use std::cmp::Ordering;
@@ -24,10 +24,12 @@ pub enum Table {
     SchedulerConfig,
     /// Each job's scaling events (Nomad's `scaling_event` table).
     ScalingEvents,
+    /// The native service catalog (Nomad's `service_registrations`).
+    Services,
 }
 
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Jobs,
         Table::JobSummaries,
         Table::Allocs,
@@ -35,6 +37,7 @@ impl Table {
         Table::Nodes,
         Table::SchedulerConfig,
         Table::ScalingEvents,
+        Table::Services,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -50,13 +53,14 @@ impl Table {
             Table::Nodes => "nodes",
             Table::SchedulerConfig => "scheduler_config",
             Table::ScalingEvents => "scaling_event",
+            Table::Services => "service_registrations",
         }
     }
 }
 
 /// A small set of tables (a bit mask).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TableSet(u8);
+pub struct TableSet(u16);
 
 impl TableSet {
     pub fn of(tables: &[Table]) -> Self {
@@ -182,6 +186,16 @@ pub enum RowKey {
     Node(NodeId),
     SchedulerConfig,
     ScalingEvents(JobKey),
+    /// A service registration, under its allocation first so that an
+    /// allocation's services are one range of the table.
+    Service(ServiceKey),
+}
+
+/// The key of a service registration: its allocation, then its ID.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    pub alloc_id: AllocId,
+    pub id: String,
 }
 
 impl RowKey {
@@ -194,6 +208,7 @@ impl RowKey {
             RowKey::Node(_) => Table::Nodes,
             RowKey::SchedulerConfig => Table::SchedulerConfig,
             RowKey::ScalingEvents(_) => Table::ScalingEvents,
+            RowKey::Service(_) => Table::Services,
         }
     }
 }
@@ -209,6 +224,7 @@ pub enum Row {
     Node(Arc<Node>),
     SchedulerConfig(Arc<SchedulerConfiguration>),
     ScalingEvents(Arc<JobScalingEvents>),
+    Service(Arc<ServiceRegistration>),
 }
 
 /// A row's new value, or `None` when the row was deleted.

@@ -10,7 +10,7 @@
 use crate::structs::{
     AllocId, AllocStop, Allocation, ClientStatus, DesiredTransition, DrainStrategy, EvalId,
     Evaluation, Job, Node, NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration,
-    SchedulingEligibility, TaskState, VecMap,
+    SchedulingEligibility, ServiceRegistration, TaskState, VecMap,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -148,6 +148,23 @@ pub enum Command {
     /// (Nomad's `ReconcileJobSummariesRequestType`); writes the summaries
     /// that differ.
     ReconcileJobSummaries,
+    /// Registers (or updates) services of running allocations in the
+    /// native catalog (Nomad's `ServiceRegistrationUpsert`). A
+    /// registration whose allocation is gone or has ended is left out, so
+    /// that a late registration never outlives its allocation.
+    ServiceRegistrationUpsert {
+        services: Vec<ServiceRegistration>,
+    },
+    /// Removes registrations by ID (a user's `DELETE /v1/service/:name/:id`).
+    ServiceRegistrationDelete {
+        namespace: String,
+        ids: Vec<String>,
+    },
+    /// Removes every registration of these allocations (a client's
+    /// allocation stopped).
+    ServiceRegistrationDeleteByAlloc {
+        alloc_ids: Vec<AllocId>,
+    },
 }
 
 /// The committed part of a plan.
@@ -206,6 +223,9 @@ impl Command {
             Command::AllocDesiredTransition { .. } => "AllocDesiredTransition",
             Command::SchedulerConfigUpdate { .. } => "SchedulerConfigUpdate",
             Command::ReconcileJobSummaries => "ReconcileJobSummaries",
+            Command::ServiceRegistrationUpsert { .. } => "ServiceRegistrationUpsert",
+            Command::ServiceRegistrationDelete { .. } => "ServiceRegistrationDelete",
+            Command::ServiceRegistrationDeleteByAlloc { .. } => "ServiceRegistrationDeleteByAlloc",
         }
     }
 }

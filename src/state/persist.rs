@@ -60,7 +60,7 @@
 //!   and sled or file I/O errors.
 
 use super::alloc_row;
-use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, Table};
+use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, ServiceKey, Table};
 use super::quarantine::{self, QuarantineSource, QuarantinedRecord};
 use super::snapshot::StateSnapshot;
 use super::tables::Tables;
@@ -68,7 +68,7 @@ use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
     AllocatedResources, Allocation, Evaluation, Job, JobScalingEvents, JobSummary, Node,
-    SchedulerConfiguration,
+    SchedulerConfiguration, ServiceRegistration,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,8 @@ const NODE: u8 = b'n';
 const SCHEDULER_CONFIG: u8 = b'c';
 /// A job's scaling events, keyed as jobs are.
 const SCALING_EVENTS: u8 = b'x';
+/// A service registration: its allocation's ID (16 bytes), then its own.
+const SERVICE: u8 = b'r';
 
 /// The meta row.
 #[derive(Debug, Serialize, Deserialize)]
@@ -273,6 +275,7 @@ enum LoadedRow {
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(JobKey, JobScalingEvents),
+    Service(ServiceKey, ServiceRegistration),
     /// A row the log records as deleted.
     Deleted(RowKey),
     /// A row that cannot be loaded (boxed: the other variants' size).
@@ -558,6 +561,9 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
         RowKey::ScalingEvents(k) => {
             t.scaling_events.remove(k);
         }
+        RowKey::Service(k) => {
+            t.services.remove(k);
+        }
     }
 }
 
@@ -597,6 +603,12 @@ fn decode_key(key: &[u8]) -> Result<RowKey, &'static str> {
         EVAL => RowKey::Eval(id(rest)?),
         NODE => RowKey::Node(id(rest)?),
         SCHEDULER_CONFIG if rest.is_empty() => RowKey::SchedulerConfig,
+        SERVICE if rest.len() > 16 => RowKey::Service(ServiceKey {
+            alloc_id: id(&rest[..16])?,
+            id: std::str::from_utf8(&rest[16..])
+                .map_err(|_| "not UTF-8")?
+                .to_string(),
+        }),
         _ => return Err("not a key of any table"),
     };
     if key != encode_key(&decoded) {
@@ -685,6 +697,19 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             let job = JobKey::new(&events.namespace, &events.job_id);
             check_key(key, &encode_key(&RowKey::ScalingEvents(job.clone())))?;
             LoadedRow::ScalingEvents(job, events)
+        }
+        SERVICE => {
+            let service: ServiceRegistration = parse(value)?;
+            let alloc_id = service
+                .alloc_id
+                .parse()
+                .map_err(|_| RowError::Bad("the registration's AllocID is not an ID".into()))?;
+            let row_key = ServiceKey {
+                alloc_id,
+                id: service.id.clone(),
+            };
+            check_key(key, &encode_key(&RowKey::Service(row_key.clone())))?;
+            LoadedRow::Service(row_key, service)
         }
         _ => return Err("not a key of any table".into()),
     })
@@ -786,6 +811,9 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
         LoadedRow::ScalingEvents(key, events) => {
             t.scaling_events.insert(key, Arc::new(events));
         }
+        LoadedRow::Service(key, service) => {
+            t.services.insert(key, Arc::new(service));
+        }
         LoadedRow::Deleted(key) => remove_row(t, &key),
         LoadedRow::Bad(bad) => findings.add(t, *bad),
     }
@@ -862,6 +890,11 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
         RowKey::ScalingEvents(job) => job_key(SCALING_EVENTS, job),
+        RowKey::Service(k) => {
+            let mut out = id_key(SERVICE, &k.alloc_id);
+            out.extend_from_slice(k.id.as_bytes());
+            out
+        }
     }
 }
 
@@ -874,6 +907,7 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
         Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
+        Row::Service(service) => serde_json::to_writer(out, &**service),
     }
 }
 
@@ -1039,6 +1073,11 @@ pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreEr
             Row::ScalingEvents(e.clone()),
         )
     }));
+    all.extend(
+        t.services
+            .iter()
+            .map(|(k, s)| change(RowKey::Service(k.clone()), Row::Service(s.clone()))),
+    );
     encode_changes(all.iter(), state)
 }
 

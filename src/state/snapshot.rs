@@ -9,14 +9,14 @@
 //! secondary indexes are `tables.rs`'s; this is the read API over them.
 
 use super::apply::Txn;
-use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionRef, Table};
+use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionRef, ServiceKey, Table};
 use super::command::{Command, PlanResults};
 use super::tables::{count_usage, Tables};
 use super::ApplyError;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobScalingEvents,
-    JobSummary, Node, NodeId, SchedulerConfiguration,
+    JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
 };
 use imbl::OrdSet;
 use std::sync::Arc;
@@ -350,6 +350,40 @@ impl StateSnapshot {
         self.tables.scaling_events.get(&JobRef::new(namespace, id))
     }
 
+    /// Every service registration, by allocation.
+    pub fn services(&self) -> impl Iterator<Item = &Arc<ServiceRegistration>> + '_ {
+        self.tables.services.values()
+    }
+
+    /// The registrations of one service in a namespace (`"*"`: every
+    /// namespace), in allocation order.
+    pub fn services_named<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<ServiceRegistration>> + 'a {
+        self.services().filter(move |s| {
+            s.service_name == name && (namespace == "*" || s.namespace == namespace)
+        })
+    }
+
+    /// The registrations of one allocation.
+    pub fn alloc_services<'a>(
+        &'a self,
+        alloc_id: &AllocId,
+    ) -> impl Iterator<Item = &'a Arc<ServiceRegistration>> + 'a {
+        let alloc_id = *alloc_id;
+        let start = ServiceKey {
+            alloc_id,
+            id: String::new(),
+        };
+        self.tables
+            .services
+            .range(start..)
+            .take_while(move |(k, _)| k.alloc_id == alloc_id)
+            .map(|(_, s)| s)
+    }
+
     /// The current jobs whose ID starts with `prefix`, in ID order.
     pub fn jobs_by_id_prefix<'a>(
         &'a self,
@@ -410,6 +444,7 @@ impl PartialEq for StateSnapshot {
             && a.nodes == b.nodes
             && a.scheduler_config == b.scheduler_config
             && a.scaling_events == b.scaling_events
+            && a.services == b.services
             && a.table_indexes == b.table_indexes
             && a.latest_index == b.latest_index
             && a.allocs_by_node == b.allocs_by_node

@@ -347,3 +347,41 @@ fn a_restart_reads_the_checkpoint_and_replays_the_log_after_it() {
     }
     assert_eq!(segments(), before_restarts);
 }
+
+#[test]
+fn service_registrations_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let node = fixtures::node("n1");
+    store
+        .apply(Command::NodeRegister {
+            node: Arc::new(node.clone()),
+        })
+        .unwrap();
+    let (alloc_id, _) = place_on(&store, node.id);
+    let service = crate::structs::ServiceRegistration {
+        id: format!("_nomad-task-{alloc_id}-g-web-8080"),
+        service_name: "web".into(),
+        namespace: "default".into(),
+        alloc_id: alloc_id.to_string(),
+        port: 8080,
+        ..Default::default()
+    };
+    store
+        .apply(Command::ServiceRegistrationUpsert {
+            services: vec![service],
+        })
+        .unwrap();
+    let before = store.snapshot();
+    store.close();
+    drop(store);
+    let reopened = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let after = reopened.snapshot();
+    let found: Vec<_> = after.services_named("default", "web").collect();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].port, 8080);
+    assert_eq!(
+        after.table_index(Table::Services),
+        before.table_index(Table::Services)
+    );
+}

@@ -6,11 +6,11 @@
 //! Apart from `snapshot.rs`'s read API so that `apply.rs`, which changes
 //! the tables and is driven by the snapshot, does not import it back.
 
-use super::changes::{JobKey, JobVersionKey, Table};
+use super::changes::{JobKey, JobVersionKey, ServiceKey, Table};
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
-    SchedulerConfiguration,
+    SchedulerConfiguration, ServiceRegistration,
 };
 use crate::view::catalog::NodeCatalogCache;
 use crate::view::usage_column::{UsageColumnCache, UsageMap};
@@ -35,6 +35,8 @@ pub(crate) struct Tables {
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
     pub scaling_events: OrdMap<JobKey, Arc<JobScalingEvents>>,
+    /// The native service catalog, by allocation then registration ID.
+    pub services: OrdMap<ServiceKey, Arc<ServiceRegistration>>,
     pub table_indexes: [u64; Table::ALL.len()],
     pub latest_index: u64,
     /// Where a replicated log stands when it drives the state (opaque to
