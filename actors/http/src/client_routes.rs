@@ -70,7 +70,7 @@ fn api(info: &AgentInfo) -> Result<ServerApi, ApiError> {
         .ok_or_else(|| ApiError::BadRequest("this agent runs no server".into()))
 }
 
-fn token(req: &HttpRequest) -> String {
+pub(crate) fn token(req: &HttpRequest) -> String {
     req.headers()
         .get("X-Nomad-Token")
         .and_then(|v| v.to_str().ok())
@@ -78,7 +78,7 @@ fn token(req: &HttpRequest) -> String {
         .to_string()
 }
 
-fn node_id(raw: &str) -> Result<NodeId, ApiError> {
+pub(crate) fn node_id(raw: &str) -> Result<NodeId, ApiError> {
     raw.parse()
         .map_err(|_| ApiError::BadRequest(format!("node ID {raw:?} is not a UUID")))
 }

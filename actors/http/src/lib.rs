@@ -28,6 +28,7 @@ pub mod query;
 mod raft_routes;
 mod region_routes;
 mod search_routes;
+mod service_routes;
 mod stubs;
 mod system_routes;
 
@@ -130,6 +131,7 @@ pub async fn start(info: Arc<AgentInfo>, listener: TcpListener) -> Result<HttpSe
             .configure(system_routes::configure)
             .configure(region_routes::configure)
             .configure(search_routes::configure)
+            .configure(service_routes::configure)
             .configure(raft_routes::configure)
             .configure(event_stream::configure)
             .configure(|cfg| {

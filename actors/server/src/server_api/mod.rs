@@ -21,6 +21,8 @@
 //! - [`allocs_evals`]: allocation stop, evaluation reads and waits;
 //! - [`operator`]: the scheduler configuration (with check-and-set),
 //!   forced garbage collection, job summary reconciliation;
+//! - [`services`]: the native service catalog (a client's registrations,
+//!   an operator's delete);
 //! - [`workers`]: this server's pool of scheduling workers (size and
 //!   scheduler types), as `/v1/agent/schedulers` shows and sets it.
 //!
@@ -37,6 +39,7 @@ pub mod jobs;
 pub mod nodes;
 pub mod operator;
 pub mod plan;
+pub mod services;
 pub mod workers;
 mod write_path;
 
