@@ -6,7 +6,12 @@ use crate::structs::ServiceRegistration;
 
 fn registration(alloc: &Allocation, name: &str, port: i64) -> ServiceRegistration {
     ServiceRegistration {
-        id: ServiceRegistration::make_id(&alloc.id.to_string(), "frontend", name, port),
+        id: ServiceRegistration::make_id(
+            &alloc.id.to_string(),
+            "frontend",
+            name,
+            &port.to_string(),
+        ),
         service_name: name.into(),
         namespace: "default".into(),
         node_id: alloc.node_id.to_string(),

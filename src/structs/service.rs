@@ -166,7 +166,7 @@ impl ServiceCheck {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct ServiceRegistration {
-    /// `_nomad-task-<alloc>-<group|task>-<service>-<port>`, as Nomad.
+    /// `_nomad-task-<alloc>-<group|task>-<service>-<port label>`, as Nomad.
     #[serde(rename = "ID", deserialize_with = "null_default::deserialize")]
     pub id: String,
     #[serde(deserialize_with = "null_default::deserialize")]
@@ -195,8 +195,8 @@ pub struct ServiceRegistration {
 
 impl ServiceRegistration {
     /// Nomad's ID of an allocation's service instance.
-    pub fn make_id(alloc_id: &str, owner: &str, service: &str, port: i64) -> String {
-        format!("_nomad-task-{alloc_id}-{owner}-{service}-{port}")
+    pub fn make_id(alloc_id: &str, owner: &str, service: &str, port_label: &str) -> String {
+        format!("_nomad-task-{alloc_id}-{owner}-{service}-{port_label}")
     }
 }
 

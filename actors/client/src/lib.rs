@@ -9,6 +9,11 @@
 //! - [`alloc_runner`] / [`task_runner`] run one allocation's tasks with their
 //!   restart policy and report every change as an [`AllocUpdate`];
 //! - [`alloc_manager`] keeps one runner per allocation assigned to the node;
+//! - [`alloc_services`] resolves an allocation's services to catalog
+//!   registrations and runnable checks; [`checks`] runs one check,
+//!   [`check_watcher`] runs an allocation's checks on their intervals;
+//! - [`health_watcher`] decides an allocation's health once (task states
+//!   or checks, `min_healthy_time`, `healthy_deadline`);
 //! - [`metrics`] keeps the node's figures under Nomad's names.
 //!
 //! The server-facing part only feeds allocations in (`SyncAllocs` with what
@@ -20,9 +25,13 @@
 
 pub mod alloc_manager;
 pub mod alloc_runner;
+pub mod alloc_services;
+pub mod check_watcher;
+pub mod checks;
 mod clock;
 pub mod driver;
 pub mod fingerprint;
+pub mod health_watcher;
 pub mod logs;
 pub mod metrics;
 pub mod node_protocol;

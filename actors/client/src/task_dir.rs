@@ -140,11 +140,14 @@ pub struct EnvInputs<'a> {
 }
 
 /// A port as a task sees it.
-struct PortVar {
-    label: String,
-    ip: String,
-    host_port: i64,
-    task_port: i64,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortVar {
+    pub label: String,
+    /// The address the port is reachable at on the node.
+    pub ip: String,
+    pub host_port: i64,
+    /// The port inside the task (`to`), the host port when not mapped.
+    pub task_port: i64,
 }
 
 /// Builds the complete environment of a task: inherited variables, the
@@ -231,16 +234,20 @@ fn path_string(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// Every port the allocation holds for this task: the group's shared ports
-/// and networks, then the task's own networks.
 fn ports(inputs: &EnvInputs<'_>) -> Vec<PortVar> {
-    let default_ip = inputs
-        .node
+    allocated_ports(inputs.alloc, inputs.node, Some(&inputs.task.name))
+}
+
+/// Every port the allocation holds for `task` (for none: the group's
+/// only): the group's shared ports and networks, then the task's own
+/// networks. A port without an address of its own is at the node's.
+pub fn allocated_ports(alloc: &Allocation, node: &Node, task: Option<&str>) -> Vec<PortVar> {
+    let default_ip = node
         .attributes
         .get("unique.network.ip-address")
         .cloned()
         .unwrap_or_else(|| "127.0.0.1".to_string());
-    let resources = &inputs.alloc.allocated_resources;
+    let resources = &alloc.allocated_resources;
     let mut out = Vec::new();
     let mut push = |p: &herder::structs::Port, ip: &str| {
         if p.label.is_empty() {
@@ -260,9 +267,8 @@ fn ports(inputs: &EnvInputs<'_>) -> Vec<PortVar> {
     for p in &resources.shared.ports {
         push(p, "");
     }
-    let task_networks = resources
-        .tasks
-        .get(&inputs.task.name)
+    let task_networks = task
+        .and_then(|name| resources.tasks.get(name))
         .map(|t| t.networks.as_slice())
         .unwrap_or_default();
     for net in resources.shared.networks.iter().chain(task_networks) {
