@@ -47,6 +47,9 @@ fn parallel_placements() -> usize {
     PARALLEL_PLACEMENTS
 }
 
+#[path = "apply_deployment.rs"]
+mod deployment;
+
 pub(crate) struct Txn {
     t: Tables,
     index: u64,
@@ -158,6 +161,35 @@ impl Txn {
             Command::SchedulerConfigUpdate { config, cas_index } => {
                 self.scheduler_config(config, *cas_index)
             }
+            Command::DeploymentStatusUpdate { update, job, eval } => {
+                self.deployment_status_update(update, job.as_ref(), eval.as_ref())
+            }
+            Command::DeploymentPromotion {
+                deployment_id,
+                groups,
+                eval,
+            } => self.deployment_promotion(deployment_id, groups, eval.as_ref()),
+            Command::DeploymentAllocHealth {
+                deployment_id,
+                healthy,
+                unhealthy,
+                timestamp,
+                update,
+                job,
+                eval,
+            } => self.deployment_alloc_health(
+                deployment_id,
+                healthy,
+                unhealthy,
+                *timestamp,
+                update.as_ref(),
+                job.as_ref(),
+                eval.as_ref(),
+            ),
+            Command::DeploymentDelete { deployment_ids } => {
+                self.deployment_delete(deployment_ids);
+                Ok(())
+            }
             Command::ReconcileJobSummaries => {
                 self.reconcile_job_summaries();
                 Ok(())
@@ -210,6 +242,7 @@ impl Txn {
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
             RowKey::ScalingEvents(k) => t.scaling_events.get(k).cloned().map(Row::ScalingEvents),
+            RowKey::Deployment(id) => t.deployments.get(id).cloned().map(Row::Deployment),
         }
     }
 
@@ -473,6 +506,7 @@ impl Txn {
             self.touched.insert(RowKey::JobSummary(key.clone()));
         }
         self.prune_versions(key);
+        self.purge_deployments(key);
         self.update_parent_children(job, &job.status, "");
         self.status_refresh.remove(key);
     }
@@ -875,6 +909,7 @@ impl Txn {
         if let Some(job) = &plan.job {
             self.ensure_job_version(job);
         }
+        self.plan_deployment(plan);
         for stop in plan.node_update.values().flatten() {
             self.stop_alloc(stop, plan.updated_at, false);
         }
@@ -901,6 +936,7 @@ impl Txn {
             }
         }
         self.place_new_allocs(&new);
+        self.plan_deployment_updates(plan);
         self.upsert_evals(&plan.evals)?;
         // The planning evaluation's ModifyIndex tells a retrying worker
         // which state it must wait for.
@@ -1092,6 +1128,13 @@ impl Txn {
             alloc.node_failure = update.node_failure;
             alloc.modify_index = self.index;
             alloc.modify_time = update.modify_time;
+            if let Some(status) = &update.deployment_status {
+                let mut status = status.clone();
+                // The canary mark is the server's, not the client's.
+                status.canary = alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
+                status.modify_index = self.index;
+                alloc.deployment_status = Some(status);
+            }
             self.put_alloc(alloc, Some(&old));
         }
     }
@@ -1145,6 +1188,7 @@ impl Txn {
     fn track_job_part(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
         let key = JobKey::of_alloc(alloc);
         self.count_in_summary(&key, alloc, old);
+        self.count_in_deployment(alloc, old);
         self.touched.insert(RowKey::Alloc {
             create_index: alloc.create_index,
             id: alloc.id,

@@ -5,8 +5,8 @@
 //! these tables, and the event stream publishes these rows.
 
 use crate::structs::{
-    AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
-    SchedulerConfiguration,
+    AllocId, Allocation, Deployment, DeploymentId, EvalId, Evaluation, Job, JobScalingEvents,
+    JobSummary, Node, NodeId, SchedulerConfiguration,
 };
 use equivalent::{Comparable, Equivalent};
 use std::cmp::Ordering;
@@ -24,10 +24,11 @@ pub enum Table {
     SchedulerConfig,
     /// Each job's scaling events (Nomad's `scaling_event` table).
     ScalingEvents,
+    Deployments,
 }
 
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Jobs,
         Table::JobSummaries,
         Table::Allocs,
@@ -35,6 +36,7 @@ impl Table {
         Table::Nodes,
         Table::SchedulerConfig,
         Table::ScalingEvents,
+        Table::Deployments,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -50,6 +52,7 @@ impl Table {
             Table::Nodes => "nodes",
             Table::SchedulerConfig => "scheduler_config",
             Table::ScalingEvents => "scaling_event",
+            Table::Deployments => "deployment",
         }
     }
 }
@@ -182,6 +185,7 @@ pub enum RowKey {
     Node(NodeId),
     SchedulerConfig,
     ScalingEvents(JobKey),
+    Deployment(DeploymentId),
 }
 
 impl RowKey {
@@ -194,6 +198,7 @@ impl RowKey {
             RowKey::Node(_) => Table::Nodes,
             RowKey::SchedulerConfig => Table::SchedulerConfig,
             RowKey::ScalingEvents(_) => Table::ScalingEvents,
+            RowKey::Deployment(_) => Table::Deployments,
         }
     }
 }
@@ -209,6 +214,7 @@ pub enum Row {
     Node(Arc<Node>),
     SchedulerConfig(Arc<SchedulerConfiguration>),
     ScalingEvents(Arc<JobScalingEvents>),
+    Deployment(Arc<Deployment>),
 }
 
 /// A row's new value, or `None` when the row was deleted.
@@ -248,6 +254,12 @@ impl AppliedChanges {
     pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> {
         self.changes.iter().filter_map(|c| match &c.row {
             Some(Row::Job(j)) => Some(j),
+            _ => None,
+        })
+    }
+    pub fn deployments(&self) -> impl Iterator<Item = &Arc<Deployment>> {
+        self.changes.iter().filter_map(|c| match &c.row {
+            Some(Row::Deployment(d)) => Some(d),
             _ => None,
         })
     }

@@ -67,8 +67,8 @@ use super::tables::Tables;
 use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
-    AllocatedResources, Allocation, Evaluation, Job, JobScalingEvents, JobSummary, Node,
-    SchedulerConfiguration,
+    AllocatedResources, Allocation, Deployment, Evaluation, Job, JobScalingEvents, JobSummary,
+    Node, SchedulerConfiguration,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,7 @@ const NODE: u8 = b'n';
 const SCHEDULER_CONFIG: u8 = b'c';
 /// A job's scaling events, keyed as jobs are.
 const SCALING_EVENTS: u8 = b'x';
+const DEPLOYMENT: u8 = b'd';
 
 /// The meta row.
 #[derive(Debug, Serialize, Deserialize)]
@@ -273,6 +274,7 @@ enum LoadedRow {
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(JobKey, JobScalingEvents),
+    Deployment(Deployment),
     /// A row the log records as deleted.
     Deleted(RowKey),
     /// A row that cannot be loaded (boxed: the other variants' size).
@@ -558,6 +560,9 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
         RowKey::ScalingEvents(k) => {
             t.scaling_events.remove(k);
         }
+        RowKey::Deployment(id) => {
+            t.deployments.remove(id);
+        }
     }
 }
 
@@ -596,6 +601,7 @@ fn decode_key(key: &[u8]) -> Result<RowKey, &'static str> {
         }
         EVAL => RowKey::Eval(id(rest)?),
         NODE => RowKey::Node(id(rest)?),
+        DEPLOYMENT => RowKey::Deployment(id(rest)?),
         SCHEDULER_CONFIG if rest.is_empty() => RowKey::SchedulerConfig,
         _ => return Err("not a key of any table"),
     };
@@ -680,6 +686,11 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             LoadedRow::Node(node)
         }
         SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(parse(value)?),
+        DEPLOYMENT => {
+            let deployment: Deployment = parse(value)?;
+            check_id(rest, deployment.id)?;
+            LoadedRow::Deployment(deployment)
+        }
         SCALING_EVENTS => {
             let events: JobScalingEvents = parse(value)?;
             let job = JobKey::new(&events.namespace, &events.job_id);
@@ -786,6 +797,9 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
         LoadedRow::ScalingEvents(key, events) => {
             t.scaling_events.insert(key, Arc::new(events));
         }
+        LoadedRow::Deployment(d) => {
+            t.deployments.insert(d.id, Arc::new(d));
+        }
         LoadedRow::Deleted(key) => remove_row(t, &key),
         LoadedRow::Bad(bad) => findings.add(t, *bad),
     }
@@ -862,6 +876,7 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
         RowKey::ScalingEvents(job) => job_key(SCALING_EVENTS, job),
+        RowKey::Deployment(id) => id_key(DEPLOYMENT, id),
     }
 }
 
@@ -874,6 +889,7 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
         Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
+        Row::Deployment(d) => serde_json::to_writer(out, &**d),
     }
 }
 
@@ -1039,6 +1055,11 @@ pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreEr
             Row::ScalingEvents(e.clone()),
         )
     }));
+    all.extend(
+        t.deployments
+            .iter()
+            .map(|(id, d)| change(RowKey::Deployment(*id), Row::Deployment(d.clone()))),
+    );
     encode_changes(all.iter(), state)
 }
 
