@@ -350,7 +350,7 @@ impl Txn {
         let index = self.index;
         stamp_scaling_policies(&mut job, existing, index);
         match existing {
-            Some(old) if !spec_changed(old, &job) => return old.job_modify_index,
+            Some(old) if !old.spec_changed(&job) => return old.job_modify_index,
             Some(old) => {
                 job.create_index = old.create_index;
                 job.version = old.version + 1;
@@ -1304,21 +1304,6 @@ impl Txn {
         self.touched.insert(RowKey::SchedulerConfig);
         Ok(())
     }
-}
-
-/// Whether `new` differs from `old` in anything but the fields the servers
-/// maintain (status, version, indexes, submit time, stability).
-pub(crate) fn spec_changed(old: &Job, new: &Job) -> bool {
-    let mut candidate = new.clone();
-    candidate.status = old.status.clone();
-    candidate.status_description = old.status_description.clone();
-    candidate.stable = old.stable;
-    candidate.version = old.version;
-    candidate.submit_time = old.submit_time;
-    candidate.create_index = old.create_index;
-    candidate.modify_index = old.modify_index;
-    candidate.job_modify_index = old.job_modify_index;
-    candidate != *old
 }
 
 /// Periodic and parameterized jobs launch children and count them.

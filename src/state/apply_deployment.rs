@@ -71,6 +71,11 @@ impl Txn {
         let mut d = self.active_deployment(&update.deployment_id, verb)?;
         d.status = update.status;
         d.status_description = update.status_description.clone();
+        // A version that deployed successfully is the one to go back to.
+        if d.status == crate::structs::DeploymentStatus::Successful {
+            let key = JobKey::new(&d.namespace, &d.job_id);
+            self.job_stability(&key, d.job_version, true);
+        }
         self.upsert_deployment(d);
         Ok(())
     }

@@ -313,3 +313,26 @@ fn deployments_and_allocation_health_survive_a_restart() {
     assert!(a.deployment_status.as_ref().unwrap().canary);
     assert_eq!(snap.latest_deployment("default", "web").unwrap().id, d.id);
 }
+
+#[test]
+fn a_successful_deployment_marks_its_job_version_stable() {
+    let mut w = World::new();
+    w.place(1, 0);
+    assert!(!w.state.job("default", "web").unwrap().stable);
+    w.apply(Command::DeploymentStatusUpdate {
+        update: DeploymentStatusUpdate {
+            deployment_id: w.deployment.id,
+            status: DeploymentStatus::Successful,
+            status_description: description::SUCCESSFUL.into(),
+        },
+        job: None,
+        eval: None,
+    })
+    .unwrap();
+    assert!(w.state.job("default", "web").unwrap().stable);
+    let version = w
+        .state
+        .job_by_version("default", "web", w.job.version)
+        .unwrap();
+    assert!(version.stable);
+}
