@@ -491,6 +491,8 @@ impl Planner for StoreCommit {
             node_preemptions: plan.node_preemptions.clone(),
             evals: vec![],
             updated_at: NOW,
+            deployment: plan.deployment.clone(),
+            deployment_updates: plan.deployment_updates.clone(),
         });
         let index = self.index + self.pending.len() as u64;
         Ok((committed_whole(plan, index), None))

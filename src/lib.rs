@@ -7,12 +7,14 @@
 //!   store and the scheduler, so that neither names the other.
 //! - [`scheduler`]: pure scheduling logic over a snapshot.
 //! - [`jobspec`]: HCL and JSON job files into validated jobs.
+//! - [`deployment_failure`]: what failing a deployment writes (auto-revert).
 //! - [`plan_eval`]: the plan applier's check of a plan against the newest state.
 //! - [`search`]: Nomad's prefix and fuzzy search over a snapshot.
 //!
 //! The core performs no I/O except through the state store's sled files and
 //! uses no async runtime: the actors crate drives it.
 
+pub mod deployment_failure;
 pub mod jobspec;
 pub mod plan_eval;
 pub mod scheduler;

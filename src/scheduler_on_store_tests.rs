@@ -47,6 +47,8 @@ impl Planner for SnapshotPlanner {
             node_preemptions: verdict.result.node_preemptions.clone(),
             evals: vec![],
             updated_at: 1,
+            deployment: plan.deployment.clone(),
+            deployment_updates: plan.deployment_updates.clone(),
         }));
         let mut result = verdict.result;
         result.alloc_index = self.index;
@@ -261,6 +263,15 @@ impl State for WithoutColumn {
     }
     fn job_by_version(&self, ns: &str, id: &str, v: u64) -> Option<Arc<crate::structs::Job>> {
         State::job_by_version(&self.0, ns, id, v)
+    }
+    fn latest_deployment(&self, ns: &str, id: &str) -> Option<Arc<crate::structs::Deployment>> {
+        State::latest_deployment(&self.0, ns, id)
+    }
+    fn deployment_by_id(
+        &self,
+        id: &crate::structs::DeploymentId,
+    ) -> Option<Arc<crate::structs::Deployment>> {
+        State::deployment_by_id(&self.0, id)
     }
     fn scheduler_config(&self) -> crate::structs::SchedulerConfiguration {
         State::scheduler_config(&self.0)

@@ -211,6 +211,7 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
                 task_states: Default::default(),
                 node_failure: false,
                 modify_time: 5,
+                deployment_status: None,
             }],
             evals: vec![],
         })

@@ -2,7 +2,9 @@
 //! [`Harness`](super::Harness), which mutates it as it applies plans (the
 //! server schedules over the state store's snapshot instead).
 
-use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
+use crate::structs::{
+    AllocId, Allocation, Deployment, DeploymentId, Job, Node, NodeId, SchedulerConfiguration,
+};
 use crate::view::catalog::{NodeCatalog, NodeCatalogCache};
 use crate::view::State;
 use imbl::{HashMap as PHashMap, OrdMap, Vector};
@@ -21,6 +23,7 @@ pub struct HarnessState {
     jobs: PHashMap<JobKey, Arc<Job>>,
     job_versions: PHashMap<(String, String, u64), Arc<Job>>,
     config: SchedulerConfiguration,
+    deployments: OrdMap<DeploymentId, Arc<Deployment>>,
     index: u64,
     /// Shared by clones: a snapshot reuses its parent's catalog until a
     /// node changes.
@@ -30,6 +33,18 @@ pub struct HarnessState {
 impl HarnessState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Stores a deployment (create index kept, modify index moved), as the
+    /// store does when a plan or the watcher writes one.
+    pub fn upsert_deployment(&mut self, mut d: Deployment) {
+        let index = self.next_index();
+        d.create_index = self
+            .deployments
+            .get(&d.id)
+            .map_or(index, |old| old.create_index);
+        d.modify_index = index;
+        self.deployments.insert(d.id, Arc::new(d));
     }
 
     /// Advances and returns the state index.
@@ -202,6 +217,18 @@ impl State for HarnessState {
         self.job_versions
             .get(&(namespace.to_string(), job_id.to_string(), version))
             .cloned()
+    }
+
+    fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>> {
+        self.deployments
+            .values()
+            .filter(|d| d.namespace == namespace && d.job_id == job_id)
+            .max_by_key(|d| d.create_index)
+            .cloned()
+    }
+
+    fn deployment_by_id(&self, id: &DeploymentId) -> Option<Arc<Deployment>> {
+        self.deployments.get(id).cloned()
     }
 
     fn scheduler_config(&self) -> SchedulerConfiguration {

@@ -28,11 +28,16 @@ use std::sync::Arc;
 
 /// The tag of this encoding (version 1).
 pub(crate) const TAG_V1: u8 = 1;
+/// Version 2: version 1 with the allocation's deployment (ID and status)
+/// before the metrics. Written only for allocations in a deployment, so
+/// every other row keeps version 1's size.
+pub(crate) const TAG_V2: u8 = 2;
 
 /// Appends `alloc`, encoded, to `out`.
 pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json::Error> {
     let mut w = Writer(out);
-    w.u8(TAG_V1);
+    let in_deployment = a.deployment_id.is_some() || a.deployment_status.is_some();
+    w.u8(if in_deployment { TAG_V2 } else { TAG_V1 });
     for id in [a.id, a.eval_id, a.node_id] {
         w.bytes(id.as_bytes());
     }
@@ -70,6 +75,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json
     if let Some(tracker) = &a.reschedule_tracker {
         w.json(tracker)?;
     }
+    if in_deployment {
+        w.opt_id(a.deployment_id);
+        w.json_unless(a.deployment_status.is_none(), &a.deployment_status)?;
+    }
     // Last, so the packed bytes need no length: they are the rest.
     w.u8(u8::from(a.metrics.is_some()));
     if let Some(metrics) = &a.metrics {
@@ -99,10 +108,11 @@ fn encode_resources(w: &mut Writer, r: &AllocatedResources) -> Result<(), serde_
 /// Reads back a row written by [`encode`].
 pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
     let mut r = Reader { rest: bytes };
-    match r.u8()? {
-        TAG_V1 => {}
+    let in_deployment = match r.u8()? {
+        TAG_V1 => false,
+        TAG_V2 => true,
         other => return Err(CodecError::UnknownTag(other)),
-    }
+    };
     let (id, eval_id, node_id) = (r.id()?, r.id()?, r.id()?);
     let (namespace, node_name, job_id, task_group) = (
         r.shared_str()?,
@@ -143,6 +153,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
     a.preempted_allocations = (0..preempted).map(|_| r.id()).collect::<Result<_, _>>()?;
     if r.u8()? != 0 {
         a.reschedule_tracker = Some(r.json()?);
+    }
+    if in_deployment {
+        a.deployment_id = r.opt_id()?;
+        a.deployment_status = r.json_or_default::<Option<_>>()?;
     }
     let has_metrics = r.u8()? != 0;
     let rest = std::mem::take(&mut r.rest);
@@ -379,6 +393,13 @@ mod tests {
             preempted_allocations: vec![uuid::Uuid::from_u128(10), uuid::Uuid::from_u128(11)],
             preempted_by_allocation: None,
             node_failure: true,
+            deployment_id: Some(uuid::Uuid::from_u128(12)),
+            deployment_status: Some(crate::structs::AllocDeploymentStatus {
+                healthy: Some(true),
+                timestamp: Some(1_795_328_878_206_863_010),
+                canary: true,
+                modify_index: 1_000_005,
+            }),
             create_index: 1_000_000,
             modify_index: 1_000_007,
             alloc_modify_index: 1_000_003,
@@ -399,6 +420,22 @@ mod tests {
         assert_eq!(round_trip(&a), a);
         let bare = Allocation::default();
         assert_eq!(round_trip(&bare), bare);
+    }
+
+    #[test]
+    fn only_rows_in_a_deployment_take_version_2() {
+        let mut a = full_alloc();
+        let mut out = Vec::new();
+        encode(&mut out, &a).expect("encodes");
+        assert_eq!(out[0], TAG_V2);
+        a.deployment_id = None;
+        a.deployment_status = None;
+        out.clear();
+        encode(&mut out, &a).expect("encodes");
+        assert_eq!(out[0], TAG_V1);
+        assert_eq!(decode(&out).expect("decodes"), a);
+        a.deployment_id = Some(uuid::Uuid::from_u128(3));
+        assert_eq!(round_trip(&a), a);
     }
 
     #[test]

@@ -47,6 +47,8 @@ fn parallel_placements() -> usize {
     PARALLEL_PLACEMENTS
 }
 
+#[path = "apply_deployment.rs"]
+mod deployment;
 #[path = "apply_services.rs"]
 mod services;
 
@@ -161,6 +163,35 @@ impl Txn {
             Command::SchedulerConfigUpdate { config, cas_index } => {
                 self.scheduler_config(config, *cas_index)
             }
+            Command::DeploymentStatusUpdate { update, job, eval } => {
+                self.deployment_status_update(update, job.as_ref(), eval.as_ref())
+            }
+            Command::DeploymentPromotion {
+                deployment_id,
+                groups,
+                eval,
+            } => self.deployment_promotion(deployment_id, groups, eval.as_ref()),
+            Command::DeploymentAllocHealth {
+                deployment_id,
+                healthy,
+                unhealthy,
+                timestamp,
+                update,
+                job,
+                eval,
+            } => self.deployment_alloc_health(
+                deployment_id,
+                healthy,
+                unhealthy,
+                *timestamp,
+                update.as_ref(),
+                job.as_ref(),
+                eval.as_ref(),
+            ),
+            Command::DeploymentDelete { deployment_ids } => {
+                self.deployment_delete(deployment_ids);
+                Ok(())
+            }
             Command::ReconcileJobSummaries => {
                 self.reconcile_job_summaries();
                 Ok(())
@@ -226,6 +257,7 @@ impl Txn {
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
             RowKey::ScalingEvents(k) => t.scaling_events.get(k).cloned().map(Row::ScalingEvents),
+            RowKey::Deployment(id) => t.deployments.get(id).cloned().map(Row::Deployment),
             RowKey::Service(k) => t.services.get(k).cloned().map(Row::Service),
         }
     }
@@ -334,7 +366,7 @@ impl Txn {
         let index = self.index;
         stamp_scaling_policies(&mut job, existing, index);
         match existing {
-            Some(old) if !spec_changed(old, &job) => return old.job_modify_index,
+            Some(old) if !old.spec_changed(&job) => return old.job_modify_index,
             Some(old) => {
                 job.create_index = old.create_index;
                 job.version = old.version + 1;
@@ -490,6 +522,7 @@ impl Txn {
             self.touched.insert(RowKey::JobSummary(key.clone()));
         }
         self.prune_versions(key);
+        self.purge_deployments(key);
         self.update_parent_children(job, &job.status, "");
         self.status_refresh.remove(key);
     }
@@ -897,6 +930,7 @@ impl Txn {
         if let Some(job) = &plan.job {
             self.ensure_job_version(job);
         }
+        self.plan_deployment(plan);
         for stop in plan.node_update.values().flatten() {
             self.stop_alloc(stop, plan.updated_at, false);
         }
@@ -923,6 +957,7 @@ impl Txn {
             }
         }
         self.place_new_allocs(&new);
+        self.plan_deployment_updates(plan);
         self.upsert_evals(&plan.evals)?;
         // The planning evaluation's ModifyIndex tells a retrying worker
         // which state it must wait for.
@@ -1114,6 +1149,13 @@ impl Txn {
             alloc.node_failure = update.node_failure;
             alloc.modify_index = self.index;
             alloc.modify_time = update.modify_time;
+            if let Some(status) = &update.deployment_status {
+                let mut status = status.clone();
+                // The canary mark is the server's, not the client's.
+                status.canary = alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
+                status.modify_index = self.index;
+                alloc.deployment_status = Some(status);
+            }
             self.put_alloc(alloc, Some(&old));
         }
     }
@@ -1170,6 +1212,7 @@ impl Txn {
     fn track_job_part(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
         let key = JobKey::of_alloc(alloc);
         self.count_in_summary(&key, alloc, old);
+        self.count_in_deployment(alloc, old);
         self.touched.insert(RowKey::Alloc {
             create_index: alloc.create_index,
             id: alloc.id,
@@ -1285,21 +1328,6 @@ impl Txn {
         self.touched.insert(RowKey::SchedulerConfig);
         Ok(())
     }
-}
-
-/// Whether `new` differs from `old` in anything but the fields the servers
-/// maintain (status, version, indexes, submit time, stability).
-pub(crate) fn spec_changed(old: &Job, new: &Job) -> bool {
-    let mut candidate = new.clone();
-    candidate.status = old.status.clone();
-    candidate.status_description = old.status_description.clone();
-    candidate.stable = old.stable;
-    candidate.version = old.version;
-    candidate.submit_time = old.submit_time;
-    candidate.create_index = old.create_index;
-    candidate.modify_index = old.modify_index;
-    candidate.job_modify_index = old.job_modify_index;
-    candidate != *old
 }
 
 /// Periodic and parameterized jobs launch children and count them.

@@ -5,8 +5,8 @@
 //! these tables, and the event stream publishes these rows.
 
 use crate::structs::{
-    AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
-    SchedulerConfiguration, ServiceRegistration,
+    AllocId, Allocation, Deployment, DeploymentId, EvalId, Evaluation, Job, JobScalingEvents,
+    JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
 };
 use equivalent::{Comparable, Equivalent};
 use std::cmp::Ordering;
@@ -24,12 +24,13 @@ pub enum Table {
     SchedulerConfig,
     /// Each job's scaling events (Nomad's `scaling_event` table).
     ScalingEvents,
+    Deployments,
     /// The native service catalog (Nomad's `service_registrations`).
     Services,
 }
 
 impl Table {
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 9] = [
         Table::Jobs,
         Table::JobSummaries,
         Table::Allocs,
@@ -37,6 +38,7 @@ impl Table {
         Table::Nodes,
         Table::SchedulerConfig,
         Table::ScalingEvents,
+        Table::Deployments,
         Table::Services,
     ];
 
@@ -53,6 +55,7 @@ impl Table {
             Table::Nodes => "nodes",
             Table::SchedulerConfig => "scheduler_config",
             Table::ScalingEvents => "scaling_event",
+            Table::Deployments => "deployment",
             Table::Services => "service_registrations",
         }
     }
@@ -186,6 +189,7 @@ pub enum RowKey {
     Node(NodeId),
     SchedulerConfig,
     ScalingEvents(JobKey),
+    Deployment(DeploymentId),
     /// A service registration, under its allocation first so that an
     /// allocation's services are one range of the table.
     Service(ServiceKey),
@@ -208,6 +212,7 @@ impl RowKey {
             RowKey::Node(_) => Table::Nodes,
             RowKey::SchedulerConfig => Table::SchedulerConfig,
             RowKey::ScalingEvents(_) => Table::ScalingEvents,
+            RowKey::Deployment(_) => Table::Deployments,
             RowKey::Service(_) => Table::Services,
         }
     }
@@ -224,6 +229,7 @@ pub enum Row {
     Node(Arc<Node>),
     SchedulerConfig(Arc<SchedulerConfiguration>),
     ScalingEvents(Arc<JobScalingEvents>),
+    Deployment(Arc<Deployment>),
     Service(Arc<ServiceRegistration>),
 }
 
@@ -264,6 +270,12 @@ impl AppliedChanges {
     pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> {
         self.changes.iter().filter_map(|c| match &c.row {
             Some(Row::Job(j)) => Some(j),
+            _ => None,
+        })
+    }
+    pub fn deployments(&self) -> impl Iterator<Item = &Arc<Deployment>> {
+        self.changes.iter().filter_map(|c| match &c.row {
+            Some(Row::Deployment(d)) => Some(d),
             _ => None,
         })
     }

@@ -8,9 +8,10 @@
 //! function of (state, index, command).
 
 use crate::structs::{
-    AllocId, AllocStop, Allocation, ClientStatus, DesiredTransition, DrainStrategy, EvalId,
-    Evaluation, Job, Node, NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration,
-    SchedulingEligibility, ServiceRegistration, TaskState, VecMap,
+    AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus, Deployment, DeploymentId,
+    DeploymentStatusUpdate, DesiredTransition, DrainStrategy, EvalId, Evaluation, Job, Node,
+    NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
+    ServiceRegistration, TaskState, VecMap,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -148,6 +149,39 @@ pub enum Command {
     /// (Nomad's `ReconcileJobSummariesRequestType`); writes the summaries
     /// that differ.
     ReconcileJobSummaries,
+    /// A deployment's new status (the watcher's verdict, a user's pause,
+    /// resume or fail), with the job registered by an auto-revert and the
+    /// evaluation that follows, at one index. Refused for a deployment
+    /// that is missing or already terminal.
+    DeploymentStatusUpdate {
+        update: DeploymentStatusUpdate,
+        job: Option<Arc<Job>>,
+        eval: Option<Evaluation>,
+    },
+    /// Promotes the canaries of `groups` (every group with canaries when
+    /// empty): refused unless each such group's canaries are all healthy.
+    DeploymentPromotion {
+        deployment_id: DeploymentId,
+        groups: Vec<String>,
+        eval: Option<Evaluation>,
+    },
+    /// Sets allocations' health in a deployment by hand (`manual` health
+    /// checks, `deployment allocation-health`), with an optional status
+    /// update, auto-revert job and evaluation as in `DeploymentStatusUpdate`.
+    /// `timestamp`: Unix nanoseconds.
+    DeploymentAllocHealth {
+        deployment_id: DeploymentId,
+        healthy: Vec<AllocId>,
+        unhealthy: Vec<AllocId>,
+        timestamp: i64,
+        update: Option<DeploymentStatusUpdate>,
+        job: Option<Arc<Job>>,
+        eval: Option<Evaluation>,
+    },
+    /// Garbage collection of terminal deployments.
+    DeploymentDelete {
+        deployment_ids: Vec<DeploymentId>,
+    },
     /// Registers (or updates) services of running allocations in the
     /// native catalog (Nomad's `ServiceRegistrationUpsert`). A
     /// registration whose allocation is gone or has ended is left out, so
@@ -186,6 +220,12 @@ pub struct PlanResults {
     pub evals: Vec<Evaluation>,
     /// Unix nanoseconds: `ModifyTime` of stopped and preempted allocations.
     pub updated_at: i64,
+    /// A deployment the plan creates or changes (before its placements,
+    /// which are counted into it).
+    pub deployment: Option<Arc<Deployment>>,
+    /// Status changes of other deployments (an older version's, cancelled).
+    #[serde(with = "crate::structs::serde_util::nullable")]
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 /// A client's report on one allocation.
@@ -200,6 +240,8 @@ pub struct AllocClientUpdate {
     pub node_failure: bool,
     /// Unix nanoseconds, as the client saw it.
     pub modify_time: i64,
+    /// The allocation's health, once the client has decided it (sent once).
+    pub deployment_status: Option<AllocDeploymentStatus>,
 }
 
 impl Command {
@@ -223,6 +265,10 @@ impl Command {
             Command::AllocDesiredTransition { .. } => "AllocDesiredTransition",
             Command::SchedulerConfigUpdate { .. } => "SchedulerConfigUpdate",
             Command::ReconcileJobSummaries => "ReconcileJobSummaries",
+            Command::DeploymentStatusUpdate { .. } => "DeploymentStatusUpdate",
+            Command::DeploymentPromotion { .. } => "DeploymentPromotion",
+            Command::DeploymentAllocHealth { .. } => "DeploymentAllocHealth",
+            Command::DeploymentDelete { .. } => "DeploymentDelete",
             Command::ServiceRegistrationUpsert { .. } => "ServiceRegistrationUpsert",
             Command::ServiceRegistrationDelete { .. } => "ServiceRegistrationDelete",
             Command::ServiceRegistrationDeleteByAlloc { .. } => "ServiceRegistrationDeleteByAlloc",

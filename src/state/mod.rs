@@ -23,6 +23,8 @@ mod tables;
 mod wal;
 
 #[cfg(test)]
+mod apply_deployment_tests;
+#[cfg(test)]
 mod apply_tests;
 #[cfg(test)]
 mod replicated_tests;
@@ -63,6 +65,12 @@ pub enum ApplyError {
     Invalid(String),
     #[error("idempotency token already used by dispatched job {job_id:?}")]
     DispatchTokenUsed { job_id: String },
+    #[error("deployment {0:?} not found")]
+    DeploymentNotFound(String),
+    /// A deployment change refused, in Nomad's words (e.g. "can't promote
+    /// terminal deployment").
+    #[error("{0}")]
+    DeploymentRefused(String),
 }
 
 /// Why the store could not do what was asked.

@@ -67,8 +67,8 @@ use super::tables::Tables;
 use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
-    AllocatedResources, Allocation, Evaluation, Job, JobScalingEvents, JobSummary, Node,
-    SchedulerConfiguration, ServiceRegistration,
+    AllocatedResources, Allocation, Deployment, Evaluation, Job, JobScalingEvents, JobSummary,
+    Node, SchedulerConfiguration, ServiceRegistration,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
@@ -88,6 +88,7 @@ const NODE: u8 = b'n';
 const SCHEDULER_CONFIG: u8 = b'c';
 /// A job's scaling events, keyed as jobs are.
 const SCALING_EVENTS: u8 = b'x';
+const DEPLOYMENT: u8 = b'd';
 /// A service registration: its allocation's ID (16 bytes), then its own.
 const SERVICE: u8 = b'r';
 
@@ -275,6 +276,7 @@ enum LoadedRow {
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
     ScalingEvents(JobKey, JobScalingEvents),
+    Deployment(Deployment),
     Service(ServiceKey, ServiceRegistration),
     /// A row the log records as deleted.
     Deleted(RowKey),
@@ -561,6 +563,9 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
         RowKey::ScalingEvents(k) => {
             t.scaling_events.remove(k);
         }
+        RowKey::Deployment(id) => {
+            t.deployments.remove(id);
+        }
         RowKey::Service(k) => {
             t.services.remove(k);
         }
@@ -602,6 +607,7 @@ fn decode_key(key: &[u8]) -> Result<RowKey, &'static str> {
         }
         EVAL => RowKey::Eval(id(rest)?),
         NODE => RowKey::Node(id(rest)?),
+        DEPLOYMENT => RowKey::Deployment(id(rest)?),
         SCHEDULER_CONFIG if rest.is_empty() => RowKey::SchedulerConfig,
         SERVICE if rest.len() > 16 => RowKey::Service(ServiceKey {
             alloc_id: id(&rest[..16])?,
@@ -692,6 +698,11 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             LoadedRow::Node(node)
         }
         SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(parse(value)?),
+        DEPLOYMENT => {
+            let deployment: Deployment = parse(value)?;
+            check_id(rest, deployment.id)?;
+            LoadedRow::Deployment(deployment)
+        }
         SCALING_EVENTS => {
             let events: JobScalingEvents = parse(value)?;
             let job = JobKey::new(&events.namespace, &events.job_id);
@@ -811,6 +822,9 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
         LoadedRow::ScalingEvents(key, events) => {
             t.scaling_events.insert(key, Arc::new(events));
         }
+        LoadedRow::Deployment(d) => {
+            t.deployments.insert(d.id, Arc::new(d));
+        }
         LoadedRow::Service(key, service) => {
             t.services.insert(key, Arc::new(service));
         }
@@ -890,6 +904,7 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
         RowKey::ScalingEvents(job) => job_key(SCALING_EVENTS, job),
+        RowKey::Deployment(id) => id_key(DEPLOYMENT, id),
         RowKey::Service(k) => {
             let mut out = id_key(SERVICE, &k.alloc_id);
             out.extend_from_slice(k.id.as_bytes());
@@ -907,6 +922,7 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
         Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
+        Row::Deployment(d) => serde_json::to_writer(out, &**d),
         Row::Service(service) => serde_json::to_writer(out, &**service),
     }
 }
@@ -1073,6 +1089,11 @@ pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreEr
             Row::ScalingEvents(e.clone()),
         )
     }));
+    all.extend(
+        t.deployments
+            .iter()
+            .map(|(id, d)| change(RowKey::Deployment(*id), Row::Deployment(d.clone()))),
+    );
     all.extend(
         t.services
             .iter()

@@ -8,7 +8,9 @@
 
 use super::StateSnapshot;
 use crate::structs::fit::NodeAllocUsage;
-use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
+use crate::structs::{
+    AllocId, Allocation, Deployment, DeploymentId, Job, Node, NodeId, SchedulerConfiguration,
+};
 use crate::view::catalog::NodeCatalog;
 use crate::view::usage_column::UsageColumn;
 use crate::view::State;
@@ -62,6 +64,14 @@ impl State for StateSnapshot {
 
     fn job_by_version(&self, namespace: &str, job_id: &str, version: u64) -> Option<Arc<Job>> {
         StateSnapshot::job_by_version(self, namespace, job_id, version).cloned()
+    }
+
+    fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>> {
+        StateSnapshot::latest_deployment(self, namespace, job_id).cloned()
+    }
+
+    fn deployment_by_id(&self, id: &DeploymentId) -> Option<Arc<Deployment>> {
+        self.deployment(id).cloned()
     }
 
     fn scheduler_config(&self) -> SchedulerConfiguration {

@@ -15,8 +15,8 @@ use super::tables::{count_usage, Tables};
 use super::ApplyError;
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
-    AllocId, AllocStop, Allocation, DesiredStatus, EvalId, Evaluation, Job, JobScalingEvents,
-    JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
+    AllocId, AllocStop, Allocation, Deployment, DeploymentId, DesiredStatus, EvalId, Evaluation,
+    Job, JobScalingEvents, JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
 };
 use imbl::OrdSet;
 use std::sync::Arc;
@@ -350,6 +350,56 @@ impl StateSnapshot {
         self.tables.scaling_events.get(&JobRef::new(namespace, id))
     }
 
+    pub fn deployment(&self, id: &DeploymentId) -> Option<&Arc<Deployment>> {
+        self.tables.deployments.get(id)
+    }
+
+    /// Every deployment, in ID order.
+    pub fn deployments(&self) -> impl Iterator<Item = &Arc<Deployment>> + '_ {
+        self.tables.deployments.values()
+    }
+
+    /// A job's deployments, newest (highest create index) first.
+    pub fn deployments_of_job(&self, namespace: &str, id: &str) -> Vec<&Arc<Deployment>> {
+        let mut found: Vec<&Arc<Deployment>> = self
+            .tables
+            .deployments_by_job
+            .get(&JobRef::new(namespace, id))
+            .into_iter()
+            .flatten()
+            .filter_map(|d| self.tables.deployments.get(d))
+            .collect();
+        found.sort_by_key(|d| std::cmp::Reverse(d.create_index));
+        found
+    }
+
+    /// The job's most recent deployment (Nomad's `LatestDeploymentByJobID`).
+    pub fn latest_deployment(&self, namespace: &str, id: &str) -> Option<&Arc<Deployment>> {
+        self.deployments_of_job(namespace, id).into_iter().next()
+    }
+
+    /// The deployments whose ID starts with `prefix`, in ID order.
+    pub fn deployments_by_id_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Deployment>> + 'a {
+        self.tables
+            .deployments
+            .values()
+            .filter(move |d| d.id.to_string().starts_with(prefix))
+    }
+
+    /// The allocations a deployment placed.
+    pub fn allocs_by_deployment(&self, id: &DeploymentId) -> Vec<Arc<Allocation>> {
+        let Some(d) = self.deployment(id) else {
+            return Vec::new();
+        };
+        self.allocs_by_job(&d.namespace, &d.job_id)
+            .filter(|a| a.deployment_id == Some(*id))
+            .cloned()
+            .collect()
+    }
+
     /// Every service registration, by allocation.
     pub fn services(&self) -> impl Iterator<Item = &Arc<ServiceRegistration>> + '_ {
         self.tables.services.values()
@@ -444,6 +494,8 @@ impl PartialEq for StateSnapshot {
             && a.nodes == b.nodes
             && a.scheduler_config == b.scheduler_config
             && a.scaling_events == b.scaling_events
+            && a.deployments == b.deployments
+            && a.deployments_by_job == b.deployments_by_job
             && a.services == b.services
             && a.table_indexes == b.table_indexes
             && a.latest_index == b.latest_index

@@ -9,8 +9,8 @@
 use super::changes::{JobKey, JobVersionKey, ServiceKey, Table};
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
-    AllocId, Allocation, EvalId, Evaluation, Job, JobScalingEvents, JobSummary, Node, NodeId,
-    SchedulerConfiguration, ServiceRegistration,
+    AllocId, Allocation, Deployment, DeploymentId, EvalId, Evaluation, Job, JobScalingEvents,
+    JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
 };
 use crate::view::catalog::NodeCatalogCache;
 use crate::view::usage_column::{UsageColumnCache, UsageMap};
@@ -35,6 +35,7 @@ pub(crate) struct Tables {
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
     pub scaling_events: OrdMap<JobKey, Arc<JobScalingEvents>>,
+    pub deployments: OrdMap<DeploymentId, Arc<Deployment>>,
     /// The native service catalog, by allocation then registration ID.
     pub services: OrdMap<ServiceKey, Arc<ServiceRegistration>>,
     pub table_indexes: [u64; Table::ALL.len()],
@@ -48,6 +49,8 @@ pub(crate) struct Tables {
     pub allocs_by_job: OrdMap<JobKey, OrdSet<AllocId>>,
     pub allocs_by_eval: OrdMap<EvalId, OrdSet<AllocId>>,
     pub evals_by_job: OrdMap<JobKey, OrdSet<EvalId>>,
+    /// Each job's deployments (few per job: a cheap index, rebuilt at load).
+    pub deployments_by_job: OrdMap<JobKey, OrdSet<DeploymentId>>,
     /// How many allocations run each job version: referenced versions are
     /// kept even when they fall out of the newest-versions window.
     pub version_refs: OrdMap<JobVersionKey, u64>,
@@ -106,6 +109,11 @@ impl Tables {
             self.version_refs,
             self.node_usage,
         ) = built;
+        self.deployments_by_job = group_ids(
+            self.deployments
+                .values()
+                .map(|d| (JobKey::new(&d.namespace, &d.job_id), d.id)),
+        );
     }
 }
 

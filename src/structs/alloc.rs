@@ -6,6 +6,7 @@
 //! answers with Nomad's shape. Strings shared by many allocations (job ID,
 //! group name, namespace) are `Arc<str>`, so a clone is a pointer copy.
 
+use super::deployment::{AllocDeploymentStatus, DeploymentId};
 use super::metrics::PackedMetric;
 use super::resources::AllocatedResources;
 use super::serde_util::{id_or_nil, is_false, null_default, nullable, opt_id, rfc3339_opt};
@@ -258,6 +259,19 @@ pub struct Allocation {
     /// node itself (driver or I/O failure): feeds the node's flaky state.
     #[serde(skip_serializing_if = "is_false")]
     pub node_failure: bool,
+    /// The deployment that placed this allocation, if any.
+    #[serde(
+        rename = "DeploymentID",
+        with = "opt_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deployment_id: Option<DeploymentId>,
+    /// Its health in that deployment (and whether it is a canary).
+    #[serde(
+        deserialize_with = "null_default::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deployment_status: Option<AllocDeploymentStatus>,
     pub create_index: u64,
     pub modify_index: u64,
     pub alloc_modify_index: u64,

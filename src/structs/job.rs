@@ -179,6 +179,22 @@ pub struct Job {
 }
 
 impl Job {
+    /// Whether `new` differs from this job in anything but the fields the
+    /// servers maintain (status, version, indexes, submit time, stability):
+    /// Nomad's `SpecChanged`.
+    pub fn spec_changed(&self, new: &Job) -> bool {
+        let mut candidate = new.clone();
+        candidate.status = self.status.clone();
+        candidate.status_description = self.status_description.clone();
+        candidate.stable = self.stable;
+        candidate.version = self.version;
+        candidate.submit_time = self.submit_time;
+        candidate.create_index = self.create_index;
+        candidate.modify_index = self.modify_index;
+        candidate.job_modify_index = self.job_modify_index;
+        candidate != *self
+    }
+
     /// Fills the defaults Nomad fills on registration (`Canonicalize`).
     pub fn canonicalize(&mut self) {
         if self.namespace.is_empty() {

@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod codec;
+pub mod deployment;
 pub mod eval;
 pub mod fit;
 pub mod job;
@@ -26,6 +27,10 @@ pub mod version;
 pub use alloc::{
     Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker,
     TaskEvent, TaskState,
+};
+pub use deployment::{
+    AllocDeploymentStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
+    DeploymentStatusUpdate,
 };
 pub use eval::{EvalStatus, Evaluation, TriggeredBy};
 pub use job::{

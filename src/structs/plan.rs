@@ -5,6 +5,7 @@
 //! why), as Nomad's normalised plans do: the applier already has the rest.
 
 use super::alloc::{Allocation, ClientStatus, DesiredStatus};
+use super::deployment::{Deployment, DeploymentStatusUpdate};
 use super::job::Job;
 use super::{AllocId, EvalId, NodeId};
 use serde::{Deserialize, Serialize};
@@ -68,6 +69,12 @@ pub struct Plan {
     pub annotations: Option<PlanAnnotations>,
     /// The state index the scheduler planned against.
     pub snapshot_index: u64,
+    /// The deployment this plan creates or moves on (its placements name it).
+    pub deployment: Option<Arc<Deployment>>,
+    /// Status changes of other deployments: an older version's deployment
+    /// cancelled by a newer job, a stopped job's.
+    #[serde(with = "super::serde_util::nullable")]
+    pub deployment_updates: Vec<DeploymentStatusUpdate>,
 }
 
 impl Plan {
@@ -75,6 +82,8 @@ impl Plan {
         self.node_update.values().all(Vec::is_empty)
             && self.node_allocation.values().all(Vec::is_empty)
             && self.node_preemptions.values().all(Vec::is_empty)
+            && self.deployment.is_none()
+            && self.deployment_updates.is_empty()
     }
 
     pub fn push_stop(&mut self, node: NodeId, stop: AllocStop) {

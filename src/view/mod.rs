@@ -42,7 +42,9 @@ pub mod node_target;
 pub mod usage_column;
 
 use crate::structs::fit::NodeAllocUsage;
-use crate::structs::{AllocId, Allocation, Job, Node, NodeId, SchedulerConfiguration};
+use crate::structs::{
+    AllocId, Allocation, Deployment, DeploymentId, Job, Node, NodeId, SchedulerConfiguration,
+};
 use catalog::NodeCatalog;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -92,6 +94,10 @@ pub trait State: Send + Sync {
     /// A specific version of a job, for comparing allocations made from an
     /// older version with the current one.
     fn job_by_version(&self, namespace: &str, job_id: &str, version: u64) -> Option<Arc<Job>>;
+    /// The job's most recent deployment, whatever its status.
+    fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>>;
+    /// One deployment, if it exists.
+    fn deployment_by_id(&self, id: &DeploymentId) -> Option<Arc<Deployment>>;
     /// The operator's scheduler configuration (algorithm, preemption).
     fn scheduler_config(&self) -> SchedulerConfiguration;
     /// The index of the latest change in the snapshot.

@@ -285,6 +285,8 @@ impl ClientAgent {
                 task_states: u.task_states.clone(),
                 node_failure: u.node_failure,
                 modify_time: crate::now_nanos(),
+                // Set by the allocation health watcher once it decides.
+                deployment_status: None,
             })
             .collect();
         let (http, url, secret) = (

@@ -304,6 +304,11 @@ impl PlanApplier {
             node_preemptions: verdict.result.node_preemptions.clone(),
             evals,
             updated_at: now_nanos(),
+            // Nothing committed of an all-at-once plan: nor its deployment.
+            deployment: (!queued.plan.all_at_once || verdict.result.full_commit(&queued.plan).0)
+                .then(|| queued.plan.deployment.clone())
+                .flatten(),
+            deployment_updates: queued.plan.deployment_updates.clone(),
         });
         Verified {
             command,

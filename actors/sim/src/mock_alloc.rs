@@ -158,6 +158,7 @@ pub fn report(
         task_states,
         node_failure: false,
         modify_time: now,
+        deployment_status: None,
     }
 }
 
