@@ -13,6 +13,10 @@
 //! [`ControlTasks`] carries a user's restart or signal to the task runners
 //! of the tasks that run.
 
+#[path = "alloc_runner_health.rs"]
+mod health;
+pub use health::GetChecks;
+
 use crate::driver::{DriverSet, TaskConfig};
 use crate::restart::RestartTracker;
 use crate::task_dir::{build_task_env, interpolate, interpolate_config, AllocDir, EnvInputs};
@@ -134,9 +138,12 @@ pub struct AllocRunner {
     /// What the last persisted copy said, so that only changes of status
     /// (not every new event) are written.
     last_persisted: Option<PersistKey>,
+    /// Services, checks and health (`alloc_runner_health.rs`).
+    health: health::HealthState,
 }
 
-type PersistKey = (ClientStatus, bool, Vec<(String, bool)>);
+/// Status, node failure, each task's state and failure, decided health.
+type PersistKey = (ClientStatus, bool, Vec<(String, bool)>, Option<bool>);
 
 /// The file an allocation and its job are kept in, so a restarted client
 /// can restore it without asking the servers.
@@ -245,6 +252,7 @@ impl AllocRunner {
             destroy_when_dead: false,
             last_sent: None,
             last_persisted: None,
+            health: Default::default(),
         }
     }
 
@@ -279,6 +287,8 @@ impl AllocRunner {
             client_description,
             task_states,
             node_failure: self.node_failure,
+            deployment_status: self.reported_health(),
+            services: self.wanted_services(),
         }
     }
 
@@ -306,6 +316,7 @@ impl AllocRunner {
                 .iter()
                 .map(|(_, s)| (s.state.clone(), s.failed))
                 .collect(),
+            update.deployment_status.as_ref().and_then(|s| s.healthy),
         );
         if self.last_persisted.as_ref() == Some(&key) {
             return;
@@ -527,6 +538,9 @@ impl AllocRunner {
 
     fn kill_all(&mut self, reason: &str, stopping: bool) {
         self.stopping |= stopping;
+        if self.stopping {
+            self.stop_checks();
+        }
         for i in 0..self.slots.len() {
             self.kill_slot(i, reason);
         }
@@ -619,6 +633,7 @@ impl Actor for AllocRunner {
             self.publish();
             return;
         }
+        self.init_health();
         if self.restoring {
             // Tasks that ran (or ended) before the restart are restored
             // first, whatever their phase; the lifecycle then continues.
@@ -630,6 +645,12 @@ impl Actor for AllocRunner {
         }
         self.publish();
         self.advance(ctx);
+        self.follow_tasks(ctx);
+        self.publish();
+    }
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.stop_checks();
     }
 }
 
@@ -646,6 +667,7 @@ impl Handler<TaskStateChanged> for AllocRunner {
             }
         }
         self.advance(ctx);
+        self.follow_tasks(ctx);
         self.publish();
         self.destroy_if_done(ctx);
     }
@@ -654,10 +676,31 @@ impl Handler<TaskStateChanged> for AllocRunner {
 impl Handler<UpdateAlloc> for AllocRunner {
     type Result = ();
 
-    fn handle(&mut self, msg: UpdateAlloc, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: UpdateAlloc, ctx: &mut Context<Self>) {
         let alloc = msg.0;
         if alloc.id != self.config.alloc.id {
             return;
+        }
+        let moved = alloc.deployment_id != self.config.alloc.deployment_id;
+        self.config.alloc.deployment_id = alloc.deployment_id;
+        let servers_decided = alloc
+            .deployment_status
+            .as_ref()
+            .is_some_and(|s| s.has_health());
+        if servers_decided || moved {
+            // The servers' word on health wins.
+            self.config.alloc.deployment_status = alloc.deployment_status.clone();
+        } else if let Some(theirs) = &alloc.deployment_status {
+            // Only the canary mark is theirs; a decision made here stands.
+            let ours = self
+                .config
+                .alloc
+                .deployment_status
+                .get_or_insert_with(Default::default);
+            ours.canary = theirs.canary;
+        }
+        if moved {
+            self.deployment_changed(ctx);
         }
         let stop = alloc.server_terminal() && !self.stopping;
         let reason = alloc.desired_description.clone();
@@ -702,6 +745,7 @@ impl Handler<Shutdown> for AllocRunner {
 
     fn handle(&mut self, _: Shutdown, _ctx: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
+        self.stop_checks();
         let runners: Vec<Addr<TaskRunner>> = self
             .slots
             .iter_mut()

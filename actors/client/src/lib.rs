@@ -38,11 +38,14 @@ pub mod node_protocol;
 pub mod readiness;
 pub mod restart;
 pub mod server_link;
+pub mod service_sync;
 pub mod task_dir;
 pub mod task_runner;
 
 pub use clock::now_nanos;
-use herder::structs::{AllocId, ClientStatus, TaskState, VecMap};
+use herder::structs::{
+    AllocDeploymentStatus, AllocId, ClientStatus, ServiceRegistration, TaskState, VecMap,
+};
 
 /// What an allocation runner reports after every change: the allocation's
 /// client-side state, whole, so the shipper can keep only the newest one per
@@ -57,6 +60,13 @@ pub struct AllocUpdate {
     /// The node (not the task) made the allocation fail: driver missing or
     /// unhealthy, binary missing, I/O error. Feeds the node's flaky state.
     pub node_failure: bool,
+    /// The allocation's health once decided (see [`health_watcher`]),
+    /// carried by every update after that so that batching never drops it;
+    /// the servers count it once.
+    pub deployment_status: Option<AllocDeploymentStatus>,
+    /// The registrations the allocation wants in the service catalog now:
+    /// its services while its tasks run, none once it stops.
+    pub services: Vec<ServiceRegistration>,
 }
 
 /// What a user asks of a running allocation.

@@ -264,6 +264,8 @@ mod tests {
             client_description: String::new(),
             task_states,
             node_failure: false,
+            deployment_status: None,
+            services: Vec::new(),
         }
     }
 

@@ -692,6 +692,16 @@ pub mod wire {
         format!("{server}/v1/node/{node}/allocations")
     }
 
+    /// Where a node registers its allocations' services.
+    pub fn register_services_url(server: &str, node: &NodeId) -> String {
+        format!("{server}/v1/node/{node}/services")
+    }
+
+    /// Where a node removes the services of allocations that stopped.
+    pub fn deregister_services_url(server: &str, node: &NodeId) -> String {
+        format!("{server}/v1/node/{node}/services/deregister")
+    }
+
     pub fn register_body(node: &Node) -> Value {
         json!({ "Node": node })
     }

@@ -15,7 +15,9 @@
 //! allocated and free resources, task transitions: see
 //! [`crate::metrics`]) from what it already handles. A user's
 //! restart or signal ([`ControlAlloc`], from the agent's HTTP API) is
-//! handed to the allocation manager.
+//! handed to the allocation manager. The services the allocations want
+//! registered are kept in step with the servers' catalog
+//! ([`crate::service_sync`]), signed with the node's secret.
 
 use crate::alloc_manager::{
     AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, RestoreAll, ShutdownAll,
@@ -27,6 +29,7 @@ use crate::node_protocol::{
     wire, Action, Failure, NodeAnswer, NodeSession, Request, SessionConfig,
 };
 use crate::readiness::{check_readiness, READINESS_TIMEOUT};
+use crate::service_sync::{ServiceSync, SyncCall};
 use crate::{AllocUpdate, ControlError};
 use actix::prelude::*;
 use herder::state::AllocClientUpdate;
@@ -43,6 +46,8 @@ const WATCH_WAIT: Duration = Duration::from_secs(60);
 /// How often the node's Nomad-named figures are published (Nomad's
 /// default `collection_interval`).
 const METRICS_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a failed service registration waits before it is sent again.
+const SERVICES_RETRY: Duration = Duration::from_secs(1);
 
 pub struct ClientAgentConfig {
     /// The servers' HTTP addresses in failover order, e.g.
@@ -78,6 +83,10 @@ pub struct ClientAgent {
     timer: Option<SpawnHandle>,
     figures: ClientFigures,
     board: Board,
+    /// The allocations' services against the servers' catalog.
+    services: ServiceSync,
+    /// Wakes `sync_services` after a failed call.
+    services_retry: Option<SpawnHandle>,
 }
 
 /// A request's outcome as the session takes it.
@@ -105,6 +114,8 @@ impl ClientAgent {
             timer: None,
             figures: ClientFigures::new(),
             board: config.metrics,
+            services: ServiceSync::default(),
+            services_retry: None,
         }
     }
 
@@ -285,8 +296,7 @@ impl ClientAgent {
                 task_states: u.task_states.clone(),
                 node_failure: u.node_failure,
                 modify_time: crate::now_nanos(),
-                // Set by the allocation health watcher once it decides.
-                deployment_status: None,
+                deployment_status: u.deployment_status.clone(),
             })
             .collect();
         let (http, url, secret) = (
@@ -312,6 +322,59 @@ impl ClientAgent {
                 }
             }
             act.drive(ctx);
+        }));
+    }
+}
+
+impl ClientAgent {
+    /// Sends the next service registration or removal the catalog needs,
+    /// to the server the session talks to now.
+    fn sync_services(&mut self, ctx: &mut Context<Self>) {
+        if self.services_retry.is_some() {
+            return;
+        }
+        let Some(call) = self.services.next_call() else {
+            return;
+        };
+        let server = self.session.current_server().to_string();
+        let (http, secret, node) = (self.http.clone(), self.node.secret_id.clone(), self.node.id);
+        let fut = blocking(move || {
+            let (url, body) = match &call {
+                SyncCall::Register { services, .. } => (
+                    wire::register_services_url(&server, &node),
+                    serde_json::json!({ "Services": services }),
+                ),
+                SyncCall::Deregister { allocs } => (
+                    wire::deregister_services_url(&server, &node),
+                    serde_json::json!({ "AllocIDs": allocs }),
+                ),
+            };
+            read_json(
+                http.put(&url)
+                    .set(wire::TOKEN_HEADER, &secret)
+                    .send_json(body),
+            )
+        });
+        ctx.spawn(fut.into_actor(self).map(|reply, act, ctx| {
+            match reply {
+                Ok(_) => act.services.call_done(true),
+                // The servers refused it for good (the allocation is gone
+                // or not this node's): asking again would not help.
+                Err(Failure::Status(code, body)) if (400..500).contains(&code) && code != 404 => {
+                    tracing::warn!(code, %body, "service registration refused");
+                    act.services.call_done(true);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "service registration failed; retrying");
+                    act.services.call_done(false);
+                    act.services_retry = Some(ctx.run_later(SERVICES_RETRY, |act, ctx| {
+                        act.services_retry = None;
+                        act.sync_services(ctx);
+                    }));
+                    return;
+                }
+            }
+            act.sync_services(ctx);
         }));
     }
 }
@@ -417,6 +480,8 @@ impl Handler<AllocUpdate> for ClientAgent {
 
     fn handle(&mut self, update: AllocUpdate, ctx: &mut Context<Self>) {
         self.figures.update(&update);
+        self.services.want(update.alloc_id, update.services.clone());
+        self.sync_services(ctx);
         if self
             .session
             .queue_update(update.alloc_id, update, Instant::now())

@@ -1208,3 +1208,106 @@ async fn the_manager_routes_controls_and_knows_its_allocations() {
         .await;
     assert!(!restarted.task_states.get("svc").unwrap().failed);
 }
+
+/// A service job whose group has `update` health settings and services.
+fn health_job(
+    health_check: &str,
+    deadline: Duration,
+    services: Vec<herder::structs::Service>,
+) -> Arc<Job> {
+    let mut job = Job {
+        id: "example".into(),
+        job_type: JobType::Service,
+        ..Default::default()
+    };
+    job.task_groups.push(TaskGroup {
+        name: "group".into(),
+        count: 1,
+        tasks: vec![mock_task("svc", serde_json::json!({"run_for": "1h"}))],
+        restart_policy: Some(no_restarts()),
+        update: Some(herder::structs::UpdateStrategy {
+            health_check: health_check.into(),
+            min_healthy_time: Duration::from_millis(300),
+            healthy_deadline: deadline,
+            ..Default::default()
+        }),
+        services,
+        ..Default::default()
+    });
+    job.canonicalize();
+    Arc::new(job)
+}
+
+#[actix_rt::test]
+async fn a_deployment_allocation_reports_its_health_and_its_services() {
+    let mut h = Harness::new();
+    let service = herder::structs::Service {
+        name: "web".into(),
+        port_label: "http".into(),
+        ..Default::default()
+    };
+    let job = health_job("task_states", Duration::from_secs(60), vec![service]);
+    let mut alloc = alloc_for(&job);
+    alloc.deployment_id = Some(herder::structs::new_id());
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    let running = h
+        .until("the service registered", |u| !u.services.is_empty())
+        .await;
+    assert_eq!(running.services[0].port, 23456);
+    assert_eq!(running.services[0].address, "127.0.0.1");
+    assert!(
+        running.deployment_status.is_none(),
+        "decided before min_healthy_time"
+    );
+    let healthy = h
+        .until("the health decision", |u| u.deployment_status.is_some())
+        .await;
+    let status = healthy.deployment_status.unwrap();
+    assert_eq!(status.healthy, Some(true));
+    assert!(status.timestamp.is_some());
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    let stopping = h
+        .until("the services withdrawn", |u| u.services.is_empty())
+        .await;
+    assert_eq!(
+        stopping.deployment_status.and_then(|s| s.healthy),
+        Some(true)
+    );
+}
+
+#[actix_rt::test]
+async fn a_failing_check_makes_the_allocation_unhealthy_at_the_deadline() {
+    let mut h = Harness::new();
+    // Nothing listens on a port taken and released here.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let service = herder::structs::Service {
+        name: "web".into(),
+        port_label: port.to_string(),
+        checks: vec![herder::structs::ServiceCheck {
+            name: "alive".into(),
+            r#type: "tcp".into(),
+            interval: Duration::from_millis(100),
+            timeout: Duration::from_millis(500),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let job = health_job("checks", Duration::from_secs(1), vec![service]);
+    let mut alloc = alloc_for(&job);
+    alloc.deployment_id = Some(herder::structs::new_id());
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    let decided = h
+        .until("the health decision", |u| u.deployment_status.is_some())
+        .await;
+    assert_eq!(decided.deployment_status.unwrap().healthy, Some(false));
+    let checks = runner.send(super::alloc_runner::GetChecks).await.unwrap();
+    assert_eq!(checks.len(), 1);
+    assert_eq!(checks[0].status, super::checks::CheckStatus::Failure);
+    assert_eq!(checks[0].check, "alive");
+}
