@@ -10,8 +10,9 @@
 
 use crate::alloc_runner::{
     persisted_allocs, AllocRunner, AllocRunnerConfig, ControlTasks, Destroy, GetAllocState,
-    Shutdown, Stop, UpdateAlloc,
+    GetChecks, Shutdown, Stop, UpdateAlloc,
 };
+use crate::checks::CheckResult;
 use crate::driver::DriverSet;
 use crate::{AllocControl, AllocUpdate, ControlError};
 use actix::prelude::*;
@@ -62,6 +63,12 @@ pub struct ControlAlloc {
     pub alloc_id: AllocId,
     pub control: AllocControl,
 }
+
+/// The latest results of one allocation's checks; `None` when this node
+/// runs no such allocation.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Option<Vec<CheckResult>>")]
+pub struct GetAllocChecks(pub AllocId);
 
 /// The node's fingerprint changed (a new registration, drivers' health).
 #[derive(Clone, Debug, Message)]
@@ -228,6 +235,15 @@ impl Handler<ControlAlloc> for AllocManager {
                 .await
                 .unwrap_or(Err(ControlError::UnknownAlloc(id)))
         })
+    }
+}
+
+impl Handler<GetAllocChecks> for AllocManager {
+    type Result = ResponseFuture<Option<Vec<CheckResult>>>;
+
+    fn handle(&mut self, msg: GetAllocChecks, _ctx: &mut Context<Self>) -> Self::Result {
+        let runner = self.runners.get(&msg.0).map(|e| e.runner.clone());
+        Box::pin(async move { runner?.send(GetChecks).await.ok() })
     }
 }
 

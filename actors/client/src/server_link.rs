@@ -20,8 +20,8 @@
 //! ([`crate::service_sync`]), signed with the node's secret.
 
 use crate::alloc_manager::{
-    AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, RestoreAll, ShutdownAll,
-    StopAll, SyncAllocs,
+    AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, GetAllocChecks, RestoreAll,
+    ShutdownAll, StopAll, SyncAllocs,
 };
 use crate::driver::DriverSet;
 use crate::metrics::ClientFigures;
@@ -507,6 +507,15 @@ impl Handler<ControlAlloc> for ClientAgent {
                 None => Err(ControlError::UnknownAlloc(id)),
             }
         })
+    }
+}
+
+impl Handler<GetAllocChecks> for ClientAgent {
+    type Result = ResponseFuture<Option<Vec<crate::checks::CheckResult>>>;
+
+    fn handle(&mut self, msg: GetAllocChecks, _ctx: &mut Context<Self>) -> Self::Result {
+        let manager = self.manager.clone();
+        Box::pin(async move { manager?.send(msg).await.ok().flatten() })
     }
 }
 

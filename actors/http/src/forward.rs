@@ -68,6 +68,34 @@ pub async fn forward(
     body: &Value,
     timeout: Duration,
 ) -> Result<HttpResponse, ApiError> {
+    let (path_owned, body) = (path.to_string(), body.clone());
+    let call = move |client: ApiClient| client.put(&path_owned, &[], &body);
+    forward_call(req, address, hop, path, timeout, call).await
+}
+
+/// As [`forward`], for a read: the request goes on as a `GET`.
+pub async fn forward_get(
+    req: &HttpRequest,
+    address: &str,
+    hop: Hop,
+    path: &str,
+    timeout: Duration,
+) -> Result<HttpResponse, ApiError> {
+    let path_owned = path.to_string();
+    let call = move |client: ApiClient| client.get(&path_owned, &[]);
+    forward_call(req, address, hop, path, timeout, call).await
+}
+
+/// Sends `call` to the agent at `address` with the user's token and the
+/// hop, and answers with that agent's status and body.
+async fn forward_call(
+    req: &HttpRequest,
+    address: &str,
+    hop: Hop,
+    path: &str,
+    timeout: Duration,
+    call: impl FnOnce(ApiClient) -> Result<api_client::Answer, api_client::ApiError> + Send + 'static,
+) -> Result<HttpResponse, ApiError> {
     let token = req
         .headers()
         .get("X-Nomad-Token")
@@ -80,8 +108,7 @@ pub async fn forward(
     .map_err(|e| ApiError::BadGateway(format!("cannot forward the request: {e}")))?
     .with_timeout(timeout)
     .with_header(FORWARDED_HEADER, hop.header_value());
-    let (path_owned, body) = (path.to_string(), body.clone());
-    let call = web::block(move || client.put(&path_owned, &[], &body));
+    let call = web::block(move || call(client));
     // ureq's own timeout ends the call; this one only guards the pool.
     let outcome = tokio::time::timeout(timeout + Duration::from_secs(5), call).await;
     let answer = match outcome {

@@ -7,6 +7,7 @@
 mod agent_cluster;
 mod agent_info;
 mod agent_routes;
+mod alloc_checks_routes;
 mod body;
 mod client_alloc_routes;
 mod client_routes;
@@ -123,6 +124,7 @@ pub async fn start(info: Arc<AgentInfo>, listener: TcpListener) -> Result<HttpSe
             .configure(agent_routes::configure)
             .configure(client_routes::configure)
             .configure(client_alloc_routes::configure)
+            .configure(alloc_checks_routes::configure)
             .configure(metrics_routes::configure)
             .configure(job_routes::configure)
             .configure(eval_alloc_routes::configure)
