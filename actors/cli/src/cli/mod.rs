@@ -22,6 +22,7 @@ pub mod operator;
 pub mod operator_raft;
 pub mod output;
 pub mod server;
+pub mod service;
 pub mod sim;
 pub mod system;
 pub mod views;
@@ -67,6 +68,8 @@ pub enum Command {
     /// The cluster's servers (members, join, force-leave) and this
     /// server's scheduling workers.
     Server(server::ServerArgs),
+    /// The native service catalog (`service list`, `service info NAME`).
+    Service(service::ServiceArgs),
     /// Cluster-wide maintenance (`system gc`).
     System(system::SystemArgs),
     /// Simulated nodes for scale tests (`sim nodes -count N -servers ADDR`).
@@ -98,6 +101,7 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::Alloc(args) => alloc::run(args, out),
         Command::Operator(args) => operator::run(args, out),
         Command::Server(args) => server::run(args, out),
+        Command::Service(args) => service::run(args, out),
         Command::System(args) => system::run(args, out),
         Command::Sim(args) => sim::run(args),
         Command::Bench(args) => bench::run(args, out),
