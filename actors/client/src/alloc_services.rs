@@ -234,9 +234,10 @@ mod tests {
             id: "j".into(),
             ..Default::default()
         };
-        let mut alloc = Allocation::default();
-        alloc.namespace = "default".into();
-        alloc.allocated_resources = std::sync::Arc::new(Default::default());
+        let mut alloc = Allocation {
+            namespace: "default".into(),
+            ..Default::default()
+        };
         std::sync::Arc::make_mut(&mut alloc.allocated_resources)
             .shared
             .networks = vec![NetworkResource {
