@@ -1311,3 +1311,35 @@ async fn a_failing_check_makes_the_allocation_unhealthy_at_the_deadline() {
     assert_eq!(checks[0].status, super::checks::CheckStatus::Failure);
     assert_eq!(checks[0].check, "alive");
 }
+
+#[actix_rt::test]
+async fn a_restored_allocation_keeps_the_health_it_decided() {
+    let mut h = Harness::new();
+    let mut job = (*health_job("task_states", Duration::from_secs(60), vec![])).clone();
+    job.task_groups[0].tasks = vec![sh_task("svc", "exec sleep 300")];
+    let job = Arc::new(job);
+    let mut alloc = alloc_for(&job);
+    alloc.deployment_id = Some(herder::structs::new_id());
+    let first = AllocRunner::new(h.config(&alloc, &job)).start();
+    let decided = h
+        .until("the health decision", |u| u.deployment_status.is_some())
+        .await
+        .deployment_status
+        .unwrap();
+    first.send(Shutdown).await.unwrap();
+
+    let (known, _) = super::alloc_runner::persisted_alloc(h.data_dir.path(), &alloc.id)
+        .unwrap()
+        .expect("the allocation is persisted");
+    assert_eq!(known.deployment_status, Some(decided.clone()));
+    let second = AllocRunner::restore(h.config(&known, &job)).start();
+    // Past min_healthy_time again: no second decision, the first stands.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let state = second.send(GetAllocState).await.unwrap();
+    assert_eq!(state.deployment_status, Some(decided));
+    second.do_send(Stop {
+        reason: "done".into(),
+    });
+    h.until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+}
