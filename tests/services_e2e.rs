@@ -3,8 +3,15 @@
 //! group's service has an http check; the service appears in the catalog
 //! at the allocated port, its check passes, the allocation is reported
 //! healthy, and stopping the job takes the service out of the catalog.
+//!
+//! And the catalog's node protocol against a server alone: registrations
+//! are signed with the node's secret and limited to the node's own
+//! allocations, a user may delete one, and an allocation that ends loses
+//! its services.
 
-use herder_tests::{dev_config, get, send_json, wait_for, TestAgent};
+use herder_tests::{
+    dev_config, get, register_ready_node, send_json, server_config, temp_dir, wait_for, TestAgent,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -136,5 +143,95 @@ fn a_service_is_registered_checked_and_removed_with_its_job() {
     })
     .expect("the service is gone once the job stopped");
     assert_eq!(get_json(&format!("{base}/v1/services")), json!([]));
+    agent.stop();
+}
+
+/// A one-allocation job for the `exec` driver the fixture nodes offer.
+fn exec_job() -> Value {
+    json!({
+        "ID": "api", "Name": "api", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1,
+            "Tasks": [{"Name": "t", "Driver": "exec", "Resources": {"CPU": 50, "MemoryMB": 32}}]}]
+    })
+}
+
+fn registration(alloc_id: &str, name: &str) -> Value {
+    json!({"ID": format!("_nomad-task-{alloc_id}-g-{name}-"), "ServiceName": name,
+           "Namespace": "default", "JobID": "api", "AllocID": alloc_id,
+           "Address": "10.0.0.1", "Port": 8080, "Tags": ["a"]})
+}
+
+#[test]
+fn registrations_are_signed_limited_to_the_node_and_go_with_their_allocation() {
+    let dir = temp_dir();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    let base = format!("http://{}", agent.addr);
+    let node = register_ready_node(&agent, "n1");
+    let other = register_ready_node(&agent, "n2");
+    let (code, body) = send_json(
+        "PUT",
+        &format!("{base}/v1/jobs"),
+        None,
+        &json!({"Job": exec_job()}),
+    );
+    assert_eq!(code, 200, "register: {body}");
+    let alloc = wait_for(WAIT, || {
+        let allocs = get_json(&format!("{base}/v1/job/api/allocations"));
+        allocs.as_array()?.first().cloned()
+    })
+    .expect("the job is placed");
+    let alloc_id = alloc["ID"].as_str().unwrap().to_string();
+    let on = alloc["NodeID"].as_str().unwrap();
+    let (owner, stranger) = if on == node.id.to_string() {
+        (&node, &other)
+    } else {
+        (&other, &node)
+    };
+    let put = |n: &herder::structs::Node, secret: &str, path: &str, body: Value| {
+        send_json(
+            "PUT",
+            &format!("{base}/v1/node/{}/{path}", n.id),
+            Some(secret),
+            &body,
+        )
+    };
+    let services = json!({"Services": [registration(&alloc_id, "api")]});
+
+    let (code, _) = put(owner, "wrong-secret", "services", services.clone());
+    assert_eq!(code, 403, "a registration needs the node's secret");
+    let (code, body) = put(stranger, &stranger.secret_id, "services", services.clone());
+    assert_eq!(code, 400, "another node's allocation: {body}");
+    let (code, body) = put(owner, &owner.secret_id, "services", services.clone());
+    assert_eq!(code, 200, "{body}");
+    let instances = get_json(&format!("{base}/v1/service/api"));
+    assert_eq!(instances.as_array().map(Vec::len), Some(1), "{instances}");
+    assert_eq!(instances[0]["NodeID"], owner.id.to_string());
+    assert_eq!(instances[0]["Port"], 8080);
+
+    // A user deletes one by ID; an unknown ID is a 404.
+    let id = instances[0]["ID"].as_str().unwrap().to_string();
+    let delete = |id: &str| {
+        let url = format!("{base}/v1/service/api/{}", herder_tests::url_encode(id));
+        match ureq::delete(&url).call() {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(code, _)) => code,
+            Err(e) => panic!("DELETE {url}: {e}"),
+        }
+    };
+    assert_eq!(delete("no-such-id"), 404);
+    assert_eq!(delete(&id), 200);
+    assert_eq!(get_json(&format!("{base}/v1/service/api")), json!([]));
+
+    // Registered again, then the allocation ends: the servers remove it.
+    let (code, body) = put(owner, &owner.secret_id, "services", services);
+    assert_eq!(code, 200, "{body}");
+    let update = json!({"Allocs": [{"ID": alloc_id, "ClientStatus": "failed"}]});
+    let (code, body) = put(owner, &owner.secret_id, "allocations", update);
+    assert_eq!(code, 200, "{body}");
+    wait_for(WAIT, || {
+        let v = get_json(&format!("{base}/v1/service/api"));
+        v.as_array()?.is_empty().then_some(())
+    })
+    .expect("an allocation that failed loses its services");
     agent.stop();
 }
