@@ -1551,3 +1551,44 @@ fn operator_gossip_keygen_prints_a_fresh_key_the_cluster_accepts() {
     }
     assert_ne!(keys[0], keys[1]);
 }
+
+#[test]
+fn service_list_and_info_print_the_catalog() {
+    let server = FakeServer::start(|seen| match seen.path.as_str() {
+        "/v1/services" => Reply::ok(
+            r#"[{"Namespace":"default","Services":[{"ServiceName":"web","Tags":["a","b"]}]}]"#,
+            7,
+        ),
+        "/v1/service/web" => Reply::ok(
+            r#"[{"ID":"_nomad-task-x","ServiceName":"web","Namespace":"default",
+                 "NodeID":"4e6e0a4c-0000-0000-0000-000000000000","Datacenter":"dc1",
+                 "JobID":"web","AllocID":"0c4ab8d2-0000-0000-0000-000000000000",
+                 "Tags":["a"],"Address":"10.0.0.1","Port":23456,
+                 "CreateIndex":5,"ModifyIndex":5}]"#,
+            7,
+        ),
+        "/v1/service/none" => Reply::ok("[]", 7),
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["service", "list"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(out.starts_with("Service Name"), "{out}");
+    assert!(out.contains("web") && out.contains("[a,b]"), "{out}");
+
+    let (result, out) = run_against(&server, &["service", "info", "web"]);
+    assert_eq!(result.unwrap(), 0);
+    for want in [
+        "Job ID",
+        "Address",
+        "10.0.0.1:23456",
+        "[a]",
+        "4e6e0a4c",
+        "0c4ab8d2",
+    ] {
+        assert!(out.contains(want), "{want:?} not in {out}");
+    }
+    let (_, out) = run_against(&server, &["service", "info", "-verbose", "web"]);
+    assert!(out.contains("_nomad-task-x"), "{out}");
+    let (_, out) = run_against(&server, &["service", "info", "none"]);
+    assert_eq!(out.trim(), "No service registrations found");
+}
