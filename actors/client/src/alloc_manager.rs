@@ -136,7 +136,7 @@ impl Handler<SyncAllocs> for AllocManager {
                 Some(entry) => {
                     if alloc.modify_index != entry.modify_index {
                         entry.modify_index = alloc.modify_index;
-                        entry.runner.do_send(UpdateAlloc(alloc));
+                        entry.runner.do_send(UpdateAlloc(alloc, job));
                     }
                 }
                 // Nothing to run for an allocation that is already over.

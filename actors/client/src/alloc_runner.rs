@@ -49,11 +49,13 @@ pub struct Stop {
 #[rtype(result = "()")]
 pub struct Shutdown;
 
-/// The servers sent a newer version of the allocation; a desired stop or
-/// evict kills its tasks.
+/// The servers sent a newer version of the allocation (with its job, when
+/// they have it); a desired stop or evict kills its tasks. An in-place
+/// update to a new job version changes its services and checks; its
+/// running tasks stay as they are.
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "()")]
-pub struct UpdateAlloc(pub Allocation);
+pub struct UpdateAlloc(pub Allocation, pub Option<Arc<Job>>);
 
 /// The allocation is gone from the servers: kill what still runs, then
 /// delete its directory and end the runner.
@@ -680,6 +682,11 @@ impl Handler<UpdateAlloc> for AllocRunner {
         let alloc = msg.0;
         if alloc.id != self.config.alloc.id {
             return;
+        }
+        if let Some(job) = msg.1.filter(|j| j.version != self.config.job.version) {
+            self.config.alloc.job_version = alloc.job_version;
+            self.config.job = job;
+            self.job_updated(ctx);
         }
         let moved = alloc.deployment_id != self.config.alloc.deployment_id;
         self.config.alloc.deployment_id = alloc.deployment_id;

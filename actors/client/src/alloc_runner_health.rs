@@ -187,6 +187,36 @@ impl AllocRunner {
             .filter(AllocDeploymentStatus::has_health)
     }
 
+    /// The allocation was updated in place to a new job version: its
+    /// services and checks are resolved again, and the check watcher
+    /// restarted when they changed.
+    pub(super) fn job_updated(&mut self, ctx: &mut Context<Self>) {
+        let Some(group) = self
+            .config
+            .job
+            .lookup_task_group(&self.config.alloc.task_group)
+        else {
+            return;
+        };
+        let c = &self.config;
+        let services = resolve(&ServiceInputs {
+            alloc: &c.alloc,
+            job: &c.job,
+            group,
+            node: &c.node,
+            alloc_dir: &self.alloc_dir,
+            host_env: &c.host_env,
+        });
+        self.group = Some(group.clone());
+        if services == self.health.services {
+            return;
+        }
+        self.health.services = services;
+        self.stop_checks();
+        self.follow_tasks(ctx);
+        self.publish();
+    }
+
     /// The servers' copy of the allocation moved to another deployment (an
     /// in-place update): its health is decided again.
     pub(super) fn deployment_changed(&mut self, ctx: &mut Context<Self>) {

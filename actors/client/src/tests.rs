@@ -1343,3 +1343,41 @@ async fn a_restored_allocation_keeps_the_health_it_decided() {
     h.until("complete", |u| u.client_status == ClientStatus::Complete)
         .await;
 }
+
+#[actix_rt::test]
+async fn an_in_place_update_changes_the_registered_services() {
+    let mut h = Harness::new();
+    let service = |tag: &str| herder::structs::Service {
+        name: "web".into(),
+        port_label: "http".into(),
+        tags: vec![tag.into()],
+        ..Default::default()
+    };
+    let job = health_job("task_states", Duration::from_secs(60), vec![service("v1")]);
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("registered with v1", |u| {
+        u.services.first().is_some_and(|s| s.tags == ["v1"])
+    })
+    .await;
+    let mut next =
+        (*health_job("task_states", Duration::from_secs(60), vec![service("v2")])).clone();
+    next.version = 1;
+    let mut updated = alloc.clone();
+    updated.job_version = 1;
+    updated.modify_index = 9;
+    runner.do_send(super::alloc_runner::UpdateAlloc(
+        updated,
+        Some(Arc::new(next)),
+    ));
+    let after = h
+        .until("registered with v2", |u| {
+            u.services.first().is_some_and(|s| s.tags == ["v2"])
+        })
+        .await;
+    assert_eq!(
+        after.client_status,
+        ClientStatus::Running,
+        "the task kept running"
+    );
+}
