@@ -1,7 +1,7 @@
 //! An allocation's health, decided once on the client as Nomad's health
-//! hook does, for service jobs: with a deployment the group's `update`
-//! block says how, otherwise (a migration, a plain placement) its
-//! `migrate` block.
+//! hook does, for service jobs whose group has an `update` block: with a
+//! deployment that block says how, otherwise (a migration, a plain
+//! placement) the group's `migrate` block.
 //!
 //! - `task_states`: healthy once every task that must run (main tasks and
 //!   sidecars; a lifecycle task that is not a sidecar only may not fail)
@@ -36,13 +36,15 @@ pub struct HealthPolicy {
 impl HealthPolicy {
     /// The policy for an allocation of `group`: from the `update` block
     /// when it belongs to a deployment, else from `migrate`; `None` for
-    /// anything but a service job, for `manual`, or without the block.
+    /// anything but a service job, or a group without an `update` block or
+    /// with `manual` health (as Nomad's health hook decides whether to run).
     pub fn of(job: &Job, group: &TaskGroup, in_deployment: bool) -> Option<HealthPolicy> {
-        if job.job_type != JobType::Service {
+        let update = group.update.as_ref()?;
+        if job.job_type != JobType::Service || update.health_check == "manual" {
             return None;
         }
         let (check, min, deadline) = if in_deployment {
-            let u = group.update.as_ref()?;
+            let u = update;
             (&u.health_check, u.min_healthy_time, u.healthy_deadline)
         } else {
             let m = group.migrate.as_ref()?;
@@ -296,6 +298,12 @@ mod tests {
             u.health_check = "manual".into();
         }
         assert!(HealthPolicy::of(&job, &manual, true).is_none());
+        assert!(HealthPolicy::of(&job, &manual, false).is_none());
+        let no_update = TaskGroup {
+            update: None,
+            ..group.clone()
+        };
+        assert!(HealthPolicy::of(&job, &no_update, false).is_none());
         let batch = Job {
             job_type: JobType::Batch,
             ..Default::default()
