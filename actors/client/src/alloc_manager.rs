@@ -8,9 +8,10 @@
 //! [`ControlAlloc`] hands a user's restart or signal to the allocation's
 //! runner.
 
+use crate::alloc_runner::health::GetChecks;
 use crate::alloc_runner::{
     persisted_allocs, AllocRunner, AllocRunnerConfig, ControlTasks, Destroy, GetAllocState,
-    GetChecks, Shutdown, Stop, UpdateAlloc,
+    Shutdown, Stop, UpdateAlloc,
 };
 use crate::checks::CheckResult;
 use crate::driver::DriverSet;

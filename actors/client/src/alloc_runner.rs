@@ -14,8 +14,7 @@
 //! of the tasks that run.
 
 #[path = "alloc_runner_health.rs"]
-mod health;
-pub use health::GetChecks;
+pub mod health;
 
 use crate::driver::{DriverSet, TaskConfig};
 use crate::restart::RestartTracker;
@@ -141,7 +140,18 @@ pub struct AllocRunner {
     /// (not every new event) are written.
     last_persisted: Option<PersistKey>,
     /// Services, checks and health (`alloc_runner_health.rs`).
-    health: health::HealthState,
+    health: HealthState,
+}
+
+/// What the runner keeps for its services, checks and health (handled in
+/// `alloc_runner_health.rs`).
+#[derive(Default)]
+struct HealthState {
+    services: crate::alloc_services::AllocServices,
+    watcher: Option<Addr<crate::check_watcher::CheckWatcher>>,
+    results: Vec<crate::checks::CheckResult>,
+    tracker: Option<crate::health_watcher::HealthTracker>,
+    timer: Option<SpawnHandle>,
 }
 
 /// Status, node failure, each task's state and failure, decided health.

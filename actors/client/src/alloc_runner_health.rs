@@ -10,7 +10,7 @@
 //! again; nor does it when the servers already hold a decision.
 
 use super::{AllocRunner, Phase, TaskSlot};
-use crate::alloc_services::{resolve, AllocServices, ServiceInputs};
+use crate::alloc_services::{resolve, ServiceInputs};
 use crate::check_watcher::{CheckWatcher, ChecksChanged, GetCheckResults, StopChecks};
 use crate::checks::{CheckResult, CheckStatus};
 use crate::health_watcher::{HealthPolicy, HealthTracker, TaskHealth};
@@ -22,16 +22,6 @@ use herder::structs::{AllocDeploymentStatus, ServiceRegistration};
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "Vec<CheckResult>")]
 pub struct GetChecks;
-
-/// What the runner keeps for its services, checks and health.
-#[derive(Default)]
-pub(super) struct HealthState {
-    services: AllocServices,
-    watcher: Option<Addr<CheckWatcher>>,
-    results: Vec<CheckResult>,
-    tracker: Option<HealthTracker>,
-    timer: Option<SpawnHandle>,
-}
 
 impl AllocRunner {
     /// Resolves the services and starts the health tracker, unless the

@@ -1306,7 +1306,10 @@ async fn a_failing_check_makes_the_allocation_unhealthy_at_the_deadline() {
         .until("the health decision", |u| u.deployment_status.is_some())
         .await;
     assert_eq!(decided.deployment_status.unwrap().healthy, Some(false));
-    let checks = runner.send(super::alloc_runner::GetChecks).await.unwrap();
+    let checks = runner
+        .send(super::alloc_runner::health::GetChecks)
+        .await
+        .unwrap();
     assert_eq!(checks.len(), 1);
     assert_eq!(checks[0].status, super::checks::CheckStatus::Failure);
     assert_eq!(checks[0].check, "alive");
