@@ -85,9 +85,16 @@ fn service(r: &BodyReader) -> Result<Service, JobspecError> {
         connect: free_form_block(r, "connect")?,
         ..Service::default()
     };
+    // A service's `check_restart` is its checks' default, as in Nomad.
+    let restart = free_form_block(r, "check_restart")?;
+    s.check_restart.clone_from(&restart);
     for block in r.blocks("check") {
         let (c, _) = r.child(block, 0, "")?;
-        s.checks.push(check(&c)?);
+        let mut check = check(&c)?;
+        if check.check_restart.is_none() {
+            check.check_restart.clone_from(&restart);
+        }
+        s.checks.push(check);
     }
     Ok(s)
 }

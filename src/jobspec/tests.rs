@@ -842,6 +842,9 @@ job "web" {
       port     = "http"
       tags     = ["a", "b"]
       provider = "nomad"
+      check_restart {
+        limit = 3
+      }
       check {
         type     = "http"
         path     = "/health"
@@ -886,6 +889,10 @@ job "web" {
     assert_eq!(http.interval, Duration::from_secs(5));
     assert_eq!(http.header["X-Probe"], vec!["1".to_string()]);
     assert_eq!(s.checks[1].args, vec!["-x".to_string()]);
+    assert!(
+        s.checks.iter().all(|c| c.check_restart.is_some()),
+        "inherited"
+    );
     let ts = &job.task_groups[0].tasks[0].services[0];
     assert_eq!((ts.name.as_str(), ts.task_name.as_str()), ("web-g-t", "t"));
     assert_eq!(ts.provider, "consul");

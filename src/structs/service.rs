@@ -42,6 +42,8 @@ pub struct Service {
     pub checks: Vec<ServiceCheck>,
     /// Consul Connect: kept as written, not acted on.
     pub connect: Option<serde_json::Value>,
+    /// The checks' default `check_restart`: kept as written, not acted on.
+    pub check_restart: Option<serde_json::Value>,
     #[serde(with = "nullable")]
     pub meta: BTreeMap<String, String>,
     #[serde(with = "nullable")]

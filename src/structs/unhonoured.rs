@@ -75,6 +75,11 @@ fn task_warnings(tg: &TaskGroup, task: &Task, out: &mut Vec<String>) {
 fn service_warnings(at: &str, services: &[Service], out: &mut Vec<String>) {
     for s in services {
         let at = format!("{at}, service {:?}", s.name);
+        if s.check_restart.is_some() {
+            out.push(format!(
+                "{at}: check_restart is not supported by herder yet; it is kept but ignored"
+            ));
+        }
         if s.connect.is_some() {
             out.push(format!(
                 "{at}: connect is not supported by herder; it is kept but no sidecar runs"
