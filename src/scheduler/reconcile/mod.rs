@@ -3,27 +3,32 @@
 //! say what to place, stop, update in place, replace, migrate, and
 //! reschedule now or later.
 //!
-//! It follows Nomad's `reconcile.go` without deployments or canaries:
-//! allocations are sorted into untainted, migrating (drain) and lost (node
-//! down or gone); failed ones are split by the reschedule policy into
-//! "now", "later" (a follow-up evaluation at the time the delay ends) and
-//! "not any more"; counts are honoured by stopping the highest indexes
-//! first and naming new allocations with the lowest free indexes; version
-//! changes become in-place or destructive updates, the latter at most
-//! `max_parallel` per evaluation.
+//! It follows Nomad's `reconcile.go`: allocations are sorted into
+//! untainted, migrating (drain) and lost (node down or gone); failed ones
+//! are split by the reschedule policy into "now", "later" (a follow-up
+//! evaluation at the time the delay ends) and "not any more"; counts are
+//! honoured by stopping the highest indexes first and naming new
+//! allocations with the lowest free indexes; version changes become
+//! in-place or destructive updates. Service groups with an update strategy
+//! roll out under a deployment ([`deployment`]): canaries first, then at
+//! most `max_parallel` unhealthy new allocations at a time.
 
-use super::util::{
+mod deployment;
+
+pub use deployment::DeploymentChanges;
+use deployment::Rollout;
+
+use crate::scheduler::util::{
     next_reschedule_time, node_is_lost, reschedule_policy, UpdateKind, ALLOC_LOST, ALLOC_MIGRATING,
     ALLOC_NOT_NEEDED, FOLLOWUP_BATCH_WINDOW, RESCHEDULE_WINDOW,
 };
 use crate::structs::{
-    Allocation, ClientStatus, DesiredStatus, DesiredUpdates, EvalStatus, Evaluation, Job, Node,
-    NodeId, TaskGroup, TriggeredBy,
+    AllocId, Allocation, ClientStatus, Deployment, DeploymentState, DesiredStatus, DesiredUpdates,
+    EvalStatus, Evaluation, Job, Node, NodeId, TaskGroup, TriggeredBy,
 };
 use crate::view::State;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A new allocation to place.
 #[derive(Clone, Debug)]
@@ -34,6 +39,8 @@ pub struct PlaceRequest {
     pub previous: Option<Arc<Allocation>>,
     /// Replacing a failed allocation under its reschedule policy.
     pub reschedule: bool,
+    /// A canary of the deployment (or the replacement of one).
+    pub canary: bool,
 }
 
 /// An allocation to replace with one of the new job version.
@@ -63,9 +70,12 @@ pub struct ReconcileResults {
     /// Evaluations for delayed reschedules.
     pub followup_evals: Vec<Evaluation>,
     pub desired: BTreeMap<String, DesiredUpdates>,
-    /// Set when destructive updates were held back by `max_parallel`: the
-    /// wait before the next rolling-update evaluation.
-    pub rolling_wait: Option<Duration>,
+    /// The deployment to create, status changes, and the deployment new
+    /// allocations belong to. Destructive updates held back by
+    /// `max_parallel` wait for the deployment's allocations to turn
+    /// healthy: any later evaluation of the job (the watcher's) places the
+    /// next batch, so no stagger follow-up is scheduled here.
+    pub deployment: DeploymentChanges,
 }
 
 /// The inputs of one reconciliation.
@@ -77,6 +87,8 @@ pub struct Reconciler<'a> {
     pub allocs: &'a [Arc<Allocation>],
     pub tainted: &'a HashMap<NodeId, Option<Arc<Node>>>,
     pub state: &'a dyn State,
+    /// The job's latest deployment.
+    pub deployment: Option<Arc<Deployment>>,
 }
 
 type Set = Vec<Arc<Allocation>>;
@@ -93,12 +105,14 @@ impl Reconciler<'_> {
         for a in self.allocs {
             by_group.entry(&a.task_group).or_default().push(a.clone());
         }
+        let mut rollout = Rollout::new(self.deployment.clone(), self.job.map(|j| &**j));
         let job = match self.job {
             Some(job) if !job.stop => job,
             _ => {
                 for (group, allocs) in by_group {
                     self.stop_all(group, &allocs, &mut results);
                 }
+                results.deployment = rollout.finish(false);
                 return results;
             }
         };
@@ -107,10 +121,22 @@ impl Reconciler<'_> {
                 self.stop_all(group, allocs, &mut results);
             }
         }
+        let mut complete = true;
         for tg in &job.task_groups {
             let allocs = by_group.remove(tg.name.as_str()).unwrap_or_default();
-            self.compute_group(job, tg, allocs, &mut results, update);
+            let group_complete =
+                self.compute_group(job, tg, allocs, &mut rollout, &mut results, update);
+            complete = complete && group_complete;
         }
+        let changes = rollout.finish(complete);
+        // An allocation updated in place joins the version's deployment.
+        for a in &mut results.inplace {
+            if a.deployment_id != changes.current_id {
+                a.deployment_id = changes.current_id;
+                a.deployment_status = None;
+            }
+        }
+        results.deployment = changes;
         results
     }
 
@@ -127,22 +153,29 @@ impl Reconciler<'_> {
         }
     }
 
+    /// Reconciles one group (Nomad's `computeGroup`); returns whether the
+    /// group is complete as far as its deployment is concerned.
     fn compute_group(
         &self,
         job: &Job,
         tg: &TaskGroup,
         mut all: Set,
+        rollout: &mut Rollout,
         results: &mut ReconcileResults,
         update: &mut dyn FnMut(&TaskGroup, &Arc<Allocation>) -> UpdateKind,
-    ) {
+    ) -> bool {
         let mut desired = DesiredUpdates::default();
         if self.batch {
             // Finished work of an older version does not count any more.
             all.retain(|a| !(a.is_terminal() && a.job_version < job.version));
         }
+        let (mut dstate, in_deployment) = rollout.group_state(tg);
+        let had_running = all.iter().any(|a| a.job_version == job.version);
+        let (mut canaries, all) = self.split_canaries(rollout, all, &mut desired, results);
         let (untainted, mut migrate, lost) = self.split_by_node(all);
         let (mut untainted, reschedule_now, reschedule_later) =
-            self.split_by_reschedule(job, untainted);
+            self.split_by_reschedule(job, untainted, rollout.active_id());
+        let waiting = reschedule_later.len();
         self.delay_reschedules(&tg.name, reschedule_later, results);
 
         let count = tg.count.max(0) as u32;
@@ -163,17 +196,120 @@ impl Reconciler<'_> {
             });
             desired.stop += 1;
         }
-        let stopped = self.compute_stop(count, &mut names, &mut untainted, &mut migrate, results);
+        canaries.holding = dstate.awaiting_promotion();
+        let stopped = self.compute_stop(
+            count,
+            &mut names,
+            &mut untainted,
+            &mut migrate,
+            &canaries,
+            results,
+        );
         desired.stop += stopped;
 
-        update_versions(tg, &untainted, &mut desired, results, update);
-        let existing = (untainted.len() + migrate.len() + reschedule_now.len()) as u32;
+        let (inplace, destructive) =
+            classify_updates(tg, &untainted, &mut desired, results, update);
+        if !in_deployment {
+            dstate.desired_total += (destructive.len() + inplace) as u32;
+        }
+        if canaries.holding {
+            // Waiting canaries are not counted toward the group's count.
+            untainted.retain(|a| !canaries.ids.contains(&a.id));
+        }
         let wanted = Wanted { job, tg, count };
+        let require_canary = wanted.canaries(
+            &mut dstate,
+            &canaries,
+            &destructive,
+            rollout.halted(),
+            &mut names,
+            &mut desired,
+            results,
+        );
+        canaries.holding = dstate.awaiting_promotion();
+        let limit = rollout.limit(
+            tg,
+            &untainted,
+            destructive.len() + migrate.len(),
+            canaries.holding,
+        );
+        let existing = (untainted.len() + migrate.len() + reschedule_now.len()) as u32;
         let place = wanted.placements(&reschedule_now, &lost, existing, &mut names);
-        desired.place += place.len() as u64;
-        results.place.extend(place);
+        if !in_deployment {
+            dstate.desired_total += place.len() as u32;
+        }
+        let nothing_to_do = destructive.len()
+            + inplace
+            + place.len()
+            + migrate.len()
+            + reschedule_now.len()
+            + waiting
+            == 0
+            && !require_canary;
+        let updating_spec = !destructive.is_empty() || inplace > 0;
+        let ready = !rollout.halted() && !canaries.holding;
+        let limit = admit_placements(place, &lost, ready, rollout, limit, &mut desired, results);
+        admit_destructive(tg, destructive, ready, limit, &mut desired, results);
         migrate_all(tg, migrate, &mut desired, results);
         results.desired.insert(tg.name.clone(), desired);
+
+        // A deployment for the version's first placements or a spec change.
+        let has_strategy = tg.max_parallel().is_some();
+        if !in_deployment
+            && has_strategy
+            && dstate.desired_total != 0
+            && (!had_running || updating_spec)
+        {
+            rollout.attach(job, &tg.name, dstate, self.eval.priority);
+        }
+        rollout.group_complete(&tg.name, nothing_to_do)
+    }
+
+    /// Nomad's `handleGroupCanaries`: stops the unpromoted canaries of an
+    /// older or failed deployment, and those of the current deployment that
+    /// are on draining or lost nodes (new ones are placed instead); returns
+    /// the current canaries and the group's allocations without the stopped.
+    fn split_canaries(
+        &self,
+        rollout: &Rollout,
+        all: Set,
+        desired: &mut DesiredUpdates,
+        results: &mut ReconcileResults,
+    ) -> (Canaries, Set) {
+        let stale = rollout.canaries_to_stop();
+        let current = rollout.canaries();
+        let mut canaries = Canaries::default();
+        let mut rest = Vec::with_capacity(all.len());
+        for a in all {
+            let live = !a.is_terminal();
+            let stop = if stale.contains(&a.id) {
+                Some((ALLOC_NOT_NEEDED, None))
+            } else if !current.contains(&a.id) {
+                None
+            } else if live && a.desired_transition.should_migrate() {
+                Some((ALLOC_MIGRATING, None))
+            } else if live && self.tainted.get(&a.node_id).is_some_and(node_is_lost) {
+                Some((ALLOC_LOST, Some(ClientStatus::Lost)))
+            } else {
+                canaries.ids.insert(a.id);
+                canaries.set.push(a.clone());
+                None
+            };
+            match stop {
+                Some((description, client_status)) => {
+                    if live {
+                        desired.stop += 1;
+                        results.stop.push(StopRequest {
+                            alloc: a,
+                            description,
+                            client_status,
+                        });
+                    }
+                }
+                None => rest.push(a),
+            }
+        }
+        (canaries, rest)
     }
 
     /// Untainted, migrating (marked for migration) and lost (node down or
@@ -199,7 +335,15 @@ impl Reconciler<'_> {
 
     /// Splits out failed allocations to reschedule now or later; the rest
     /// (running, finished batch work, failures out of attempts) stay.
-    fn split_by_reschedule(&self, job: &Job, set: Set) -> (Set, Set, Vec<(Arc<Allocation>, i64)>) {
+    /// A failed allocation of the active deployment is left to the
+    /// deployment watcher (it fails the deployment) unless marked for
+    /// rescheduling.
+    fn split_by_reschedule(
+        &self,
+        job: &Job,
+        set: Set,
+        active_deployment: Option<uuid::Uuid>,
+    ) -> (Set, Set, Vec<(Arc<Allocation>, i64)>) {
         let mut untainted = Vec::new();
         let mut now_set = Vec::new();
         let mut later = Vec::new();
@@ -212,6 +356,11 @@ impl Reconciler<'_> {
                 if keep {
                     untainted.push(a);
                 }
+                continue;
+            }
+            let in_deployment = active_deployment.is_some() && a.deployment_id == active_deployment;
+            if in_deployment && a.desired_transition.reschedule != Some(true) {
+                untainted.push(a);
                 continue;
             }
             let policy = reschedule_policy(self.state, Some(job), &a);
@@ -287,22 +436,52 @@ impl Reconciler<'_> {
         }
     }
 
-    /// Stops what exceeds the count: migrating allocations first, then the
-    /// highest indexes.
+    /// Stops what exceeds the count: once canaries are promoted, the old
+    /// allocations holding their names; then migrating allocations; then
+    /// the highest indexes. Canaries waiting for promotion do not count.
     fn compute_stop(
         &self,
         count: u32,
         names: &mut NameIndex,
         untainted: &mut Set,
         migrate: &mut Set,
+        canaries: &Canaries,
         results: &mut ReconcileResults,
     ) -> u64 {
-        let total = untainted.len() + migrate.len();
-        let mut remove = total.saturating_sub(count as usize);
+        let counted = untainted
+            .iter()
+            .filter(|a| !(canaries.holding && canaries.ids.contains(&a.id)))
+            .count();
+        let mut remove = (counted + migrate.len()).saturating_sub(count as usize);
         if remove == 0 {
             return 0;
         }
         let mut stopped = 0;
+        let stop = |alloc: Arc<Allocation>, results: &mut ReconcileResults| {
+            results.stop.push(StopRequest {
+                alloc,
+                description: ALLOC_NOT_NEEDED,
+                client_status: None,
+            });
+        };
+        if !canaries.holding && !canaries.set.is_empty() {
+            let canary_names: HashSet<&str> =
+                canaries.set.iter().map(|a| a.name.as_str()).collect();
+            let mut keep = Vec::with_capacity(untainted.len());
+            for a in untainted.drain(..) {
+                let replaced_by_canary = !a.is_terminal()
+                    && !canaries.ids.contains(&a.id)
+                    && canary_names.contains(a.name.as_str());
+                if remove > 0 && replaced_by_canary {
+                    stop(a, results);
+                    remove -= 1;
+                    stopped += 1;
+                } else {
+                    keep.push(a);
+                }
+            }
+            *untainted = keep;
+        }
         // Prefer stopping allocations that would have to move anyway.
         migrate.sort_by_key(|a| std::cmp::Reverse(a.index()));
         while remove > 0 && !migrate.is_empty() {
@@ -310,17 +489,14 @@ impl Reconciler<'_> {
             if let Some(i) = a.index() {
                 names.unset(i);
             }
-            results.stop.push(StopRequest {
-                alloc: a,
-                description: ALLOC_NOT_NEEDED,
-                client_status: None,
-            });
+            stop(a, results);
             remove -= 1;
             stopped += 1;
         }
         // Then the highest indexes among live allocations.
         let mut live: Vec<usize> = (0..untainted.len())
             .filter(|&i| !untainted[i].is_terminal())
+            .filter(|&i| !(canaries.holding && canaries.ids.contains(&untainted[i].id)))
             .collect();
         live.sort_by_key(|&i| std::cmp::Reverse(untainted[i].index()));
         let chosen: HashSet<usize> = live.into_iter().take(remove).collect();
@@ -330,11 +506,7 @@ impl Reconciler<'_> {
                 if let Some(idx) = a.index() {
                     names.unset(idx);
                 }
-                results.stop.push(StopRequest {
-                    alloc: a,
-                    description: ALLOC_NOT_NEEDED,
-                    client_status: None,
-                });
+                stop(a, results);
                 stopped += 1;
             } else {
                 keep.push(a);
@@ -343,6 +515,15 @@ impl Reconciler<'_> {
         *untainted = keep;
         stopped
     }
+}
+
+/// The current deployment's canaries in a group.
+#[derive(Default)]
+struct Canaries {
+    set: Set,
+    ids: HashSet<AllocId>,
+    /// They wait for promotion: the rest of the group holds still.
+    holding: bool,
 }
 
 /// The allocation indexes in use in a group, to name new allocations with
@@ -362,6 +543,38 @@ impl NameIndex {
         self.used.remove(&index);
     }
 
+    /// Names for `n` canaries (Nomad's `NextCanaries`): first the indexes
+    /// of allocations being replaced that no canary holds yet, then free
+    /// indexes below `count`, then any free index.
+    pub fn next_canaries(
+        &mut self,
+        n: usize,
+        held_by_canaries: &HashSet<u32>,
+        replaced: &[u32],
+        count: u32,
+    ) -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::with_capacity(n);
+        for &i in replaced {
+            if out.len() == n {
+                return out;
+            }
+            if i < count && !held_by_canaries.contains(&i) && !out.contains(&i) {
+                out.push(i);
+            }
+        }
+        for i in 0..count {
+            if out.len() == n {
+                return out;
+            }
+            if self.used.insert(i) {
+                out.push(i);
+            }
+        }
+        let rest = n - out.len();
+        out.extend(self.next(rest as u32));
+        out
+    }
+
     /// The next `n` free indexes, lowest first.
     pub fn next(&mut self, n: u32) -> Vec<u32> {
         let mut out = Vec::with_capacity(n as usize);
@@ -377,37 +590,84 @@ impl NameIndex {
 }
 
 /// The version changes of a group's untainted allocations: in place where
-/// `update` can, destructive (replaced) otherwise, at most the group's
-/// `max_parallel` of those per evaluation (the rest wait, and the results
-/// say how long).
-fn update_versions(
+/// `update` can (added to the results; their number returned), destructive
+/// (replaced) otherwise.
+fn classify_updates(
     tg: &TaskGroup,
     untainted: &Set,
     desired: &mut DesiredUpdates,
     results: &mut ReconcileResults,
     update: &mut dyn FnMut(&TaskGroup, &Arc<Allocation>) -> UpdateKind,
-) {
+) -> (usize, Set) {
     let mut destructive = Vec::new();
+    let mut inplace = 0;
     for a in untainted {
         match update(tg, a) {
             UpdateKind::Ignore => desired.ignore += 1,
             UpdateKind::InPlace(updated) => {
                 desired.in_place_update += 1;
+                inplace += 1;
                 results.inplace.push(*updated);
             }
             UpdateKind::Destructive => destructive.push(a.clone()),
         }
     }
-    destructive.sort_by_key(|a| a.index());
-    let limit = tg.max_parallel().map_or(usize::MAX, |m| m as usize);
-    if destructive.len() > limit {
-        desired.ignore += (destructive.len() - limit) as u64;
-        destructive.truncate(limit);
-        let wait = tg.update.as_ref().map(|u| u.stagger).unwrap_or_default();
-        results.rolling_wait = Some(results.rolling_wait.map_or(wait, |w| w.min(wait)));
+    (inplace, destructive)
+}
+
+/// Places what the group needs: everything when the deployment lets it
+/// (the placements use up the rolling limit first, which is returned);
+/// otherwise (paused, failed, canaries waiting) only replacements of lost
+/// allocations and reschedules, except reschedules of a failed
+/// deployment's own allocations.
+fn admit_placements(
+    place: Vec<PlaceRequest>,
+    lost: &Set,
+    ready: bool,
+    rollout: &Rollout,
+    limit: usize,
+    desired: &mut DesiredUpdates,
+    results: &mut ReconcileResults,
+) -> usize {
+    if ready {
+        let used = place.len().min(limit);
+        desired.place += place.len() as u64;
+        results.place.extend(place);
+        return limit - used;
     }
-    desired.destructive_update += destructive.len() as u64;
-    for a in destructive {
+    let failed = rollout.failed().then(|| rollout.current_id()).flatten();
+    let lost: HashSet<AllocId> = lost.iter().map(|a| a.id).collect();
+    for p in place {
+        let prev = p.previous.as_ref();
+        let replaces_lost = !p.reschedule && prev.is_some_and(|a| lost.contains(&a.id));
+        let of_failed = failed.is_some() && prev.is_some_and(|a| a.deployment_id == failed);
+        if replaces_lost || (p.reschedule && !of_failed) {
+            desired.place += 1;
+            results.place.push(p);
+        }
+    }
+    limit
+}
+
+/// Destructive updates, lowest indexes first, as many as the limit allows
+/// when the deployment lets the group move; the rest wait.
+fn admit_destructive(
+    tg: &TaskGroup,
+    mut destructive: Set,
+    ready: bool,
+    limit: usize,
+    desired: &mut DesiredUpdates,
+    results: &mut ReconcileResults,
+) {
+    destructive.sort_by_key(|a| a.index());
+    let take = if ready {
+        destructive.len().min(limit)
+    } else {
+        0
+    };
+    desired.ignore += (destructive.len() - take) as u64;
+    desired.destructive_update += take as u64;
+    for a in destructive.into_iter().take(take) {
         results.destructive.push(DestructiveRequest {
             name: a.name.clone(),
             group: tg.name.clone(),
@@ -424,6 +684,52 @@ struct Wanted<'j> {
 }
 
 impl Wanted<'_> {
+    /// Places the canaries a destructive change needs while fewer than the
+    /// strategy's `canary` exist and the group is not promoted (none while
+    /// the deployment is paused or failed); returns whether canaries are
+    /// required.
+    #[allow(clippy::too_many_arguments)]
+    fn canaries(
+        &self,
+        dstate: &mut DeploymentState,
+        canaries: &Canaries,
+        destructive: &Set,
+        halted: bool,
+        names: &mut NameIndex,
+        desired: &mut DesiredUpdates,
+        results: &mut ReconcileResults,
+    ) -> bool {
+        let tg = self.tg;
+        let wanted = tg
+            .update
+            .as_ref()
+            .filter(|u| u.max_parallel > 0)
+            .map_or(0, |u| u.canary.max(0) as usize);
+        let required = !destructive.is_empty() && canaries.set.len() < wanted && !dstate.promoted;
+        if !required {
+            return false;
+        }
+        dstate.desired_canaries = wanted as u32;
+        if halted {
+            return true;
+        }
+        let n = wanted - canaries.set.len();
+        desired.canary += n as u64;
+        let held: HashSet<u32> = canaries.set.iter().filter_map(|a| a.index()).collect();
+        let mut replaced: Vec<u32> = destructive.iter().filter_map(|a| a.index()).collect();
+        replaced.sort_unstable();
+        for index in names.next_canaries(n, &held, &replaced, self.count) {
+            results.place.push(PlaceRequest {
+                name: Allocation::name_for(&self.job.id, &tg.name, index),
+                group: tg.name.clone(),
+                previous: None,
+                reschedule: false,
+                canary: true,
+            });
+        }
+        true
+    }
+
     /// What to place, in order: reschedules, replacements of lost
     /// allocations while fewer than `count` exist, then new allocations
     /// under the lowest free indexes.
@@ -442,6 +748,7 @@ impl Wanted<'_> {
                 group: tg.name.clone(),
                 previous: Some(a.clone()),
                 reschedule: true,
+                canary: is_canary(a),
             });
         }
         for a in lost {
@@ -454,6 +761,7 @@ impl Wanted<'_> {
                 group: tg.name.clone(),
                 previous: Some(a.clone()),
                 reschedule: false,
+                canary: is_canary(a),
             });
         }
         if existing < self.count {
@@ -463,6 +771,7 @@ impl Wanted<'_> {
                     group: tg.name.clone(),
                     previous: None,
                     reschedule: false,
+                    canary: false,
                 });
             }
         }
@@ -489,8 +798,14 @@ fn migrate_all(
         results.place.push(PlaceRequest {
             name: a.name.clone(),
             group: tg.name.clone(),
+            canary: is_canary(&a),
             previous: Some(a),
             reschedule: false,
         });
     }
+}
+
+/// The allocation was placed as a canary (and not promoted yet).
+fn is_canary(a: &Allocation) -> bool {
+    a.deployment_status.as_ref().is_some_and(|s| s.canary)
 }
