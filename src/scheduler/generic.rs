@@ -34,6 +34,8 @@ pub struct GenericScheduler<'p> {
     followups_created: bool,
     plan_result: Option<PlanResult>,
     eligibility: Eligibility,
+    /// The deployment this attempt's placements join.
+    placing: Placing,
 }
 
 impl<'p> GenericScheduler<'p> {
@@ -50,6 +52,7 @@ impl<'p> GenericScheduler<'p> {
             followups_created: false,
             plan_result: None,
             eligibility: Default::default(),
+            placing: Placing::default(),
         }
     }
 
@@ -151,7 +154,7 @@ impl<'p> GenericScheduler<'p> {
             desired,
             deployment,
         } = results;
-        let placing = Placing {
+        self.placing = Placing {
             deployment_id: deployment.active_id,
         };
         ctx.plan.deployment = deployment.created.map(Arc::new);
@@ -188,7 +191,7 @@ impl<'p> GenericScheduler<'p> {
             return Ok(());
         }
         if let Some(stack) = stack {
-            self.compute_placements(eval, job, ctx, stack, &placing, destructive, place);
+            self.compute_placements(eval, job, ctx, stack, destructive, place);
         }
         Ok(())
     }
@@ -255,7 +258,6 @@ impl<'p> GenericScheduler<'p> {
         job: &Arc<Job>,
         ctx: &mut EvalContext,
         stack: &mut Stack,
-        placing: &Placing,
         destructive: Vec<DestructiveRequest>,
         place: Vec<PlaceRequest>,
     ) {
@@ -308,7 +310,7 @@ impl<'p> GenericScheduler<'p> {
                             ));
                         }
                     }
-                    placing.join(&mut alloc, canary);
+                    self.placing.join(&mut alloc, canary);
                     apply_preemptions(ctx, &ranked, &mut alloc);
                     annotate_preemptions(ctx, &group, &ranked);
                     ctx.place_new_alloc(alloc);
@@ -327,6 +329,7 @@ impl<'p> GenericScheduler<'p> {
 }
 
 /// What every placement of an evaluation carries besides its node.
+#[derive(Default)]
 struct Placing {
     /// The active deployment placements belong to.
     deployment_id: Option<DeploymentId>,

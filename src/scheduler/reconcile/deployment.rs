@@ -192,14 +192,19 @@ impl Rollout {
         limit.max(0) as usize
     }
 
-    /// Adds a group's state to the current deployment, creating the
-    /// deployment (for this job version) if there is none.
-    pub fn attach(&mut self, job: &Job, group: &str, state: DeploymentState, priority: i32) {
+    /// Adds a group that has something to place for its first allocations
+    /// of the version or a spec change to the current deployment, creating
+    /// the deployment (for this job version) if there is none; a group
+    /// without an update strategy rolls out without one.
+    pub fn attach(&mut self, job: &Job, tg: &TaskGroup, state: DeploymentState, priority: i32) {
+        if tg.max_parallel().is_none() || state.desired_total == 0 {
+            return;
+        }
         let d = self.current.get_or_insert_with(|| {
             self.created = true;
             Deployment::new(job, priority)
         });
-        d.task_groups.insert(group.to_string(), state);
+        d.task_groups.insert(tg.name.clone(), state);
     }
 
     /// Nomad's final check of a group: nothing left to place, and the

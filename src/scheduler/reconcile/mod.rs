@@ -165,19 +165,16 @@ impl Reconciler<'_> {
         update: &mut dyn FnMut(&TaskGroup, &Arc<Allocation>) -> UpdateKind,
     ) -> bool {
         let mut desired = DesiredUpdates::default();
-        if self.batch {
-            // Finished work of an older version does not count any more.
-            all.retain(|a| !(a.is_terminal() && a.job_version < job.version));
-        }
         let (mut dstate, in_deployment) = rollout.group_state(tg);
         let had_running = all.iter().any(|a| a.job_version == job.version);
-        let (mut canaries, all) = self.split_canaries(rollout, all, &mut desired, results);
-        let (untainted, mut migrate, lost) = self.split_by_node(all);
-        let (mut untainted, reschedule_now, reschedule_later) =
-            self.split_by_reschedule(job, untainted, rollout.active_id());
-        let waiting = reschedule_later.len();
-        self.delay_reschedules(&tg.name, reschedule_later, results);
-
+        let Sorted {
+            mut canaries,
+            mut untainted,
+            mut migrate,
+            lost,
+            reschedule_now,
+            waiting,
+        } = self.sort_group(job, tg, all, rollout, &mut desired, results);
         let count = tg.count.max(0) as u32;
         let mut names = NameIndex::new(
             untainted
@@ -186,16 +183,6 @@ impl Reconciler<'_> {
                 .chain(&reschedule_now)
                 .filter_map(|a| a.index()),
         );
-
-        // Lost allocations are always stopped (and maybe replaced below).
-        for a in &lost {
-            results.stop.push(StopRequest {
-                alloc: a.clone(),
-                description: ALLOC_LOST,
-                client_status: Some(ClientStatus::Lost),
-            });
-            desired.stop += 1;
-        }
         canaries.holding = dstate.awaiting_promotion();
         let stopped = self.compute_stop(
             count,
@@ -253,16 +240,51 @@ impl Reconciler<'_> {
         migrate_all(tg, migrate, &mut desired, results);
         results.desired.insert(tg.name.clone(), desired);
 
-        // A deployment for the version's first placements or a spec change.
-        let has_strategy = tg.max_parallel().is_some();
-        if !in_deployment
-            && has_strategy
-            && dstate.desired_total != 0
-            && (!had_running || updating_spec)
-        {
-            rollout.attach(job, &tg.name, dstate, self.eval.priority);
+        if !in_deployment && (!had_running || updating_spec) {
+            rollout.attach(job, tg, dstate, self.eval.priority);
         }
         rollout.group_complete(&tg.name, nothing_to_do)
+    }
+
+    /// Sorts a group's allocations by what must happen to them: canaries,
+    /// untainted, migrating, lost (stopped here), failed to reschedule now
+    /// or later (follow-up evaluations made here).
+    fn sort_group(
+        &self,
+        job: &Job,
+        tg: &TaskGroup,
+        mut all: Set,
+        rollout: &Rollout,
+        desired: &mut DesiredUpdates,
+        results: &mut ReconcileResults,
+    ) -> Sorted {
+        if self.batch {
+            // Finished work of an older version does not count any more.
+            all.retain(|a| !(a.is_terminal() && a.job_version < job.version));
+        }
+        let (canaries, all) = self.split_canaries(rollout, all, desired, results);
+        let (untainted, migrate, lost) = self.split_by_node(all);
+        let (untainted, reschedule_now, reschedule_later) =
+            self.split_by_reschedule(job, untainted, rollout.active_id());
+        let waiting = reschedule_later.len();
+        self.delay_reschedules(&tg.name, reschedule_later, results);
+        // Lost allocations are always stopped (and maybe replaced later).
+        for a in &lost {
+            results.stop.push(StopRequest {
+                alloc: a.clone(),
+                description: ALLOC_LOST,
+                client_status: Some(ClientStatus::Lost),
+            });
+            desired.stop += 1;
+        }
+        Sorted {
+            canaries,
+            untainted,
+            migrate,
+            lost,
+            reschedule_now,
+            waiting,
+        }
     }
 
     /// Nomad's `handleGroupCanaries`: stops the unpromoted canaries of an
@@ -515,6 +537,17 @@ impl Reconciler<'_> {
         *untainted = keep;
         stopped
     }
+}
+
+/// A group's allocations sorted by what must happen to them.
+struct Sorted {
+    canaries: Canaries,
+    untainted: Set,
+    migrate: Set,
+    lost: Set,
+    reschedule_now: Set,
+    /// Failed allocations to reschedule later.
+    waiting: usize,
 }
 
 /// The current deployment's canaries in a group.
