@@ -351,3 +351,64 @@ fn drained_allocations_migrate_during_a_deployment() {
     assert_eq!(moved.deployment_id, Some(d.id));
     assert_eq!(moved.name, moving.name);
 }
+
+#[test]
+fn failed_deployment_places_nothing_new_of_its_version() {
+    let mut s = Scenario::new();
+    s.add_nodes(4);
+    let j1 = settled(&mut s, rolling_job(4, 1, 0));
+    let (j2, _) = s.register(new_version(&j1, "/bin/v2"));
+    let d = s.deployment(&j2);
+    s.h.state
+        .update_deployment(&d.id, |d| d.status = DeploymentStatus::Failed);
+    s.all_healthy(&j2);
+    s.eval(&j2, TriggeredBy::DeploymentWatcher);
+    assert_eq!(of_version(&s, &j2).len(), 1);
+    assert_eq!(s.live(&j2).len(), 4);
+    let d = s.deployment(&j2);
+    assert_eq!(d.status, DeploymentStatus::Failed, "a verdict is kept");
+}
+
+#[test]
+fn auto_revert_stops_the_failed_canaries_and_redeploys_the_stable_spec() {
+    let mut s = Scenario::new();
+    s.add_nodes(3);
+    let j1 = settled(&mut s, rolling_job(3, 1, 1));
+    let (j2, _) = s.register(new_version(&j1, "/bin/v2"));
+    let canary = of_version(&s, &j2)[0].clone();
+    let d2 = s.deployment(&j2);
+    s.h.state
+        .update_deployment(&d2.id, |d| d.status = DeploymentStatus::Failed);
+    // The revert registers the stable spec as a new version.
+    let mut j3 = (*j1).clone();
+    j3.version = j2.version + 1;
+    let (j3, _) = s.register(j3);
+    let canary = s.h.state.alloc_by_id(&canary.id).unwrap();
+    assert!(canary.is_terminal(), "the unpromoted canary is stopped");
+    assert_eq!(canary.desired_description, ALLOC_NOT_NEEDED);
+    let live = s.live(&j3);
+    assert_eq!(live.len(), 3);
+    assert!(
+        live.iter().all(|a| a.job_version == j3.version),
+        "updated in place"
+    );
+    let d3 = s.deployment(&j3);
+    assert!(d3.is_for(&j3));
+    assert!(live.iter().all(|a| a.deployment_id == Some(d3.id)));
+}
+
+#[test]
+fn job_plan_counts_canaries() {
+    let mut s = Scenario::new();
+    s.add_nodes(3);
+    let j1 = settled(&mut s, rolling_job(3, 1, 2));
+    let j2 = s.upsert_job(new_version(&j1, "/bin/v2"));
+    let mut eval = Evaluation::for_job(&j2, TriggeredBy::JobRegister, NOW);
+    eval.annotate_plan = true;
+    s.process(&eval);
+    let plan = s.h.plans.last().unwrap();
+    let desired = &plan.annotations.as_ref().unwrap().desired_tg_updates["web"];
+    assert_eq!(desired.canary, 2);
+    assert_eq!(desired.destructive_update, 0);
+    assert_eq!(desired.ignore, 3, "the old allocations wait for promotion");
+}
