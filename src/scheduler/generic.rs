@@ -135,7 +135,8 @@ impl<'p> GenericScheduler<'p> {
     /// Reconciles and places. Destructive updates held back by a
     /// deployment's `max_parallel` are placed by a later evaluation of the
     /// job once the deployment's allocations are healthy (the deployment
-    /// watcher creates it), so no stagger follow-up is scheduled.
+    /// watcher creates it), so no stagger follow-up is scheduled: as in
+    /// Nomad, `stagger` paces only the system scheduler's rolling updates.
     fn compute_job_allocs(
         &mut self,
         eval: &Evaluation,
