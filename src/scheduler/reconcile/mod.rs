@@ -159,7 +159,7 @@ impl Reconciler<'_> {
         &self,
         job: &Job,
         tg: &TaskGroup,
-        mut all: Set,
+        all: Set,
         rollout: &mut Rollout,
         results: &mut ReconcileResults,
         update: &mut dyn FnMut(&TaskGroup, &Arc<Allocation>) -> UpdateKind,
