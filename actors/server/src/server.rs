@@ -68,6 +68,7 @@ pub fn gc_config(config: &AgentConfig) -> GcConfig {
         eval_gc_threshold: config.server.eval_gc_threshold,
         job_gc_threshold: config.server.job_gc_threshold,
         node_gc_threshold: config.server.node_gc_threshold,
+        deployment_gc_threshold: config.server.deployment_gc_threshold,
         gc_interval: config.server.gc_interval,
         ..GcConfig::default()
     }
