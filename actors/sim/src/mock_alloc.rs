@@ -5,9 +5,18 @@
 //! only needs the task group's tasks and their `mock_driver` config, so it
 //! reads a narrow view of the JSON (serde skips the rest without building
 //! it).
+//!
+//! A simulated allocation of a service job reports its health with its
+//! first status, as a real client does once the deployment's `update` (or
+//! the group's `migrate`) checks pass: healthy as soon as it runs,
+//! unhealthy when it cannot start. The simulation skips `min_healthy_time`
+//! (nothing runs, so there is nothing to wait for), which lets deployments
+//! and drains progress in `herder sim` and `herder bench`.
 
 use herder::state::AllocClientUpdate;
-use herder::structs::{AllocId, ClientStatus, DesiredStatus, TaskState, VecMap};
+use herder::structs::{
+    AllocDeploymentStatus, AllocId, ClientStatus, DesiredStatus, TaskState, VecMap,
+};
 use herder_client::driver::mock::{MockConfig, NAME as MOCK_DRIVER};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -33,6 +42,8 @@ pub struct AllocView {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct JobView {
+    #[serde(rename = "Type")]
+    pub job_type: Option<String>,
     pub task_groups: Option<Vec<GroupView>>,
 }
 
@@ -71,6 +82,15 @@ impl AllocView {
             .and_then(|g| g.tasks.as_ref())
             .map(|tasks| tasks.iter().map(|t| t.name.clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// Whether its client decides its health: a service job's (Nomad's
+    /// client watches the health of service allocations only).
+    pub fn reports_health(&self) -> bool {
+        self.job
+            .as_ref()
+            .and_then(|j| j.job_type.as_deref())
+            .is_some_and(|t| t == "service")
     }
 
     fn group(&self) -> Option<&GroupView> {
@@ -162,6 +182,16 @@ pub fn report(
     }
 }
 
+/// `update` with the allocation's health decided now.
+pub fn with_health(mut update: AllocClientUpdate, healthy: bool) -> AllocClientUpdate {
+    update.deployment_status = Some(AllocDeploymentStatus {
+        healthy: Some(healthy),
+        timestamp: Some(update.modify_time),
+        ..Default::default()
+    });
+    update
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,5 +263,20 @@ mod tests {
             ("dead", true, Some(5))
         );
         assert!(state.finished_at.is_some());
+    }
+
+    #[test]
+    fn a_service_allocation_reports_its_health_a_batch_one_does_not() {
+        let mut a = alloc(json!([{"Name": "a", "Driver": "mock_driver"}]));
+        assert!(!a.reports_health(), "no job type: not a service");
+        a.job.as_mut().unwrap().job_type = Some("service".into());
+        assert!(a.reports_health());
+        let r = report(a.id, &a.task_names(), ClientStatus::Running, "up", 5);
+        let r = with_health(r, true);
+        let status = r.deployment_status.unwrap();
+        assert_eq!(status.healthy, Some(true));
+        assert_eq!(status.timestamp, Some(r.modify_time));
+        a.job.as_mut().unwrap().job_type = Some("batch".into());
+        assert!(!a.reports_health());
     }
 }
