@@ -28,7 +28,7 @@ use crate::feed::FeedFollower;
 use crate::periodic::Clock;
 use actix::prelude::*;
 use herder::state::{AppliedChanges, Command, JobKey, Row, RowKey, StateSnapshot, StateStore};
-use herder::structs::DeploymentId;
+use herder::structs::{Allocation, DeploymentId};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,6 +72,11 @@ pub struct DeploymentWatcher {
     /// The watched deployments of each job: an evaluation of the job
     /// changing may complete one.
     by_job: HashMap<JobKey, BTreeSet<DeploymentId>>,
+    /// The healthy count of each deployment when last assessed: a rise is
+    /// a health change to evaluate.
+    healthy_seen: HashMap<DeploymentId, u64>,
+    /// Allocations of each deployment written since it was last assessed.
+    news: HashMap<DeploymentId, Vec<Arc<Allocation>>>,
     /// Deployments with a verdict submitted and not yet applied: not
     /// decided on again until it lands.
     writing: HashSet<DeploymentId>,
@@ -93,6 +98,8 @@ impl DeploymentWatcher {
             clock,
             watched: HashMap::new(),
             by_job: HashMap::new(),
+            healthy_seen: HashMap::new(),
+            news: HashMap::new(),
             writing: HashSet::new(),
             evals_coming: HashSet::new(),
             batch: BTreeSet::new(),
@@ -138,6 +145,8 @@ impl DeploymentWatcher {
     fn forget(&mut self, ctx: &mut Context<Self>) {
         self.watched.clear();
         self.by_job.clear();
+        self.healthy_seen.clear();
+        self.news.clear();
         self.batch.clear();
         self.evals_coming.clear();
         for timer in [self.batch_timer.take(), self.deadline_timer.take()] {
@@ -160,6 +169,8 @@ impl DeploymentWatcher {
         }
         self.watched.clear();
         self.by_job.clear();
+        self.healthy_seen.clear();
+        self.news.clear();
         let active: Vec<DeploymentId> = snap
             .deployments()
             .filter(|d| d.active())
@@ -183,7 +194,20 @@ impl DeploymentWatcher {
             if self.writing.contains(&id) {
                 continue;
             }
-            let verdict = decide::assess(snap, d, now, self.evals_coming.contains(&id));
+            let total = decide::healthy_count(d);
+            let (allocs, health) = match self.healthy_seen.insert(id, total) {
+                None => {
+                    self.news.remove(&id);
+                    decide::first_look(snap, d)
+                }
+                Some(before) => (self.news.remove(&id).unwrap_or_default(), total > before),
+            };
+            let news = decide::News {
+                allocs: &allocs,
+                health,
+                eval_coming: self.evals_coming.contains(&id),
+            };
+            let verdict = decide::assess(snap, d, now, news);
             self.watched.insert(id, verdict.deadline);
             if let Some(action) = verdict.action {
                 self.act(ctx, d, action);
@@ -196,6 +220,8 @@ impl DeploymentWatcher {
     }
 
     fn unwatch(&mut self, id: &DeploymentId) {
+        self.news.remove(id);
+        self.healthy_seen.remove(id);
         if self.watched.remove(id).is_none() {
             return;
         }
@@ -261,7 +287,7 @@ impl DeploymentWatcher {
         for id in &ids {
             let eval = snap
                 .deployment(id)
-                .filter(|d| decide::needs_eval(&snap, d))
+                .filter(|d| d.active())
                 .and_then(|d| decide::eval_for(&snap, d, now));
             match eval {
                 Some(eval) => evals.push(eval),
@@ -327,8 +353,9 @@ impl DeploymentWatcher {
         self.assess(ctx, &snap, due);
     }
 
-    /// The deployments a batch of changes touches.
-    fn touched(&self, changes: &AppliedChanges) -> BTreeSet<DeploymentId> {
+    /// The deployments a batch of changes touches; their allocations
+    /// written go to the news.
+    fn touched(&mut self, changes: &AppliedChanges) -> BTreeSet<DeploymentId> {
         let mut ids = BTreeSet::new();
         for change in &changes.changes {
             match (&change.key, &change.row) {
@@ -336,7 +363,10 @@ impl DeploymentWatcher {
                     ids.insert(*id);
                 }
                 (RowKey::Alloc { .. }, Some(Row::Alloc(alloc))) => {
-                    ids.extend(alloc.deployment_id);
+                    if let Some(id) = alloc.deployment_id {
+                        ids.insert(id);
+                        self.news.entry(id).or_default().push(alloc.clone());
+                    }
                 }
                 (RowKey::Eval(_), Some(Row::Eval(eval))) => {
                     let key = JobKey::new(&eval.namespace, &eval.job_id);

@@ -350,3 +350,25 @@ async fn a_follower_watches_nothing_until_it_leads() {
     .await;
     assert!(failed, "the new leader finds the unhealthy allocation");
 }
+
+#[actix::test]
+async fn with_a_progress_deadline_an_unhealthy_allocation_is_replaced_not_failed() {
+    let w = World::new(TEN_MINUTES, 0, false);
+    let _watcher = w.watcher(true);
+    let allocs = w.place(3, 0);
+    w.report(&[&allocs[2]], false);
+    let handed_back = wait_until(Duration::from_secs(5), || {
+        w.store
+            .snapshot()
+            .alloc(&allocs[2].id)
+            .is_some_and(|a| a.desired_transition.reschedule == Some(true))
+    })
+    .await;
+    assert!(handed_back, "the scheduler may replace it");
+    assert_eq!(w.deployment().status, DeploymentStatus::Running);
+    assert_eq!(
+        w.watcher_evals().len(),
+        1,
+        "with an evaluation that does it"
+    );
+}

@@ -15,8 +15,13 @@
 //! - otherwise, a health reported after the job's newest evaluation asks
 //!   for an evaluation, so the scheduler places the next batch.
 //!
-//! A group is done when it needs no promotion and as many of its live
-//! allocations are healthy as it wants.
+//! A group is done when it needs no promotion and as many of its
+//! allocations were found healthy as it wants. The deployment's counts
+//! (kept by the store) answer that and the failures; allocations are read
+//! only where a count cannot tell: the canaries to promote, and the
+//! allocations the watcher has news of (those written since it last
+//! looked; all of them on a first look), so a large deployment costs a
+//! look at what changed, not a scan per change.
 
 use herder::deployment_failure::{self, Failure};
 use herder::state::{Command, StateSnapshot};
@@ -100,48 +105,74 @@ pub struct Assessment {
     pub deadline: Option<i64>,
 }
 
-/// Assesses `d` at `now` (Unix nanoseconds). `eval_coming`: the watcher
-/// has an evaluation of this deployment batched or being written.
-pub fn assess(snap: &StateSnapshot, d: &Deployment, now: i64, eval_coming: bool) -> Assessment {
+/// What the watcher learned of a deployment since it last looked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct News<'a> {
+    /// Its allocations written since (all of them on a first look).
+    pub allocs: &'a [Arc<Allocation>],
+    /// A health was counted since that no evaluation has seen.
+    pub health: bool,
+    /// The watcher has an evaluation of it batched or being written.
+    pub eval_coming: bool,
+}
+
+/// What a first look at `d` knows: all its allocations, and whether a
+/// health is newer than the job's newest evaluation (Nomad compares with
+/// the latest evaluation index, so a new leader asks again for what the
+/// old one had not).
+pub fn first_look(snap: &StateSnapshot, d: &Deployment) -> (Vec<Arc<Allocation>>, bool) {
+    let allocs = snap.allocs_by_deployment(&d.id);
+    let unseen = health_unseen(snap, d, &allocs);
+    (allocs, unseen)
+}
+
+/// The healthy allocations the deployment has counted, over its groups.
+pub fn healthy_count(d: &Deployment) -> u64 {
+    d.task_groups
+        .values()
+        .map(|g| u64::from(g.healthy_allocs))
+        .sum()
+}
+
+/// Assesses `d` at `now` (Unix nanoseconds) with what the watcher learned.
+pub fn assess(snap: &StateSnapshot, d: &Deployment, now: i64, news: News<'_>) -> Assessment {
     let mut out = Assessment::default();
     if !d.active() || snap.job(&d.namespace, &d.job_id).is_none() {
         return out;
     }
-    let allocs = snap.allocs_by_deployment(&d.id);
-    let done = done_groups(d, &allocs);
-    let (fail_now, replace) = unhealthy(d, &allocs);
+    let done = done_groups(d);
+    let fail_now = d
+        .task_groups
+        .values()
+        .any(|g| g.progress_deadline.is_zero() && g.unhealthy_allocs > 0);
+    let replace = to_replace(snap, d, news.allocs);
     let running = d.status == DeploymentStatus::Running;
     let deadline = if running {
         progress_cutoff(d, &done)
     } else {
         None
     };
-    out.action = if fail_now {
-        Some(Action::Fail(deployment_failure::fail(
-            snap,
-            d,
-            description::FAILED_ALLOCATIONS,
-            now,
-        )))
+    let failure = if fail_now {
+        Some(description::FAILED_ALLOCATIONS)
     } else if deadline.is_some_and(|by| by <= now) {
-        Some(Action::Fail(deployment_failure::fail(
-            snap,
-            d,
-            description::PROGRESS_DEADLINE,
-            now,
-        )))
+        Some(description::PROGRESS_DEADLINE)
+    } else {
+        None
+    };
+    out.action = if let Some(base) = failure {
+        Some(Action::Fail(deployment_failure::fail(snap, d, base, now)))
     } else if !replace.is_empty() {
         eval_for(snap, d, now).map(|e| Action::AllowReplacements(replace, e))
-    } else if running && auto_promotable(d, &allocs) {
+    } else if running && auto_promotable(snap, d) {
         eval_for(snap, d, now).map(Action::Promote)
-    } else if done.values().all(|g| *g) && !eval_coming && !eval_pending(snap, d) {
+    } else if done.values().all(|g| *g) && !news.eval_coming && !eval_pending(snap, d) {
         eval_for(snap, d, now).map(Action::Succeed)
     } else {
         None
     };
     if out.action.is_none() {
         out.deadline = deadline;
-        out.wants_eval = !eval_coming && health_unseen(snap, d, &allocs);
+        out.wants_eval = news.health && !news.eval_coming;
     }
     out
 }
@@ -153,24 +184,12 @@ pub fn eval_for(snap: &StateSnapshot, d: &Deployment, now: i64) -> Option<Evalua
         .map(|job| deployment_eval(job, d.id, now))
 }
 
-/// Whether a health change of `d` still wants an evaluation (checked
-/// again when the batch is written).
-pub fn needs_eval(snap: &StateSnapshot, d: &Deployment) -> bool {
-    d.active() && health_unseen(snap, d, &snap.allocs_by_deployment(&d.id))
-}
-
 /// Each group: done (see the module comment).
-fn done_groups(d: &Deployment, allocs: &[Arc<Allocation>]) -> HashMap<String, bool> {
-    let mut healthy: HashMap<&str, u32> = HashMap::new();
-    for alloc in allocs {
-        if !alloc.is_terminal() && is_healthy(alloc) {
-            *healthy.entry(&alloc.task_group).or_default() += 1;
-        }
-    }
+fn done_groups(d: &Deployment) -> HashMap<String, bool> {
     d.task_groups
         .iter()
         .map(|(name, state)| {
-            let enough = healthy.get(name.as_str()).copied().unwrap_or(0) >= state.desired_total;
+            let enough = state.healthy_allocs >= state.desired_total;
             (name.clone(), !state.awaiting_promotion() && enough)
         })
         .collect()
@@ -190,23 +209,24 @@ fn is_unhealthy(alloc: &Allocation) -> bool {
         .is_some_and(|s| s.is_unhealthy())
 }
 
-/// Unhealthy allocations: whether one fails the deployment now (its group
-/// has no progress deadline), and those of progress-deadline groups not yet
-/// handed back for a replacement.
-fn unhealthy(d: &Deployment, allocs: &[Arc<Allocation>]) -> (bool, Vec<AllocId>) {
-    let mut replace = Vec::new();
-    for alloc in allocs.iter().filter(|a| is_unhealthy(a)) {
-        let Some(state) = d.task_groups.get(&*alloc.task_group) else {
-            continue;
-        };
-        if state.progress_deadline.is_zero() {
-            return (true, Vec::new());
-        }
-        if alloc.desired_transition.reschedule != Some(true) {
-            replace.push(alloc.id);
-        }
-    }
-    (false, replace)
+/// The unhealthy allocations among `news` of groups with a progress
+/// deadline, not yet handed back for a replacement (read as they are now).
+fn to_replace(snap: &StateSnapshot, d: &Deployment, news: &[Arc<Allocation>]) -> Vec<AllocId> {
+    let mut ids: Vec<AllocId> = news
+        .iter()
+        .filter_map(|a| snap.alloc(&a.id))
+        .filter(|a| a.deployment_id == Some(d.id) && is_unhealthy(a))
+        .filter(|a| a.desired_transition.reschedule != Some(true))
+        .filter(|a| {
+            d.task_groups
+                .get(&*a.task_group)
+                .is_some_and(|g| !g.progress_deadline.is_zero())
+        })
+        .map(|a| a.id)
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// The nearest `RequireProgressBy` of the groups not done.
@@ -220,8 +240,8 @@ fn progress_cutoff(d: &Deployment, done: &HashMap<String, bool>) -> Option<i64> 
 }
 
 /// Every group awaiting promotion promotes itself and has all its canaries
-/// placed and healthy.
-fn auto_promotable(d: &Deployment, allocs: &[Arc<Allocation>]) -> bool {
+/// placed, live and healthy.
+fn auto_promotable(snap: &StateSnapshot, d: &Deployment) -> bool {
     let waiting: Vec<&DeploymentState> = d
         .task_groups
         .values()
@@ -230,15 +250,12 @@ fn auto_promotable(d: &Deployment, allocs: &[Arc<Allocation>]) -> bool {
     if waiting.is_empty() || !waiting.iter().all(|s| s.auto_promote) {
         return false;
     }
-    let healthy: HashMap<AllocId, bool> = allocs
-        .iter()
-        .map(|a| (a.id, !a.is_terminal() && is_healthy(a)))
-        .collect();
     waiting.iter().all(|s| {
         s.placed_canaries.len() >= s.desired_canaries as usize
-            && s.placed_canaries
-                .iter()
-                .all(|id| healthy.get(id).copied().unwrap_or(false))
+            && s.placed_canaries.iter().all(|id| {
+                snap.alloc(id)
+                    .is_some_and(|a| !a.is_terminal() && is_healthy(a))
+            })
     })
 }
 

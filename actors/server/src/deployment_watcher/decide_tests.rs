@@ -119,8 +119,20 @@ impl World {
         (**self.snap.deployment(&self.d.id).unwrap()).clone()
     }
 
+    /// A first look, as after a start or a failover.
     fn assess(&self, now: i64) -> Assessment {
-        assess(&self.snap, &self.deployment(), now, false)
+        self.assess_with(now, false)
+    }
+
+    fn assess_with(&self, now: i64, eval_coming: bool) -> Assessment {
+        let d = self.deployment();
+        let (allocs, health) = first_look(&self.snap, &d);
+        let news = News {
+            allocs: &allocs,
+            health,
+            eval_coming,
+        };
+        assess(&self.snap, &d, now, news)
     }
 
     /// Writes a (complete) evaluation of the job, as a scheduler pass would.
@@ -245,9 +257,8 @@ fn a_health_change_asks_for_one_evaluation_until_one_is_written() {
     w.report(&allocs[0], true, 3 * SECOND);
     let a = w.assess(4 * SECOND);
     assert!(a.wants_eval);
-    assert!(needs_eval(&w.snap, &w.deployment()));
     assert!(
-        !assess(&w.snap, &w.deployment(), 4 * SECOND, true).wants_eval,
+        !w.assess_with(4 * SECOND, true).wants_eval,
         "not while one is coming"
     );
     w.evaluated();
@@ -282,6 +293,29 @@ fn a_complete_deployment_no_evaluation_visits_succeeds() {
     assert_eq!(d.status, DeploymentStatus::Successful);
     assert_eq!(d.status_description, description::SUCCESSFUL);
     assert!(w.snap.job("default", "web").unwrap().stable);
+}
+
+#[test]
+fn news_of_an_unhealthy_allocation_is_what_is_handed_back() {
+    let mut w = World::new(TEN_MINUTES, 0, false);
+    let allocs = w.place(3, 0);
+    w.report(&allocs[2], false, 3 * SECOND);
+    let d = w.deployment();
+    let quiet = News::default();
+    assert_eq!(
+        assess(&w.snap, &d, 4 * SECOND, quiet).action,
+        None,
+        "without news of it, only the counts are read"
+    );
+    let changed = [w.snap.alloc(&allocs[2].id).unwrap().clone()];
+    let news = News {
+        allocs: &changed,
+        ..News::default()
+    };
+    assert!(matches!(
+        assess(&w.snap, &d, 4 * SECOND, news).action,
+        Some(Action::AllowReplacements(ids, _)) if ids == vec![allocs[2].id]
+    ));
 }
 
 #[test]
