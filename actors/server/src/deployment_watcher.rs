@@ -149,10 +149,11 @@ impl DeploymentWatcher {
         self.news.clear();
         self.batch.clear();
         self.evals_coming.clear();
-        for timer in [self.batch_timer.take(), self.deadline_timer.take()] {
-            if let Some(timer) = timer {
-                ctx.cancel_future(timer);
-            }
+        for timer in [self.batch_timer.take(), self.deadline_timer.take()]
+            .into_iter()
+            .flatten()
+        {
+            ctx.cancel_future(timer);
         }
         self.publish_gauge();
     }
