@@ -35,6 +35,8 @@ pub struct AllocView {
     pub client_status: ClientStatus,
     #[serde(default)]
     pub task_group: String,
+    #[serde(default, rename = "DeploymentID")]
+    pub deployment_id: Option<String>,
     #[serde(default)]
     pub job: Option<JobView>,
 }
@@ -51,7 +53,14 @@ pub struct JobView {
 #[serde(rename_all = "PascalCase", default)]
 pub struct GroupView {
     pub name: String,
+    pub update: Option<UpdateView>,
     pub tasks: Option<Vec<TaskView>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct UpdateView {
+    pub health_check: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,12 +94,21 @@ impl AllocView {
     }
 
     /// Whether its client decides its health: a service job's (Nomad's
-    /// client watches the health of service allocations only).
+    /// client watches the health of service allocations only), unless a
+    /// deployment leaves it to a user (`health_check = "manual"`).
     pub fn reports_health(&self) -> bool {
-        self.job
+        let service = self
+            .job
             .as_ref()
             .and_then(|j| j.job_type.as_deref())
-            .is_some_and(|t| t == "service")
+            .is_some_and(|t| t == "service");
+        let manual = self
+            .group()
+            .and_then(|g| g.update.as_ref())
+            .and_then(|u| u.health_check.as_deref())
+            .is_some_and(|h| h == "manual");
+        let in_deployment = self.deployment_id.as_deref().is_some_and(|d| !d.is_empty());
+        service && !(in_deployment && manual)
     }
 
     fn group(&self) -> Option<&GroupView> {
@@ -276,6 +294,16 @@ mod tests {
         let status = r.deployment_status.unwrap();
         assert_eq!(status.healthy, Some(true));
         assert_eq!(status.timestamp, Some(r.modify_time));
+        a.deployment_id = Some("0b5f3d2e-54f5-4d0e-9a43-f3c6b1e1d002".into());
+        a.job.as_mut().unwrap().task_groups.as_mut().unwrap()[1].update = Some(UpdateView {
+            health_check: Some("manual".into()),
+        });
+        assert!(!a.reports_health(), "manual health is a user's to set");
+        a.deployment_id = None;
+        assert!(
+            a.reports_health(),
+            "outside a deployment: the migrate block"
+        );
         a.job.as_mut().unwrap().job_type = Some("batch".into());
         assert!(!a.reports_health());
     }
