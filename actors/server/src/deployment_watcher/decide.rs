@@ -12,8 +12,9 @@
 //! - canaries all healthy in groups that all `auto_promote` are promoted;
 //! - a complete deployment (every group done, nothing awaiting promotion)
 //!   that no evaluation is about to visit is marked successful;
-//! - otherwise, a health reported after the job's newest evaluation asks
-//!   for an evaluation, so the scheduler places the next batch.
+//! - otherwise, a health counted since the watcher last looked (on a first
+//!   look: newer than the job's newest evaluation) asks for an
+//!   evaluation, so the scheduler places the next batch.
 //!
 //! A group is done when it needs no promotion and as many of its
 //! allocations were found healthy as it wants. The deployment's counts
