@@ -474,13 +474,14 @@ fn deployment_block(pairs: &[(&str, String)], d: &DeploymentView) -> String {
     out
 }
 
-/// One row per group; the `Auto Revert`, `Promoted` and `Canaries`
-/// columns only when some group uses them (Nomad's
+/// One row per group; the `Auto Revert`, `Promoted`, `Canaries` and
+/// `Progress Deadline` columns only when some group uses them (Nomad's
 /// `formatDeploymentGroups`).
 fn deployment_groups(d: &DeploymentView) -> String {
     let groups = d.task_groups.values();
     let auto_revert = groups.clone().any(|g| g.auto_revert);
     let canaries = groups.clone().any(|g| g.desired_canaries > 0);
+    let deadlines = groups.clone().any(|g| g.progress_deadline > 0);
     let mut header = vec!["Task Group"];
     if auto_revert {
         header.push("Auto Revert");
@@ -492,7 +493,10 @@ fn deployment_groups(d: &DeploymentView) -> String {
     if canaries {
         header.push("Canaries");
     }
-    header.extend(["Placed", "Healthy", "Unhealthy", "Progress Deadline"]);
+    header.extend(["Placed", "Healthy", "Unhealthy"]);
+    if deadlines {
+        header.push("Progress Deadline");
+    }
     let rows: Vec<Vec<String>> = d
         .task_groups
         .iter()
@@ -514,8 +518,10 @@ fn deployment_groups(d: &DeploymentView) -> String {
                 g.placed_allocs.to_string(),
                 g.healthy_allocs.to_string(),
                 g.unhealthy_allocs.to_string(),
-                progress_deadline(&g.require_progress_by),
             ]);
+            if deadlines {
+                row.push(progress_deadline(&g.require_progress_by));
+            }
             row
         })
         .collect();
@@ -1368,6 +1374,45 @@ mod tests {
                 "service,batch,_core",
                 "2026-11-22T02:00:00Z"
             ]
+        );
+    }
+
+    #[test]
+    fn deployment_groups_show_only_the_columns_some_group_uses() {
+        let plain: DeploymentView = serde_json::from_value(serde_json::json!({
+            "ID": "0b23b149-971d-1a5a-2f6b-b9d4b5c7c2f2", "JobID": "web", "JobVersion": 0,
+            "Status": "successful", "StatusDescription": "Deployment completed successfully",
+            "TaskGroups": {
+                "web": {"DesiredTotal": 2, "PlacedAllocs": 2, "HealthyAllocs": 2},
+                "api": {"DesiredTotal": 1, "PlacedAllocs": 1, "UnhealthyAllocs": 1}
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            deployment_detail(&plain, false),
+            "ID          = 0b23b149\n\
+             Job ID      = web\n\
+             Job Version = 0\n\
+             Status      = successful\n\
+             Description = Deployment completed successfully\n\
+             \n\
+             Deployed\n\
+             Task Group  Desired  Placed  Healthy  Unhealthy\n\
+             api         1        1       0        1\n\
+             web         2        2       2        0\n"
+        );
+        let mut canaries = plain.clone();
+        if let Some(g) = canaries.task_groups.get_mut("web") {
+            g.desired_canaries = 1;
+            g.progress_deadline = 600_000_000_000;
+        }
+        let text = deployment_detail(&canaries, false);
+        assert!(text.contains("Task Group  Promoted  Desired  Canaries  Placed  Healthy  Unhealthy  Progress Deadline\n"), "{text}");
+        assert!(
+            text.contains(
+                "api         N/A       1        0         1       0        1          N/A\n"
+            ),
+            "{text}"
         );
     }
 

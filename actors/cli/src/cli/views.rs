@@ -388,6 +388,8 @@ pub struct DeploymentStateView {
     pub placed_allocs: u64,
     pub healthy_allocs: u64,
     pub unhealthy_allocs: u64,
+    /// Nanoseconds; 0 when the group has no progress deadline.
+    pub progress_deadline: u64,
     /// RFC 3339; Nomad writes its zero time, herder `null`, before the
     /// first placement.
     pub require_progress_by: String,
