@@ -387,6 +387,12 @@ fn failing_rolls_back_and_a_terminal_deployment_refuses_changes() {
             json!({"DeploymentID": id, "UnhealthyAllocationIDs": [canary.id]}),
             "can't set health of allocations for a terminal deployment",
         ),
+        (
+            // As python-nomad spells it.
+            "allocation-health",
+            json!({"DeploymentID": id, "UnHealthyAllocationIDs": [canary.id]}),
+            "can't set health of allocations for a terminal deployment",
+        ),
     ];
     for (verb, body, text) in refusals {
         let a = put(&agent, &format!("/v1/deployment/{verb}/{id}"), body);

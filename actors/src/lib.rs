@@ -122,7 +122,7 @@ pub use events::{Event, EventFilter, EventPayload, EventStream, Events, Topic};
 pub use node_builder::NodeBuilder;
 pub use server_api::{
     AllocStopResult, DeploymentUpdateResult, DispatchJob, DispatchResult, DrainNode, DrainSpec,
-    GcReport, JobPlan, JobWriteResult, NodeReply, NodeWriteResult, PeriodicLaunch, Promote,
+    GcReport, JobPlan, JobWriteResult, NodeReply, NodeWriteResult, PeriodicLaunch, PromoteCanaries,
     RegisterJob, ScaleJob, SchedulerConfigRead, SchedulerConfigWrite, ServerApi, ServerApiError,
     SetSchedulerConfig, SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo,
 };

@@ -19,7 +19,7 @@ use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::state::{Table, TableSet};
 use herder::structs::AllocId;
-use herder_server::server_api::{DeploymentUpdateResult, Promote};
+use herder_server::server_api::{DeploymentUpdateResult, PromoteCanaries};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -191,9 +191,9 @@ async fn promote(
     check_body_id(&request.deployment_id, &path)?;
     let id = parse_id(&path, "deployment")?;
     let which = if request.all {
-        Promote::All
+        PromoteCanaries::All
     } else {
-        Promote::Groups(request.groups)
+        PromoteCanaries::Groups(request.groups)
     };
     let r = api(&info)?.promote_deployment(id, which).await?;
     Ok(update_answer(&r))
@@ -244,7 +244,9 @@ struct AllocHealthRequest {
     deployment_id: String,
     #[serde(rename = "HealthyAllocationIDs")]
     healthy: Vec<String>,
-    #[serde(rename = "UnhealthyAllocationIDs")]
+    /// Go's JSON decoder ignores case, and python-nomad sends it as
+    /// `UnHealthyAllocationIDs`.
+    #[serde(rename = "UnhealthyAllocationIDs", alias = "UnHealthyAllocationIDs")]
     unhealthy: Vec<String>,
 }
 

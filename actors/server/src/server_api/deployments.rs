@@ -38,7 +38,7 @@ pub struct DeploymentUpdateResult {
 
 /// Which canaries to promote.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Promote {
+pub enum PromoteCanaries {
     /// Every group with canaries (`All: true`).
     All,
     /// These groups only (none named: as `All`).
@@ -76,14 +76,14 @@ impl ServerApi {
     pub async fn promote_deployment(
         &self,
         id: DeploymentId,
-        which: Promote,
+        which: PromoteCanaries,
     ) -> Result<DeploymentUpdateResult, ServerApiError> {
         let snap = self.snapshot();
         let d = snap.deployment(&id).ok_or_else(not_found)?;
         // The store promotes every group with canaries for no group named.
         let groups = match which {
-            Promote::All => Vec::new(),
-            Promote::Groups(groups) => groups,
+            PromoteCanaries::All => Vec::new(),
+            PromoteCanaries::Groups(groups) => groups,
         };
         let eval = job_eval(&snap, d);
         let command = Command::DeploymentPromotion {

@@ -44,7 +44,7 @@ pub mod workers;
 mod write_path;
 
 pub use allocs_evals::AllocStopResult;
-pub use deployments::{DeploymentUpdateResult, Promote};
+pub use deployments::{DeploymentUpdateResult, PromoteCanaries};
 pub use error::{store_error, ServerApiError};
 pub use jobs::{
     check_job, DispatchJob, DispatchResult, JobWriteResult, PeriodicLaunch, RegisterJob, ScaleJob,
