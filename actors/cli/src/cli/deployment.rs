@@ -114,17 +114,20 @@ fn status(client: &ApiClient, args: &DeploymentIdArgs, out: &mut dyn Write) -> a
     Ok(0)
 }
 
-/// Sends a deployment change; the answer's raw JSON and its decoded form.
+/// Sends a deployment change (`endpoint`: `promote`, `fail`, `pause`);
+/// the answer's raw JSON and its decoded form. `doing` names the change
+/// in an error ("promoting").
 fn write_change(
     client: &ApiClient,
-    verb: &str,
+    endpoint: &str,
+    doing: &str,
     id: &str,
     body: &Value,
 ) -> anyhow::Result<(Value, DeploymentUpdateView)> {
-    let path = format!("/v1/deployment/{verb}/{}", path_segment(id));
+    let path = format!("/v1/deployment/{endpoint}/{}", path_segment(id));
     let answer = client
         .put(&path, &[], body)
-        .with_context(|| format!("Error {verb}ing deployment"))?;
+        .with_context(|| format!("Error {doing} deployment"))?;
     let update = answer.decode().context("reading the answer")?;
     Ok((answer.body, update))
 }
@@ -159,7 +162,7 @@ fn promote(client: &ApiClient, args: &PromoteArgs, out: &mut dyn Write) -> anyho
         "All": args.groups.is_empty(),
         "Groups": args.groups,
     });
-    let (raw, update) = write_change(client, "promote", &id, &body)?;
+    let (raw, update) = write_change(client, "promote", "promoting", &id, &body)?;
     if args.target.view.json {
         write!(out, "{}", output::json(&raw))?;
         return Ok(0);
@@ -169,7 +172,7 @@ fn promote(client: &ApiClient, args: &PromoteArgs, out: &mut dyn Write) -> anyho
 
 fn fail(client: &ApiClient, args: &DeploymentWriteArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     let id = resolve(client, &args.id)?;
-    let (raw, update) = write_change(client, "fail", &id, &json!({"DeploymentID": id}))?;
+    let (raw, update) = write_change(client, "fail", "failing", &id, &json!({"DeploymentID": id}))?;
     if args.view.json {
         write!(out, "{}", output::json(&raw))?;
         return Ok(0);
@@ -188,7 +191,7 @@ fn fail(client: &ApiClient, args: &DeploymentWriteArgs, out: &mut dyn Write) -> 
 fn pause(client: &ApiClient, args: &DeploymentIdArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
     let id = resolve(client, &args.id)?;
     let body = json!({"DeploymentID": id, "Pause": true});
-    let (raw, _) = write_change(client, "pause", &id, &body)?;
+    let (raw, _) = write_change(client, "pause", "pausing", &id, &body)?;
     if args.view.json {
         write!(out, "{}", output::json(&raw))?;
         return Ok(0);
@@ -205,7 +208,7 @@ fn resume(
 ) -> anyhow::Result<u8> {
     let id = resolve(client, &args.id)?;
     let body = json!({"DeploymentID": id, "Pause": false});
-    let (raw, update) = write_change(client, "pause", &id, &body)?;
+    let (raw, update) = write_change(client, "pause", "resuming", &id, &body)?;
     if args.view.json {
         write!(out, "{}", output::json(&raw))?;
         return Ok(0);

@@ -1726,6 +1726,7 @@ fn deployment_refusals_show_the_servers_text() {
     });
     let (result, _) = run_against(&server, &["deployment", "promote", DEPLOYMENT_ID]);
     let err = format!("{:#}", result.expect_err("refused"));
+    assert!(err.starts_with("Error promoting deployment: "), "{err}");
     assert!(err.contains("can't promote terminal deployment"), "{err}");
 }
 
