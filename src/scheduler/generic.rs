@@ -15,8 +15,8 @@ use super::reconcile::{DestructiveRequest, PlaceRequest, ReconcileResults, Recon
 use super::stack::{RankedNode, SelectOptions, Stack, StackKind};
 use super::util::{self, *};
 use crate::structs::{
-    AllocMetric, AllocatedResources, Allocation, EvalStatus, Evaluation, Job, PlanAnnotations,
-    PlanResult, TaskGroup, TriggeredBy,
+    AllocDeploymentStatus, AllocMetric, AllocatedResources, Allocation, DeploymentId, EvalStatus,
+    Evaluation, Job, PlanAnnotations, PlanResult, TaskGroup, TriggeredBy,
 };
 use crate::view::State;
 use std::collections::BTreeMap;
@@ -34,6 +34,8 @@ pub struct GenericScheduler<'p> {
     followups_created: bool,
     plan_result: Option<PlanResult>,
     eligibility: Eligibility,
+    /// The deployment this attempt's placements join.
+    placing: Placing,
 }
 
 impl<'p> GenericScheduler<'p> {
@@ -50,6 +52,7 @@ impl<'p> GenericScheduler<'p> {
             followups_created: false,
             plan_result: None,
             eligibility: Default::default(),
+            placing: Placing::default(),
         }
     }
 
@@ -110,7 +113,7 @@ impl<'p> GenericScheduler<'p> {
         let mut stack = live_job
             .as_ref()
             .map(|j| Stack::new(kind, j.clone(), &ctx, eval_seed(eval, index)));
-        let rolling_wait = self.compute_job_allocs(eval, job.as_ref(), &mut ctx, stack.as_mut())?;
+        self.compute_job_allocs(eval, job.as_ref(), &mut ctx, stack.as_mut())?;
         self.eligibility = ctx.eligibility.clone();
 
         if eval.status != EvalStatus::Blocked && !self.failed.is_empty() && self.blocked.is_none() {
@@ -121,12 +124,6 @@ impl<'p> GenericScheduler<'p> {
         if ctx.plan.is_no_op() && !eval.annotate_plan {
             return Ok(Attempt::Done);
         }
-        if let (Some(wait), None) = (rolling_wait, &self.next_eval) {
-            let mut next = eval.follow_up(TriggeredBy::RollingUpdate, self.now);
-            next.wait = wait;
-            self.planner.create_eval(next.clone())?;
-            self.next_eval = Some(next);
-        }
         let submitted = submit_plan(&mut *self.planner, ctx.plan, &mut self.queued)?;
         self.plan_result = Some(submitted.result);
         if let Some(state) = submitted.new_state {
@@ -135,15 +132,18 @@ impl<'p> GenericScheduler<'p> {
         Ok(submitted.attempt)
     }
 
-    /// Reconciles and places; returns the rolling-update wait if
-    /// destructive updates were held back.
+    /// Reconciles and places. Destructive updates held back by a
+    /// deployment's `max_parallel` are placed by a later evaluation of the
+    /// job once the deployment's allocations are healthy (the deployment
+    /// watcher creates it), so no stagger follow-up is scheduled: as in
+    /// Nomad, `stagger` paces only the system scheduler's rolling updates.
     fn compute_job_allocs(
         &mut self,
         eval: &Evaluation,
         job: Option<&Arc<Job>>,
         ctx: &mut EvalContext,
         mut stack: Option<&mut Stack>,
-    ) -> Result<Option<std::time::Duration>, SchedulerError> {
+    ) -> Result<(), SchedulerError> {
         let results = self.reconcile(eval, job, ctx, stack.as_deref_mut());
         let ReconcileResults {
             place,
@@ -153,8 +153,13 @@ impl<'p> GenericScheduler<'p> {
             attribute_updates,
             followup_evals,
             desired,
-            rolling_wait,
+            deployment,
         } = results;
+        self.placing = Placing {
+            deployment_id: deployment.active_id,
+        };
+        ctx.plan.deployment = deployment.created.map(Arc::new);
+        ctx.plan.deployment_updates = deployment.updates;
         if eval.annotate_plan {
             ctx.plan.annotations = Some(PlanAnnotations {
                 desired_tg_updates: desired,
@@ -180,16 +185,16 @@ impl<'p> GenericScheduler<'p> {
                     self.queued.insert(tg.name.clone(), 0);
                 }
             }
-            return Ok(None);
+            return Ok(());
         };
         self.queue(job, &place, &destructive);
         if place.is_empty() && destructive.is_empty() {
-            return Ok(rolling_wait);
+            return Ok(());
         }
         if let Some(stack) = stack {
             self.compute_placements(eval, job, ctx, stack, destructive, place);
         }
-        Ok(rolling_wait)
+        Ok(())
     }
 
     /// What the reconciler says the job's groups need, with in-place
@@ -217,6 +222,7 @@ impl<'p> GenericScheduler<'p> {
             allocs: &allocs,
             tainted: &tainted,
             state: &*state,
+            deployment: state.latest_deployment(&eval.namespace, &eval.job_id),
         };
         reconciler.compute(&mut |tg: &TaskGroup, alloc: &Arc<Allocation>| match (
             stack.as_deref_mut(),
@@ -269,13 +275,13 @@ impl<'p> GenericScheduler<'p> {
         let mut template = AllocTemplate::new(job, eval);
         let requests = destructive
             .into_iter()
-            .map(|d| (d.name, d.group, Some(d.alloc), false, true))
+            .map(|d| (d.name, d.group, Some(d.alloc), false, true, false))
             .chain(
                 place
                     .into_iter()
-                    .map(|p| (p.name, p.group, p.previous, p.reschedule, false)),
+                    .map(|p| (p.name, p.group, p.previous, p.reschedule, false, p.canary)),
             );
-        for (name, group, previous, reschedule, stop_previous) in requests {
+        for (name, group, previous, reschedule, stop_previous, canary) in requests {
             let Some(tg) = job.lookup_task_group(&group) else {
                 continue;
             };
@@ -305,6 +311,7 @@ impl<'p> GenericScheduler<'p> {
                             ));
                         }
                     }
+                    self.placing.join(&mut alloc, canary);
                     apply_preemptions(ctx, &ranked, &mut alloc);
                     annotate_preemptions(ctx, &group, &ranked);
                     ctx.place_new_alloc(alloc);
@@ -318,6 +325,27 @@ impl<'p> GenericScheduler<'p> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// What every placement of an evaluation carries besides its node.
+#[derive(Default)]
+struct Placing {
+    /// The active deployment placements belong to.
+    deployment_id: Option<DeploymentId>,
+}
+
+impl Placing {
+    /// A placement joins the deployment; a canary is marked as one (the
+    /// store then records it among the group's placed canaries).
+    fn join(&self, alloc: &mut Allocation, canary: bool) {
+        alloc.deployment_id = self.deployment_id;
+        if canary && self.deployment_id.is_some() {
+            alloc.deployment_status = Some(AllocDeploymentStatus {
+                canary: true,
+                ..Default::default()
+            });
         }
     }
 }

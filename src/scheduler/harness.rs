@@ -84,7 +84,16 @@ impl Harness {
     /// Applies a plan to the state as the plan applier would after
     /// verification, returning what was committed.
     pub fn apply_plan(&mut self, plan: Plan) -> PlanResult {
+        // The plan's deployment goes in before its placements, which are
+        // counted into it; other deployments' status changes with it. All
+        // at the index the allocations are written at, as the store does.
         let index = self.state.latest_index() + 1;
+        if let Some(d) = &plan.deployment {
+            self.state.put_deployment((**d).clone(), index);
+        }
+        for update in &plan.deployment_updates {
+            self.state.update_deployment_status(update, index);
+        }
         let mut changed = Vec::new();
         for stop in plan
             .node_update

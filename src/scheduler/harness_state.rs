@@ -3,7 +3,8 @@
 //! server schedules over the state store's snapshot instead).
 
 use crate::structs::{
-    AllocId, Allocation, Deployment, DeploymentId, Job, Node, NodeId, SchedulerConfiguration,
+    AllocId, Allocation, Deployment, DeploymentId, DeploymentStatusUpdate, Job, Node, NodeId,
+    SchedulerConfiguration,
 };
 use crate::view::catalog::{NodeCatalog, NodeCatalogCache};
 use crate::view::State;
@@ -37,8 +38,14 @@ impl HarnessState {
 
     /// Stores a deployment (create index kept, modify index moved), as the
     /// store does when a plan or the watcher writes one.
-    pub fn upsert_deployment(&mut self, mut d: Deployment) {
+    pub fn upsert_deployment(&mut self, d: Deployment) {
         let index = self.next_index();
+        self.put_deployment(d, index);
+    }
+
+    /// Stores a deployment at `index` without advancing the state index:
+    /// a plan's deployment changes share the index of its allocations.
+    pub fn put_deployment(&mut self, mut d: Deployment, index: u64) {
         d.create_index = self
             .deployments
             .get(&d.id)
@@ -110,6 +117,7 @@ impl HarnessState {
                     }
                 }
             }
+            self.count_in_deployment(&alloc, index);
             let is_new = !self.allocs.contains_key(&alloc.id);
             if is_new {
                 self.allocs_by_node
@@ -135,6 +143,49 @@ impl HarnessState {
             }
             self.allocs.insert(alloc.id, Arc::new(alloc));
         }
+    }
+
+    /// Counts an allocation write into its deployment, as the store does.
+    fn count_in_deployment(&mut self, alloc: &Allocation, index: u64) {
+        let Some(current) = alloc.deployment_id.and_then(|id| self.deployments.get(&id)) else {
+            return;
+        };
+        let mut d = (**current).clone();
+        let old = self.allocs.get(&alloc.id).cloned();
+        if d.count_alloc(alloc, old.as_deref()) {
+            d.modify_index = index;
+            self.deployments.insert(d.id, Arc::new(d));
+        }
+    }
+
+    /// Applies a status change to an active deployment (a plan's cancel or
+    /// success, the watcher's verdict); a finished one keeps its verdict.
+    pub fn update_deployment_status(&mut self, update: &DeploymentStatusUpdate, index: u64) {
+        let Some(current) = self.deployments.get(&update.deployment_id) else {
+            return;
+        };
+        if !current.active() {
+            return;
+        }
+        let mut d = (**current).clone();
+        d.status = update.status;
+        d.status_description = update.status_description.clone();
+        self.put_deployment(d, index);
+    }
+
+    /// Applies a change to one existing deployment (promotion, pause in tests).
+    pub fn update_deployment(
+        &mut self,
+        id: &DeploymentId,
+        change: impl FnOnce(&mut Deployment),
+    ) -> bool {
+        let Some(existing) = self.deployments.get(id).cloned() else {
+            return false;
+        };
+        let mut d = (*existing).clone();
+        change(&mut d);
+        self.upsert_deployment(d);
+        true
     }
 
     /// Applies a change to one existing allocation (client updates in tests).

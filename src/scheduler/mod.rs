@@ -24,7 +24,9 @@
 //! 3. [`stack`]: one placement, from feasibility, ranking and preemption.
 //! 4. [`util`]: what both schedulers share (node sets, in-place updates,
 //!    allocations, reschedule timing, evaluation bookkeeping).
-//! 5. [`reconcile`] (what the generic scheduler must place, stop, update)
+//! 5. [`reconcile`] (what the generic scheduler must place, stop, update;
+//!    its deployment rules, `reconcile/deployment.rs`, sit on `structs`
+//!    alone)
 //!    and [`system`]; 6. [`generic`].
 //! 7. This file ([`new_scheduler`]); 8. the test [`harness`].
 

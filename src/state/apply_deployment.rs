@@ -248,9 +248,8 @@ impl Txn {
         }
     }
 
-    /// Counts an allocation write into its deployment (Nomad's
-    /// `updateDeploymentWithAlloc`): placed once per deployment, a canary
-    /// recorded, health counted the first time it is decided.
+    /// Counts an allocation write into its deployment (the rules are
+    /// `Deployment::count_alloc`, shared with the scheduler's harness).
     pub(super) fn count_in_deployment(&mut self, alloc: &Allocation, old: Option<&Allocation>) {
         let Some(id) = alloc.deployment_id else {
             return;
@@ -258,56 +257,9 @@ impl Txn {
         let Some(current) = self.t.deployments.get(&id) else {
             return;
         };
-        let same = old.filter(|o| o.deployment_id == Some(id));
-        let placed = same.is_none();
-        let had_health = same
-            .and_then(|o| o.deployment_status.as_ref())
-            .is_some_and(|s| s.has_health());
-        let health = alloc
-            .deployment_status
-            .as_ref()
-            .filter(|s| s.has_health() && !had_health);
-        let canary = placed && alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
-        if !placed && health.is_none() {
-            return;
-        }
         let mut d = (**current).clone();
-        let Some(state) = d.task_groups.get_mut(&*alloc.task_group) else {
-            return;
-        };
-        if placed {
-            state.placed_allocs = state.placed_allocs.saturating_add(1);
-            if canary && !state.placed_canaries.contains(&alloc.id) {
-                state.placed_canaries.push(alloc.id);
-            }
-            if state.require_progress_by.is_none() && !state.progress_deadline.is_zero() {
-                let from = if alloc.create_time > 0 {
-                    alloc.create_time
-                } else {
-                    alloc.modify_time
-                };
-                state.require_progress_by = Some(deadline_after(from, state.progress_deadline));
-            }
+        if d.count_alloc(alloc, old) {
+            self.upsert_deployment(d);
         }
-        if let Some(status) = health {
-            if status.is_healthy() {
-                state.healthy_allocs = state.healthy_allocs.saturating_add(1);
-                if !state.progress_deadline.is_zero() {
-                    let at = status.timestamp.unwrap_or(alloc.modify_time);
-                    let by = deadline_after(at, state.progress_deadline);
-                    if state.require_progress_by.is_none_or(|cur| cur < by) {
-                        state.require_progress_by = Some(by);
-                    }
-                }
-            } else {
-                state.unhealthy_allocs = state.unhealthy_allocs.saturating_add(1);
-            }
-        }
-        self.upsert_deployment(d);
     }
-}
-
-fn deadline_after(from_nanos: i64, deadline: std::time::Duration) -> i64 {
-    let add = i64::try_from(deadline.as_nanos()).unwrap_or(i64::MAX);
-    from_nanos.saturating_add(add)
 }

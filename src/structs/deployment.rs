@@ -213,6 +213,73 @@ impl Deployment {
     }
 }
 
+impl Deployment {
+    /// Counts an allocation write into this deployment (Nomad's
+    /// `updateDeploymentWithAlloc`): placed once per deployment, a canary
+    /// recorded, health counted the first time it is decided, progress
+    /// deadline pushed by a healthy allocation. `old` is the allocation
+    /// as stored before the write. Returns whether anything changed.
+    pub fn count_alloc(
+        &mut self,
+        alloc: &super::Allocation,
+        old: Option<&super::Allocation>,
+    ) -> bool {
+        if alloc.deployment_id != Some(self.id) {
+            return false;
+        }
+        let same = old.filter(|o| o.deployment_id == Some(self.id));
+        let placed = same.is_none();
+        let had_health = same
+            .and_then(|o| o.deployment_status.as_ref())
+            .is_some_and(|s| s.has_health());
+        let health = alloc
+            .deployment_status
+            .as_ref()
+            .filter(|s| s.has_health() && !had_health);
+        let canary = placed && alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
+        if !placed && health.is_none() {
+            return false;
+        }
+        let Some(state) = self.task_groups.get_mut(&*alloc.task_group) else {
+            return false;
+        };
+        if placed {
+            state.placed_allocs = state.placed_allocs.saturating_add(1);
+            if canary && !state.placed_canaries.contains(&alloc.id) {
+                state.placed_canaries.push(alloc.id);
+            }
+            if state.require_progress_by.is_none() && !state.progress_deadline.is_zero() {
+                let from = if alloc.create_time > 0 {
+                    alloc.create_time
+                } else {
+                    alloc.modify_time
+                };
+                state.require_progress_by = Some(deadline_after(from, state.progress_deadline));
+            }
+        }
+        if let Some(status) = health {
+            if status.is_healthy() {
+                state.healthy_allocs = state.healthy_allocs.saturating_add(1);
+                if !state.progress_deadline.is_zero() {
+                    let at = status.timestamp.unwrap_or(alloc.modify_time);
+                    let by = deadline_after(at, state.progress_deadline);
+                    if state.require_progress_by.is_none_or(|cur| cur < by) {
+                        state.require_progress_by = Some(by);
+                    }
+                }
+            } else {
+                state.unhealthy_allocs = state.unhealthy_allocs.saturating_add(1);
+            }
+        }
+        true
+    }
+}
+
+fn deadline_after(from_nanos: i64, deadline: Duration) -> i64 {
+    let add = i64::try_from(deadline.as_nanos()).unwrap_or(i64::MAX);
+    from_nanos.saturating_add(add)
+}
+
 /// A change of a deployment's status (the watcher's, a user's, or the
 /// scheduler's cancel of an older deployment).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

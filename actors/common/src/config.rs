@@ -198,6 +198,8 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     pub node_gc_threshold: Duration,
     #[serde(with = "humantime_serde")]
+    pub deployment_gc_threshold: Duration,
+    #[serde(with = "humantime_serde")]
     pub gc_interval: Duration,
     /// Servers the cluster forms with (Raft); 0 or 1 with no `retry_join`
     /// is a single server without Raft.

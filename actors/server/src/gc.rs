@@ -14,6 +14,12 @@
 //!   terminal: those are deleted, then the job is purged.
 //! - nodes `down` for longer than `node_gc_threshold` with no allocation
 //!   still live on them.
+//! - terminal deployments last changed more than `deployment_gc_threshold`
+//!   ago that no live allocation refers to (Nomad's `deploymentGC`). A
+//!   deployment carries no time, only its modify index; as Nomad's time
+//!   table, the collector notes the store's index at each pass and
+//!   takes the newest index noted before the cutoff as "old" (so a new
+//!   leader collects deployments only a threshold after it took over).
 //!
 //! Deletes go in batches of at most `batch_size` IDs per command, so one GC
 //! pass never holds the single state writer for long. The scan runs off the
@@ -29,7 +35,8 @@ use chrono::{DateTime, Utc};
 use herder::state::{Command, StateSnapshot, StateStore, StoreError};
 use herder::structs::job::job_status;
 use herder::structs::{
-    AllocId, Allocation, ClientStatus, EvalId, Evaluation, Job, JobType, NodeId, NodeStatus,
+    AllocId, Allocation, ClientStatus, DeploymentId, EvalId, Evaluation, Job, JobType, NodeId,
+    NodeStatus,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +49,7 @@ pub struct GcConfig {
     pub eval_gc_threshold: Duration,
     pub job_gc_threshold: Duration,
     pub node_gc_threshold: Duration,
+    pub deployment_gc_threshold: Duration,
     pub gc_interval: Duration,
     /// The most IDs one delete command carries.
     pub batch_size: usize,
@@ -54,6 +62,7 @@ impl Default for GcConfig {
             eval_gc_threshold: Duration::from_secs(3600),
             job_gc_threshold: Duration::from_secs(4 * 3600),
             node_gc_threshold: Duration::from_secs(24 * 3600),
+            deployment_gc_threshold: Duration::from_secs(3600),
             gc_interval: Duration::from_secs(300),
             batch_size: 1000,
         }
@@ -79,6 +88,9 @@ pub struct GcReport {
     pub allocs: usize,
     pub jobs: usize,
     pub nodes: usize,
+    /// Absent from an older server's report.
+    #[serde(default)]
+    pub deployments: usize,
 }
 
 /// A pass with the configured thresholds now (what the timer runs).
@@ -112,6 +124,38 @@ pub struct GarbageCollector {
     leader: Arc<AtomicBool>,
     /// The periodic pass's timer, running while this server leads.
     ticker: Option<SpawnHandle>,
+    /// When each pass saw which index: how old a deployment is.
+    index_times: IndexTimes,
+}
+
+/// The store's index as seen at the start of each pass, oldest first
+/// (Unix nanoseconds, index): a rough map from a time to the indexes
+/// written before it, as Nomad's FSM time table.
+#[derive(Debug, Default)]
+struct IndexTimes(std::collections::VecDeque<(i64, u64)>);
+
+impl IndexTimes {
+    /// The most entries kept (a pass every 5 minutes: over a month).
+    const MAX: usize = 10_000;
+
+    fn note(&mut self, at: i64, index: u64) {
+        if self.0.len() >= Self::MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back((at, index));
+    }
+
+    /// The newest index noted at or before `cutoff` (0: none), dropping
+    /// the entries older than it, which no later cutoff needs.
+    fn before(&mut self, cutoff: i64) -> u64 {
+        while self.0.get(1).is_some_and(|(at, _)| *at <= cutoff) {
+            self.0.pop_front();
+        }
+        match self.0.front() {
+            Some((at, index)) if *at <= cutoff => *index,
+            _ => 0,
+        }
+    }
 }
 
 impl GarbageCollector {
@@ -123,6 +167,7 @@ impl GarbageCollector {
             running: false,
             leader: Arc::new(AtomicBool::new(true)),
             ticker: None,
+            index_times: IndexTimes::default(),
         }
     }
 
@@ -160,6 +205,8 @@ impl GarbageCollector {
             if let Some(ticker) = self.ticker.take() {
                 ctx.cancel_future(ticker);
             }
+            // The next term notes its own times.
+            self.index_times = IndexTimes::default();
             tracing::info!("garbage collection stopped: not the leader");
         }
     }
@@ -170,7 +217,13 @@ impl GarbageCollector {
     fn run(&mut self, force: bool) -> impl std::future::Future<Output = Result<GcReport, GcError>> {
         let busy = std::mem::replace(&mut self.running, true);
         let store = self.store.clone();
-        let cutoffs = Cutoffs::new((self.clock)(), &self.config, force);
+        let now = (self.clock)();
+        let mut cutoffs = Cutoffs::new(now, &self.config, force);
+        if !force && !busy {
+            let at = now.timestamp_nanos_opt().unwrap_or(i64::MAX);
+            self.index_times.note(at, self.store.latest_index());
+            cutoffs.deployment_index = self.index_times.before(cutoffs.deployment);
+        }
         let batch_size = self.config.batch_size.max(1);
         let leader = self.leader.clone();
         async move {
@@ -219,6 +272,7 @@ impl GarbageCollector {
                         allocs = r.allocs,
                         jobs = r.jobs,
                         nodes = r.nodes,
+                        deployments = r.deployments,
                         force,
                         "garbage collected"
                     );
@@ -237,6 +291,11 @@ struct Cutoffs {
     job: i64,
     /// Unix seconds, as `StatusUpdatedAt`.
     node_seconds: i64,
+    /// Unix nanos: the time a deployment's last change must predate.
+    deployment: i64,
+    /// The newest modify index a deployment may have to be collected
+    /// (from the index times; everything when forced).
+    deployment_index: u64,
 }
 
 impl Cutoffs {
@@ -246,6 +305,8 @@ impl Cutoffs {
                 eval: i64::MAX,
                 job: i64::MAX,
                 node_seconds: i64::MAX,
+                deployment: i64::MAX,
+                deployment_index: u64::MAX,
             };
         }
         let before = |d: Duration| {
@@ -257,6 +318,8 @@ impl Cutoffs {
             eval: before(config.eval_gc_threshold),
             job: before(config.job_gc_threshold),
             node_seconds: before(config.node_gc_threshold).div_euclid(1_000_000_000),
+            deployment: before(config.deployment_gc_threshold),
+            deployment_index: 0,
         }
     }
 }
@@ -270,6 +333,7 @@ struct GcPlan {
     orphan_allocs: Vec<AllocId>,
     jobs: Vec<(String, String)>,
     nodes: Vec<NodeId>,
+    deployments: Vec<DeploymentId>,
 }
 
 impl GcPlan {
@@ -280,6 +344,7 @@ impl GcPlan {
                 + self.orphan_allocs.len(),
             jobs: self.jobs.len(),
             nodes: self.nodes.len(),
+            deployments: self.deployments.len(),
         }
     }
 
@@ -311,6 +376,13 @@ impl GcPlan {
                 alloc_ids,
             });
         }
+        commands.extend(
+            self.deployments
+                .chunks(batch_size)
+                .map(|ids| Command::DeploymentDelete {
+                    deployment_ids: ids.to_vec(),
+                }),
+        );
         commands.extend(
             self.jobs
                 .into_iter()
@@ -384,7 +456,22 @@ fn plan_gc(snap: &StateSnapshot, cutoffs: &Cutoffs) -> GcPlan {
             plan.nodes.push(node.id);
         }
     }
+    plan.deployments = collectable_deployments(snap, cutoffs.deployment_index);
     plan
+}
+
+/// Terminal deployments last changed at or before `cutoff` (an index) that
+/// no live allocation refers to. A dead job's deployments go with the job.
+fn collectable_deployments(snap: &StateSnapshot, cutoff: u64) -> Vec<DeploymentId> {
+    snap.deployments()
+        .filter(|d| !d.active() && d.modify_index <= cutoff)
+        .filter(|d| {
+            snap.allocs_by_deployment(&d.id)
+                .iter()
+                .all(|a| a.is_terminal())
+        })
+        .map(|d| d.id)
+        .collect()
 }
 
 /// The allocations of a terminal evaluation, when all of them may go and

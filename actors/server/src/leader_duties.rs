@@ -1,15 +1,16 @@
 //! The leader's duties, switched on and off as leadership moves.
 //!
 //! Only the leader runs the eval broker, blocked evaluations, the plan
-//! queue, node heartbeat timers, the periodic launcher, the drainer and the
-//! garbage collector; every server runs workers. When Raft elects this
+//! queue, node heartbeat timers, the periodic launcher, the drainer, the
+//! deployment watcher and the garbage collector; every server runs workers. When Raft elects this
 //! server, [`LeaderDuties::gain`] starts the duties in dependency order:
 //! the plan queue first (workers' plans land somewhere), then the broker
 //! and blocked evaluations, then the router restores the pending and
 //! blocked evaluations of the replicated state into them (what the old
 //! leader had in flight is still pending there, so it is enqueued again),
 //! then node heartbeat timers (fresh TTLs over the failover window), and
-//! last the duties that write on their own: periodic launches, drains, GC.
+//! last the duties that write on their own: periodic launches, drains,
+//! deployments, GC.
 //! [`LeaderDuties::lose`] runs the same steps backwards, so nothing writes
 //! or routes into a queue that is being flushed.
 //!
@@ -21,6 +22,7 @@
 
 use crate::blocked_evals::BlockedEvals;
 use crate::broker::{self, EvalBroker};
+use crate::deployment_watcher::{self, DeploymentWatcher};
 use crate::eval_router::{self, EvalRouter};
 use crate::gc::{self, GarbageCollector};
 use crate::node_drainer::{self, NodeDrainer};
@@ -45,6 +47,7 @@ pub struct LeaderActors {
     pub nodes: Addr<NodeTracker>,
     pub periodic: Addr<PeriodicLauncher>,
     pub drainer: Addr<NodeDrainer>,
+    pub deployments: Addr<DeploymentWatcher>,
     pub gc: Addr<GarbageCollector>,
 }
 
@@ -127,6 +130,11 @@ impl LeaderDuties {
                 a.drainer.send(node_drainer::SetLeader(true)),
             )
             .await,
+            self.step(
+                "deployment watcher resumed",
+                a.deployments.send(deployment_watcher::SetLeader(true)),
+            )
+            .await,
             self.step("garbage collector resumed", a.gc.send(gc::SetLeader(true)))
                 .await,
         ];
@@ -147,6 +155,11 @@ impl LeaderDuties {
         let steps = [
             self.step("garbage collector stopped", a.gc.send(gc::SetLeader(false)))
                 .await,
+            self.step(
+                "deployment watcher stopped",
+                a.deployments.send(deployment_watcher::SetLeader(false)),
+            )
+            .await,
             self.step(
                 "node drainer stopped",
                 a.drainer.send(node_drainer::SetLeader(false)),

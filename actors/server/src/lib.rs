@@ -1,7 +1,7 @@
 //! herder's server: the actors that turn a registered job into placed
 //! allocations (eval broker, blocked evals, scheduling workers, plan
 //! applier), the ones that watch nodes and time (node tracker and
-//! lifecycle, drainer, periodic launcher, GC), the event stream, and
+//! lifecycle, drainer, deployment watcher, periodic launcher, GC), the event stream, and
 //! [`server_api::ServerApi`], the typed front door every write goes
 //! through; and, on a server that is one of several, its place in the
 //! cluster ([`cluster_member`]: the replica, the RPC port the servers talk
@@ -11,6 +11,7 @@
 pub mod blocked_evals;
 pub mod broker;
 pub mod cluster_member;
+pub mod deployment_watcher;
 pub mod eval_router;
 pub mod eval_writer;
 pub mod events;

@@ -8,9 +8,13 @@
 //!   (`DesiredTransition.Migrate`, with an evaluation per job in the same
 //!   command), a few at a time per task group so that at most
 //!   `migrate.max_parallel` of the group are away at once across the
-//!   cluster. herder has no health checks, so an allocation counts as
-//!   healthy once its client reports it running: a marked allocation stops
-//!   counting at once, its replacement counts when it runs;
+//!   cluster. An allocation counts as healthy once its client has decided
+//!   its health by the group's `migrate` block (`health_check`,
+//!   `min_healthy_time`, `healthy_deadline`), as Nomad's drainer counts
+//!   it: a marked allocation stops counting at once, its replacement
+//!   counts when its health is reported. A replacement found unhealthy at
+//!   its `healthy_deadline` counts too (Nomad's `HasHealth`): the drain
+//!   goes on rather than wait for a deadline that may never come;
 //! - leaves batch and sysbatch allocations to finish;
 //! - once nothing but system allocations is left running there, marks the
 //!   system allocations (unless the drain ignores system jobs) and ends the
@@ -33,8 +37,8 @@ use crate::periodic::Clock;
 use actix::prelude::*;
 use herder::state::{AppliedChanges, Command, JobKey, Row, RowKey, StateSnapshot, StateStore};
 use herder::structs::{
-    AllocId, Allocation, ClientStatus, DesiredTransition, DrainStrategy, Evaluation, Job, JobType,
-    NodeEvent, NodeId, TaskGroup, TriggeredBy,
+    AllocId, Allocation, DesiredTransition, DrainStrategy, Evaluation, Job, JobType, NodeEvent,
+    NodeId, TaskGroup, TriggeredBy,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -167,9 +171,9 @@ fn job_drain(snap: &StateSnapshot, job: &Job, marked: &dyn Fn(&Allocation) -> bo
 }
 
 /// Nomad's rule: as many of the group's allocations on draining nodes as
-/// keep at least `count - max_parallel` of the group healthy. Batch work is
-/// never marked before the deadline; a group without a migrate block
-/// neither.
+/// keep at least `count - max_parallel` of the group healthy (its health
+/// decided, see [`has_migrate_health`]). Batch work is never marked before
+/// the deadline; a group without a migrate block neither.
 fn group_drain(
     snap: &StateSnapshot,
     job: &Job,
@@ -186,7 +190,7 @@ fn group_drain(
             continue;
         }
         let is_marked = marked(alloc);
-        if !is_marked && alloc.client_status == ClientStatus::Running {
+        if !is_marked && has_migrate_health(alloc) {
             healthy += 1;
         }
         if !on_draining_node(snap, alloc) {
@@ -205,6 +209,16 @@ fn group_drain(
     drainable.sort_by_key(|a| (a.create_index, a.id));
     out.migrate
         .extend(drainable.into_iter().take(n).map(Arc::clone));
+}
+
+/// The client has decided the allocation's health (healthy, or unhealthy
+/// at its deadline), by the deployment's `update` block or, outside a
+/// deployment, the group's `migrate` block.
+fn has_migrate_health(alloc: &Allocation) -> bool {
+    alloc
+        .deployment_status
+        .as_ref()
+        .is_some_and(|s| s.has_health())
 }
 
 /// Nothing but system allocations is left running on the node (Nomad

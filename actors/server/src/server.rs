@@ -12,6 +12,7 @@
 use crate::blocked_evals::{self, BlockedEvals, BlockedEvalsConfig};
 use crate::broker::{self, BrokerConfig, EvalBroker};
 use crate::cluster_member;
+use crate::deployment_watcher::{DeploymentWatcher, StopWatcher};
 use crate::eval_router::{EvalRouter, StopRouting};
 use crate::eval_writer::EvalWriter;
 use crate::gc::{GarbageCollector, GcConfig, StopGc};
@@ -38,6 +39,7 @@ pub struct Server {
     handle: ServerHandle,
     router: Addr<EvalRouter>,
     drainer: Addr<NodeDrainer>,
+    deployments: Addr<DeploymentWatcher>,
     metrics: Addr<ServerMetrics>,
     /// A cluster member's RPC port.
     rpc: Option<actix_web::dev::ServerHandle>,
@@ -66,6 +68,7 @@ pub fn gc_config(config: &AgentConfig) -> GcConfig {
         eval_gc_threshold: config.server.eval_gc_threshold,
         job_gc_threshold: config.server.job_gc_threshold,
         node_gc_threshold: config.server.node_gc_threshold,
+        deployment_gc_threshold: config.server.deployment_gc_threshold,
         gc_interval: config.server.gc_interval,
         ..GcConfig::default()
     }
@@ -133,6 +136,9 @@ impl Server {
         // docs/PERFORMANCE.md, "Workers on a single server"), so the
         // supervisor's `SetLeader` waits for the day there are followers.
         let (drainer, periodic, gc) = start_timed_duties(&store, config, leader);
+        let deployments = DeploymentWatcher::new(store.clone(), periodic::system_clock())
+            .with_leadership(leader)
+            .start();
         let duties = LeaderDuties::new(
             LeaderActors {
                 plan_applier: queues.plan_applier.clone(),
@@ -142,6 +148,7 @@ impl Server {
                 nodes: nodes.clone(),
                 periodic: periodic.clone(),
                 drainer: drainer.clone(),
+                deployments: deployments.clone(),
                 gc: gc.clone(),
             },
             leader,
@@ -171,6 +178,7 @@ impl Server {
             handle,
             router,
             drainer,
+            deployments,
             metrics,
             rpc,
         })
@@ -210,6 +218,7 @@ impl Server {
         }
         let _ = self.router.send(StopRouting).await;
         let _ = self.drainer.send(StopDrainer).await;
+        let _ = self.deployments.send(StopWatcher).await;
         self.metrics.do_send(StopMetrics);
         let _ = h.periodic.send(StopLauncher).await;
         let _ = h.gc.send(StopGc).await;

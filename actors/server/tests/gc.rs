@@ -6,11 +6,13 @@ use actix::prelude::*;
 use chrono::{DateTime, TimeZone, Utc};
 use herder::state::fixtures::{self, AllocBuilder};
 use herder::state::{Command, PlanResults, StateStore, StoreOptions};
+use herder::structs::deployment::description;
 use herder::structs::{
-    AllocId, ClientStatus, DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType, Node,
-    NodeStatus, TriggeredBy,
+    AllocId, ClientStatus, Deployment, DeploymentId, DeploymentStatus, DeploymentStatusUpdate,
+    DesiredStatus, EvalId, EvalStatus, Evaluation, Job, JobType, Node, NodeStatus, TriggeredBy,
 };
 use herder_server::gc::{ForceGc, GarbageCollector, GcConfig, GcReport, RunGc};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +34,7 @@ fn config() -> GcConfig {
         eval_gc_threshold: Duration::from_secs(HOUR as u64),
         job_gc_threshold: Duration::from_secs(4 * HOUR as u64),
         node_gc_threshold: Duration::from_secs(24 * HOUR as u64),
+        deployment_gc_threshold: Duration::from_secs(HOUR as u64),
         // The timer stays out of the way; the tests run passes themselves.
         gc_interval: Duration::from_secs(3600),
         // Small batches, so a pass needs several commands.
@@ -167,7 +170,8 @@ async fn old_finished_evals_and_allocs_go_young_and_needed_ones_stay() {
             evals: 4,
             allocs: 1,
             jobs: 0,
-            nodes: 0
+            nodes: 0,
+            deployments: 0,
         }
     );
     assert!(!c.has_eval(&old) && !c.has_alloc(&old_alloc));
@@ -353,4 +357,80 @@ async fn the_collector_runs_on_its_own_every_interval() {
     }
     assert!(!c.has_job("web"), "the periodic pass did not collect");
     assert!(!c.has_eval(&old));
+}
+
+impl Cluster {
+    /// A deployment of `job` with one allocation in it (live or finished),
+    /// failed at once unless `active`.
+    fn deployment(&self, job: &Arc<Job>, live: bool, active: bool) -> DeploymentId {
+        let d = Deployment::new(job, 50);
+        let eval = self.eval(job, EvalStatus::Complete, 2 * HOUR);
+        let mut alloc = AllocBuilder::new(job, "g").build(0, self.node.id, eval, ago(2 * HOUR));
+        alloc.deployment_id = Some(d.id);
+        if !live {
+            alloc.desired_status = DesiredStatus::Stop;
+            alloc.client_status = ClientStatus::Complete;
+        }
+        let mut results = PlanResults {
+            eval_id: eval,
+            job: Some(job.clone()),
+            deployment: Some(Arc::new(d.clone())),
+            ..Default::default()
+        };
+        results.node_allocation.insert(self.node.id, vec![alloc]);
+        self.store
+            .apply(Command::ApplyPlanResults(results))
+            .unwrap();
+        if !active {
+            self.store
+                .apply(Command::DeploymentStatusUpdate {
+                    update: DeploymentStatusUpdate {
+                        deployment_id: d.id,
+                        status: DeploymentStatus::Failed,
+                        status_description: description::FAILED_BY_USER.into(),
+                    },
+                    job: None,
+                    eval: None,
+                })
+                .unwrap();
+        }
+        d.id
+    }
+
+    fn has_deployment(&self, id: &DeploymentId) -> bool {
+        self.store.snapshot().deployment(id).is_some()
+    }
+}
+
+#[actix::test]
+async fn terminal_deployments_go_a_threshold_after_a_pass_saw_them_unless_an_alloc_lives() {
+    let c = Cluster::new();
+    let web = c.job("web", JobType::Service, false);
+    let finished = c.deployment(&web, false, false);
+    let in_use = c.deployment(&web, true, false);
+    let running = c.deployment(&web, false, true);
+    let offset = Arc::new(AtomicI64::new(0));
+    let o = offset.clone();
+    let clock = Arc::new(move || now() + chrono::Duration::seconds(o.load(Ordering::SeqCst)));
+    let gc = GarbageCollector::new(c.store.clone(), clock, config()).start();
+
+    let first = gc.send(RunGc).await.unwrap().unwrap();
+    assert_eq!(first.deployments, 0, "no pass has dated them yet");
+    let young = c.deployment(&web, false, false);
+
+    offset.store(2 * HOUR, Ordering::SeqCst);
+    let later = gc.send(RunGc).await.unwrap().unwrap();
+    assert_eq!(later.deployments, 1);
+    assert!(!c.has_deployment(&finished), "terminal, old, nothing live");
+    assert!(c.has_deployment(&in_use), "a live allocation refers to it");
+    assert!(c.has_deployment(&running), "still running");
+    assert!(c.has_deployment(&young), "failed after the dated pass");
+
+    let forced = gc.send(ForceGc).await.unwrap().unwrap();
+    assert_eq!(forced.deployments, 1);
+    assert!(
+        !c.has_deployment(&young),
+        "a forced collection ignores the age"
+    );
+    assert!(c.has_deployment(&in_use) && c.has_deployment(&running));
 }

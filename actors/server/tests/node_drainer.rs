@@ -6,8 +6,8 @@
 use futures::StreamExt;
 use herder::state::{fixtures, AllocClientUpdate, Command, Row, StateStore};
 use herder::structs::{
-    AllocId, Allocation, ClientStatus, DrainStrategy, Job, JobType, MigrateStrategy, Node,
-    NodeEvent, NodeId, SchedulingEligibility, TriggeredBy,
+    AllocDeploymentStatus, AllocId, Allocation, ClientStatus, DrainStrategy, Job, JobType,
+    MigrateStrategy, Node, NodeEvent, NodeId, SchedulingEligibility, TriggeredBy,
 };
 use herder_common::config::{AgentConfig, ConfigSources, FlagOverrides};
 use herder_server::node_drainer::{DEADLINE_REACHED, NODE_DRAIN_COMPLETE};
@@ -45,9 +45,12 @@ fn now_nanos() -> i64 {
 }
 
 /// Plays every node's client. Starts pending allocations on the nodes in
-/// `runs_on` (all nodes when `None`) and confirms every stop.
+/// `runs_on` (all nodes when `None`), reports them healthy on the nodes in
+/// `healthy_on` (all when `None`), as a client does by the group's
+/// `migrate` block, and confirms every stop.
 struct FakeClient {
     runs_on: Arc<Mutex<Option<HashSet<NodeId>>>>,
+    healthy_on: Arc<Mutex<Option<HashSet<NodeId>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -61,29 +64,67 @@ fn client_update(alloc: &Allocation, status: ClientStatus) -> AllocClientUpdate 
     }
 }
 
+fn healthy_update(alloc: &Allocation) -> AllocClientUpdate {
+    AllocClientUpdate {
+        deployment_status: Some(AllocDeploymentStatus {
+            healthy: Some(true),
+            timestamp: Some(now_nanos()),
+            ..Default::default()
+        }),
+        ..client_update(alloc, ClientStatus::Running)
+    }
+}
+
+type NodeSet = Arc<Mutex<Option<HashSet<NodeId>>>>;
+
+fn allowed(set: &NodeSet, node: &NodeId) -> bool {
+    set.lock()
+        .unwrap()
+        .as_ref()
+        .is_none_or(|n| n.contains(node))
+}
+
+/// What a client reports about `a` now, if anything.
+fn client_report(
+    a: &Allocation,
+    runs_on: &NodeSet,
+    healthy_on: &NodeSet,
+) -> Option<AllocClientUpdate> {
+    if a.server_terminal() {
+        return (!a.client_status.is_terminal()).then(|| client_update(a, ClientStatus::Complete));
+    }
+    let running = a.client_status == ClientStatus::Running;
+    let starts = a.client_status == ClientStatus::Pending && allowed(runs_on, &a.node_id);
+    let has_health = a.deployment_status.as_ref().is_some_and(|s| s.has_health());
+    if (starts || running) && !has_health && allowed(healthy_on, &a.node_id) {
+        Some(healthy_update(a))
+    } else if starts {
+        Some(client_update(a, ClientStatus::Running))
+    } else {
+        None
+    }
+}
+
 impl FakeClient {
     fn start(store: StateStore, runs_on: Option<HashSet<NodeId>>) -> FakeClient {
+        FakeClient::start_with_health(store, runs_on, None)
+    }
+
+    fn start_with_health(
+        store: StateStore,
+        runs_on: Option<HashSet<NodeId>>,
+        healthy_on: Option<HashSet<NodeId>>,
+    ) -> FakeClient {
         let runs_on = Arc::new(Mutex::new(runs_on));
+        let healthy_on = Arc::new(Mutex::new(healthy_on));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, s) = (runs_on.clone(), stop.clone());
+        let (r, h, s) = (runs_on.clone(), healthy_on.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) && !store.is_closed() {
                 let snap = store.snapshot();
-                let allowed = r.lock().unwrap().clone();
                 let updates: Vec<_> = snap
                     .allocs()
-                    .filter_map(|a| {
-                        if a.server_terminal() && !a.client_status.is_terminal() {
-                            Some(client_update(a, ClientStatus::Complete))
-                        } else if !a.server_terminal()
-                            && a.client_status == ClientStatus::Pending
-                            && allowed.as_ref().is_none_or(|n| n.contains(&a.node_id))
-                        {
-                            Some(client_update(a, ClientStatus::Running))
-                        } else {
-                            None
-                        }
-                    })
+                    .filter_map(|a| client_report(a, &r, &h))
                     .collect();
                 if !updates.is_empty() {
                     // A closed store at shutdown is not the client's concern.
@@ -97,6 +138,7 @@ impl FakeClient {
         });
         FakeClient {
             runs_on,
+            healthy_on,
             stop,
             thread: Some(thread),
         }
@@ -104,6 +146,10 @@ impl FakeClient {
 
     fn run_everywhere(&self) {
         *self.runs_on.lock().unwrap() = None;
+    }
+
+    fn healthy_everywhere(&self) {
+        *self.healthy_on.lock().unwrap() = None;
     }
 }
 
@@ -257,7 +303,7 @@ fn drain_done(store: &StateStore, node: &Node) -> bool {
 }
 
 /// Follows the feed and records the most allocations of `job_id` that were
-/// ever away at once: `count` minus those running and not marked to move.
+/// ever away at once: `count` minus those healthy and not marked to move.
 fn watch_away(store: &StateStore, job_id: &str, count: usize) -> Arc<Mutex<usize>> {
     let snap = store.snapshot();
     let mut allocs: HashMap<AllocId, Arc<Allocation>> = snap
@@ -289,7 +335,7 @@ fn watch_away(store: &StateStore, job_id: &str, count: usize) -> Arc<Mutex<usize
                 .values()
                 .filter(|a| {
                     !a.is_terminal()
-                        && a.client_status == ClientStatus::Running
+                        && a.deployment_status.as_ref().is_some_and(|s| s.is_healthy())
                         && !a.desired_transition.should_migrate()
                 })
                 .count();
@@ -371,6 +417,42 @@ async fn drain_migrates_at_most_max_parallel_at_once_and_completes() {
     assert!(!event.details.contains_key(DEADLINE_REACHED));
     let max = *max_away.lock().unwrap();
     assert_eq!(max, 2, "two at a time, never more (saw {max})");
+    cl.server.stop().await;
+}
+
+#[actix::test]
+async fn drain_waits_for_replacements_to_be_healthy_not_just_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let cl = cluster_with(dir.path(), vec![service_job("web", 4, 1)], 4).await;
+    // Replacements start on b and c, but no health is reported there yet.
+    let client =
+        FakeClient::start_with_health(cl.store.clone(), None, Some(HashSet::from([cl.a.id])));
+    let max_away = watch_away(&cl.store, "web", 4);
+    set_drain(&cl.store, &cl.a, None, false).await;
+
+    let replaced = wait_until(Duration::from_secs(20), || {
+        live_allocs(&cl.store, "web")
+            .iter()
+            .any(|a| a.node_id != cl.a.id && a.client_status == ClientStatus::Running)
+    })
+    .await;
+    assert!(replaced, "the first replacement runs elsewhere");
+    actix_rt::time::sleep(Duration::from_secs(2)).await;
+    let moved: usize = live_allocs(&cl.store, "web")
+        .iter()
+        .filter(|a| a.node_id != cl.a.id)
+        .count();
+    assert_eq!(
+        moved, 1,
+        "a running replacement that is not healthy holds the drain"
+    );
+    assert!(stored_node(&cl.store, &cl.a).drain_strategy.is_some());
+
+    client.healthy_everywhere();
+    let done = wait_until(Duration::from_secs(60), || drain_done(&cl.store, &cl.a)).await;
+    assert!(done, "healthy replacements let the drain go on to the end");
+    let max = *max_away.lock().unwrap();
+    assert_eq!(max, 1, "one at a time (saw {max})");
     cl.server.stop().await;
 }
 

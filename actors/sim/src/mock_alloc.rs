@@ -5,9 +5,18 @@
 //! only needs the task group's tasks and their `mock_driver` config, so it
 //! reads a narrow view of the JSON (serde skips the rest without building
 //! it).
+//!
+//! A simulated allocation of a service job reports its health with its
+//! first status, as a real client does once the deployment's `update` (or
+//! the group's `migrate`) checks pass: healthy as soon as it runs,
+//! unhealthy when it cannot start. The simulation skips `min_healthy_time`
+//! (nothing runs, so there is nothing to wait for), which lets deployments
+//! and drains progress in `herder sim` and `herder bench`.
 
 use herder::state::AllocClientUpdate;
-use herder::structs::{AllocId, ClientStatus, DesiredStatus, TaskState, VecMap};
+use herder::structs::{
+    AllocDeploymentStatus, AllocId, ClientStatus, DesiredStatus, TaskState, VecMap,
+};
 use herder_client::driver::mock::{MockConfig, NAME as MOCK_DRIVER};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -26,6 +35,8 @@ pub struct AllocView {
     pub client_status: ClientStatus,
     #[serde(default)]
     pub task_group: String,
+    #[serde(default, rename = "DeploymentID")]
+    pub deployment_id: Option<String>,
     #[serde(default)]
     pub job: Option<JobView>,
 }
@@ -33,6 +44,8 @@ pub struct AllocView {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct JobView {
+    #[serde(rename = "Type")]
+    pub job_type: Option<String>,
     pub task_groups: Option<Vec<GroupView>>,
 }
 
@@ -40,7 +53,14 @@ pub struct JobView {
 #[serde(rename_all = "PascalCase", default)]
 pub struct GroupView {
     pub name: String,
+    pub update: Option<UpdateView>,
     pub tasks: Option<Vec<TaskView>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct UpdateView {
+    pub health_check: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -71,6 +91,24 @@ impl AllocView {
             .and_then(|g| g.tasks.as_ref())
             .map(|tasks| tasks.iter().map(|t| t.name.clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// Whether its client decides its health: a service job's (Nomad's
+    /// client watches the health of service allocations only), unless a
+    /// deployment leaves it to a user (`health_check = "manual"`).
+    pub fn reports_health(&self) -> bool {
+        let service = self
+            .job
+            .as_ref()
+            .and_then(|j| j.job_type.as_deref())
+            .is_some_and(|t| t == "service");
+        let manual = self
+            .group()
+            .and_then(|g| g.update.as_ref())
+            .and_then(|u| u.health_check.as_deref())
+            .is_some_and(|h| h == "manual");
+        let in_deployment = self.deployment_id.as_deref().is_some_and(|d| !d.is_empty());
+        service && !(in_deployment && manual)
     }
 
     fn group(&self) -> Option<&GroupView> {
@@ -162,6 +200,16 @@ pub fn report(
     }
 }
 
+/// `update` with the allocation's health decided now.
+pub fn with_health(mut update: AllocClientUpdate, healthy: bool) -> AllocClientUpdate {
+    update.deployment_status = Some(AllocDeploymentStatus {
+        healthy: Some(healthy),
+        timestamp: Some(update.modify_time),
+        ..Default::default()
+    });
+    update
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,5 +281,30 @@ mod tests {
             ("dead", true, Some(5))
         );
         assert!(state.finished_at.is_some());
+    }
+
+    #[test]
+    fn a_service_allocation_reports_its_health_a_batch_one_does_not() {
+        let mut a = alloc(json!([{"Name": "a", "Driver": "mock_driver"}]));
+        assert!(!a.reports_health(), "no job type: not a service");
+        a.job.as_mut().unwrap().job_type = Some("service".into());
+        assert!(a.reports_health());
+        let r = report(a.id, &a.task_names(), ClientStatus::Running, "up", 5);
+        let r = with_health(r, true);
+        let status = r.deployment_status.unwrap();
+        assert_eq!(status.healthy, Some(true));
+        assert_eq!(status.timestamp, Some(r.modify_time));
+        a.deployment_id = Some("0b5f3d2e-54f5-4d0e-9a43-f3c6b1e1d002".into());
+        a.job.as_mut().unwrap().task_groups.as_mut().unwrap()[1].update = Some(UpdateView {
+            health_check: Some("manual".into()),
+        });
+        assert!(!a.reports_health(), "manual health is a user's to set");
+        a.deployment_id = None;
+        assert!(
+            a.reports_health(),
+            "outside a deployment: the migrate block"
+        );
+        a.job.as_mut().unwrap().job_type = Some("batch".into());
+        assert!(!a.reports_health());
     }
 }

@@ -11,7 +11,7 @@
 
 use super::counters::Counters;
 use super::http::SimHttp;
-use super::mock_alloc::{report, AllocView, Outcome};
+use super::mock_alloc::{report, with_health, AllocView, Outcome};
 use herder::state::AllocClientUpdate;
 use herder::structs::{AllocId, ClientStatus, DesiredStatus, Node};
 use herder_client::node_protocol::{
@@ -292,7 +292,12 @@ impl SimNode {
         match alloc.outcome() {
             Outcome::FailsToStart(why) => {
                 self.counters.allocs_failed.fetch_add(1, Relaxed);
-                self.queue(report(alloc.id, &tasks, ClientStatus::Failed, &why, 0));
+                let failed = report(alloc.id, &tasks, ClientStatus::Failed, &why, 0);
+                self.queue(if alloc.reports_health() {
+                    with_health(failed, false)
+                } else {
+                    failed
+                });
                 self.state.borrow_mut().allocs.insert(
                     alloc.id,
                     LocalAlloc {
@@ -304,13 +309,18 @@ impl SimNode {
             }
             outcome => {
                 self.counters.allocs_running.fetch_add(1, Relaxed);
-                self.queue(report(
+                let running = report(
                     alloc.id,
                     &tasks,
                     ClientStatus::Running,
                     "Tasks are running",
                     now,
-                ));
+                );
+                self.queue(if alloc.reports_health() {
+                    with_health(running, true)
+                } else {
+                    running
+                });
                 self.state.borrow_mut().allocs.insert(
                     alloc.id,
                     LocalAlloc {

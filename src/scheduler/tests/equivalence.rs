@@ -186,7 +186,7 @@ fn even_and_targeted_spread(out: &mut String) {
 /// replacements would follow their (random) allocation IDs.
 fn fail_one(s: &mut Scenario, job: &Job, index: usize) {
     let failed = s.live(job)[index].id;
-    s.fail_at(&failed, NOW - 3600 * SECOND);
+    s.fail_replaceable_at(&failed, NOW - 3600 * SECOND);
 }
 
 /// A cluster small enough that every node is among the top five, so the

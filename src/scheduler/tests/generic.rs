@@ -129,25 +129,26 @@ fn task_change_is_destructive_and_rolls_max_parallel_at_a_time() {
     let (j2, _) = s.register(j2);
     let live = s.live(&j2);
     assert_eq!(live.len(), 4);
+    let updated = |s: &Scenario| {
+        s.live(&j2)
+            .iter()
+            .filter(|a| a.job_version == j2.version)
+            .count()
+    };
     let new: Vec<_> = live
         .iter()
         .filter(|a| a.job_version == j2.version)
         .collect();
     assert_eq!(new.len(), 1, "max_parallel 1 replaces one per evaluation");
     assert!(new[0].previous_allocation.is_some());
-    let next = s.h.create_evals.last().unwrap();
-    assert_eq!(next.triggered_by, TriggeredBy::RollingUpdate);
-    assert_eq!(next.wait, Duration::from_secs(30));
-    assert_eq!(s.h.last_eval().unwrap().next_eval, Some(next.id));
-    // The follow-up continues the rollout.
-    let next = next.clone();
-    s.process(&next);
-    let updated = s
-        .live(&j2)
-        .iter()
-        .filter(|a| a.job_version == j2.version)
-        .count();
-    assert_eq!(updated, 2);
+    // The deployment advances on health, not on a stagger timer.
+    assert!(s.h.create_evals.is_empty());
+    assert_eq!(s.h.last_eval().unwrap().next_eval, None);
+    s.eval(&j2, TriggeredBy::DeploymentWatcher);
+    assert_eq!(updated(&s), 1, "the new allocation is not healthy yet");
+    s.all_healthy(&j2);
+    s.eval(&j2, TriggeredBy::DeploymentWatcher);
+    assert_eq!(updated(&s), 2);
 }
 
 #[test]
@@ -262,6 +263,10 @@ fn failed_service_allocation_is_rescheduled_on_another_node() {
     let mut s = Scenario::new();
     s.add_nodes(3);
     let (j, _) = s.register(job(JobType::Service, 1));
+    // The first deployment completed: the failure is the reschedule
+    // policy's to handle, not the deployment's.
+    s.all_healthy(&j);
+    s.eval(&j, TriggeredBy::DeploymentWatcher);
     let first = s.live(&j)[0].clone();
     // Failed long enough ago that the 30 s delay has passed.
     s.fail_at(&first.id, NOW - 60 * SECOND);
@@ -285,6 +290,10 @@ fn recent_failure_is_rescheduled_later_with_a_follow_up_eval() {
     let mut s = Scenario::new();
     s.add_nodes(2);
     let (j, _) = s.register(job(JobType::Service, 1));
+    // The first deployment completed: the failure is the reschedule
+    // policy's to handle, not the deployment's.
+    s.all_healthy(&j);
+    s.eval(&j, TriggeredBy::DeploymentWatcher);
     let first = s.live(&j)[0].clone();
     s.fail_at(&first.id, NOW - SECOND);
     s.eval(&j, TriggeredBy::AllocFailure);

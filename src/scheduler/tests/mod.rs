@@ -4,6 +4,7 @@
 //! the scheduler wrote.
 
 mod constraints;
+mod deployments;
 mod equivalence;
 mod generic;
 mod props;
@@ -105,7 +106,22 @@ impl Scenario {
     /// Marks an allocation failed at `at`, its task `web` dead, as a
     /// client would report it.
     pub fn fail_at(&mut self, id: &crate::structs::AllocId, at: i64) {
+        self.fail_with(id, at, false);
+    }
+
+    /// Marks an allocation failed at `at` and, in the same write, allowed
+    /// to be replaced although its deployment is active (the deployment
+    /// watcher does this for a failed allocation of a group with a
+    /// progress deadline, as Nomad's does).
+    pub fn fail_replaceable_at(&mut self, id: &crate::structs::AllocId, at: i64) {
+        self.fail_with(id, at, true);
+    }
+
+    fn fail_with(&mut self, id: &crate::structs::AllocId, at: i64, replaceable: bool) {
         self.h.state.update_alloc(id, |a| {
+            if replaceable {
+                a.desired_transition.reschedule = Some(true);
+            }
             a.client_status = crate::structs::ClientStatus::Failed;
             a.modify_time = at;
             a.task_states.insert(
@@ -191,6 +207,37 @@ impl Scenario {
             a.client_status = status;
             a.modify_time = at;
         });
+    }
+
+    /// Reports an allocation's deployment health, as its client would.
+    pub fn set_health(&mut self, id: &crate::structs::AllocId, healthy: bool) {
+        self.h.state.update_alloc(id, |a| {
+            let status = a.deployment_status.get_or_insert_with(Default::default);
+            status.healthy = Some(healthy);
+            status.timestamp = Some(NOW);
+        });
+    }
+
+    /// Reports every live allocation of the job's current version healthy.
+    pub fn all_healthy(&mut self, job: &Job) {
+        let ids: Vec<_> = self
+            .live(job)
+            .iter()
+            .filter(|a| a.job_version == job.version)
+            .filter(|a| !a.deployment_status.as_ref().is_some_and(|s| s.has_health()))
+            .map(|a| a.id)
+            .collect();
+        for id in ids {
+            self.set_health(&id, true);
+        }
+    }
+
+    /// The job's latest deployment.
+    pub fn deployment(&self, job: &Job) -> Arc<crate::structs::Deployment> {
+        match self.h.state.latest_deployment(&job.namespace, &job.id) {
+            Some(d) => d,
+            None => panic!("job {} has no deployment", job.id),
+        }
     }
 
     pub fn names(&self, job: &Job) -> Vec<String> {
