@@ -110,7 +110,12 @@ fn deployed(agent: &TestAgent, auto_revert: bool) -> (Deployment, Allocation) {
         })
         .expect("node registered");
     let eval = snap.evals_by_job("default", "web").next().expect("eval").id;
-    let mut canary = AllocBuilder::new(&job, "web").build(0, node.id, eval, 1);
+    // Created now: the deployment watcher counts the progress deadline
+    // from here.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let mut canary = AllocBuilder::new(&job, "web").build(0, node.id, eval, now);
     canary.deployment_id = Some(d.id);
     canary.deployment_status = Some(AllocDeploymentStatus {
         canary: true,
@@ -122,7 +127,7 @@ fn deployed(agent: &TestAgent, auto_revert: bool) -> (Deployment, Allocation) {
             job: Some(job),
             node_allocation: HashMap::from([(node.id, vec![canary.clone()])]),
             deployment: Some(Arc::new(d.clone())),
-            updated_at: 1,
+            updated_at: now,
             ..Default::default()
         }))
         .expect("plan applied");
