@@ -9,8 +9,8 @@
 //! [`FUZZY_LIMIT_RESULTS`] matches per context. A context answered short
 //! says so in `Truncations`.
 //!
-//! Contexts herder has no objects for (deployments, CSI plugins and
-//! volumes, scaling policies) are searched and answered empty, as a Nomad
+//! Contexts herder has no objects for (CSI plugins and volumes, scaling
+//! policies) are searched and answered empty, as a Nomad
 //! cluster without them answers.
 
 use crate::state::{StateSnapshot, Table};
@@ -111,6 +111,7 @@ impl Context {
             Context::Allocs => Some(Table::Allocs),
             Context::Nodes => Some(Table::Nodes),
             Context::Evals => Some(Table::Evals),
+            Context::Deployments => Some(Table::Deployments),
             Context::Jobs | Context::Namespaces => Some(Table::Jobs),
             _ => None,
         }
@@ -207,7 +208,10 @@ fn prefix_matches(
                 .map(|alloc| (alloc.id, wanted(&alloc.namespace)))
         })?,
         Context::Nodes => uuid_matches(prefix, |from| snap.nodes_from(from).map(|n| (n.id, true)))?,
-        Context::Deployments => uuid_matches(prefix, |_| std::iter::empty())?,
+        Context::Deployments => uuid_matches(prefix, |from| {
+            snap.deployments_from(from)
+                .map(|d| (d.id, wanted(&d.namespace)))
+        })?,
         // Keyed by name in Nomad: always answered, and herder has none.
         Context::Plugins | Context::Volumes | Context::ScalingPolicies => (Vec::new(), false),
         // Parts of jobs: only a fuzzy search answers them.

@@ -121,8 +121,8 @@ pub use config::{
 pub use events::{Event, EventFilter, EventPayload, EventStream, Events, Topic};
 pub use node_builder::NodeBuilder;
 pub use server_api::{
-    AllocStopResult, DispatchJob, DispatchResult, DrainNode, DrainSpec, GcReport, JobPlan,
-    JobWriteResult, NodeReply, NodeWriteResult, PeriodicLaunch, RegisterJob, ScaleJob,
-    SchedulerConfigRead, SchedulerConfigWrite, ServerApi, ServerApiError, SetSchedulerConfig,
-    SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo,
+    AllocStopResult, DeploymentUpdateResult, DispatchJob, DispatchResult, DrainNode, DrainSpec,
+    GcReport, JobPlan, JobWriteResult, NodeReply, NodeWriteResult, PeriodicLaunch, PromoteCanaries,
+    RegisterJob, ScaleJob, SchedulerConfigRead, SchedulerConfigWrite, ServerApi, ServerApiError,
+    SetSchedulerConfig, SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo,
 };

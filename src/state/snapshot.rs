@@ -389,6 +389,14 @@ impl StateSnapshot {
             .filter(move |d| d.id.to_string().starts_with(prefix))
     }
 
+    /// Deployments from the ID `from` on, by ID.
+    pub fn deployments_from(
+        &self,
+        from: DeploymentId,
+    ) -> impl Iterator<Item = &Arc<Deployment>> + '_ {
+        self.tables.deployments.range(from..).map(|(_, d)| d)
+    }
+
     /// The allocations a deployment placed.
     pub fn allocs_by_deployment(&self, id: &DeploymentId) -> Vec<Arc<Allocation>> {
         let Some(d) = self.deployment(id) else {

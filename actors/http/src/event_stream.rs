@@ -36,6 +36,7 @@ fn event_json(event: &Event) -> Value {
         EventPayload::Allocation(alloc) => json!({"Allocation": alloc}),
         EventPayload::Node(node) => json!({"Node": node_read(node)}),
         EventPayload::NodeRemoved(id) => json!({"Node": {"ID": id}}),
+        EventPayload::Deployment(d) => json!({"Deployment": d}),
     };
     let filter_keys = if event.filter_keys.is_empty() {
         Value::Null

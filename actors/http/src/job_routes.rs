@@ -57,11 +57,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::delete().to(deregister)),
     )
     .route("/v1/job/{id}/allocations", web::get().to(job_allocations))
-    .route(
-        "/v1/job/{id}/deployment",
-        web::get().to(job_latest_deployment),
-    )
-    .route("/v1/job/{id}/deployments", web::get().to(job_deployments))
     .route("/v1/job/{id}/evaluations", web::get().to(job_evaluations))
     .route("/v1/job/{id}/summary", web::get().to(job_summary))
     .route("/v1/job/{id}/versions", web::get().to(job_versions))
@@ -135,34 +130,6 @@ async fn read_job(
 ) -> Result<HttpResponse, ApiError> {
     read_json(&info, &req, TableSet::of(&[Table::Jobs]), |snap, q| {
         find_job(snap, q, &id).cloned()
-    })
-    .await
-}
-
-/// `GET /v1/job/:id/deployment`: the job's latest deployment, `null` when
-/// it has none, as Nomad answers for a job that never had one. herder does
-/// not make deployments yet (issue 19), so every job is such a job; Nomad's
-/// CLI asks for it in `nomad job status ID` and failed on the 404.
-async fn job_latest_deployment(
-    info: web::Data<AgentInfo>,
-    req: HttpRequest,
-    _id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    read_json(&info, &req, TableSet::of(&[Table::Jobs]), |_, _| {
-        Ok(Value::Null)
-    })
-    .await
-}
-
-/// `GET /v1/job/:id/deployments`: the job's deployments, none yet (see
-/// [`job_latest_deployment`]).
-async fn job_deployments(
-    info: web::Data<AgentInfo>,
-    req: HttpRequest,
-    _id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    read_json(&info, &req, TableSet::of(&[Table::Jobs]), |_, _| {
-        Ok(Vec::<Value>::new())
     })
     .await
 }

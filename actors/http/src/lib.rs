@@ -12,6 +12,7 @@ mod body;
 mod client_alloc_routes;
 mod client_routes;
 mod cluster_reads;
+mod deployment_routes;
 mod errors;
 mod eval_alloc_routes;
 mod event_stream;
@@ -128,6 +129,7 @@ pub async fn start(info: Arc<AgentInfo>, listener: TcpListener) -> Result<HttpSe
             .configure(metrics_routes::configure)
             .configure(job_routes::configure)
             .configure(eval_alloc_routes::configure)
+            .configure(deployment_routes::configure)
             .configure(node_routes::configure)
             .configure(operator_routes::configure)
             .configure(system_routes::configure)

@@ -68,7 +68,7 @@ pub fn alloc_stub(snap: &StateSnapshot, alloc: &Allocation) -> Value {
         "ClientStatus": alloc.client_status,
         "ClientDescription": alloc.client_description,
         "TaskStates": if alloc.task_states.is_empty() { Value::Null } else { json!(alloc.task_states) },
-        "DeploymentStatus": null,
+        "DeploymentStatus": alloc.deployment_status,
         "FollowupEvalID": opt_id(alloc.followup_eval_id),
         "RescheduleTracker": alloc.reschedule_tracker,
         "PreemptedAllocations": if alloc.preempted_allocations.is_empty() { Value::Null } else { json!(alloc.preempted_allocations) },

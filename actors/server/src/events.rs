@@ -1,6 +1,6 @@
 //! The server's event stream: every applied change to jobs, evaluations,
-//! allocations and nodes as typed events, selected by topic, key and
-//! namespace as Nomad's `/v1/event/stream` selects them.
+//! allocations, nodes and deployments as typed events, selected by topic,
+//! key and namespace as Nomad's `/v1/event/stream` selects them.
 //!
 //! This is the one source of events: `GET /v1/event/stream` renders these
 //! frames as JSON lines, and an embedding program reads them as a
@@ -13,7 +13,7 @@ use futures::channel::mpsc;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use herder::state::{AppliedChanges, Row, RowKey, StateStore};
-use herder::structs::{Allocation, Evaluation, Job, Node, NodeId};
+use herder::structs::{Allocation, Deployment, Evaluation, Job, Node, NodeId};
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,11 +26,11 @@ pub enum Topic {
     Job,
     /// Evaluations (key: its ID; filter keys: its job and deployment).
     Evaluation,
-    /// Allocations (key: its ID; filter key: its job).
+    /// Allocations (key: its ID; filter keys: its job and deployment).
     Allocation,
     /// Nodes (key: the node's ID; no namespace).
     Node,
-    /// Deployments: accepted in filters as Nomad's; herder has none yet.
+    /// Deployments (key: its ID; filter key: its job).
     Deployment,
 }
 
@@ -79,6 +79,8 @@ pub enum EventPayload {
     Node(Arc<Node>),
     /// A node deregistered or collected: only its ID remains.
     NodeRemoved(NodeId),
+    /// A deployment created or changed.
+    Deployment(Arc<Deployment>),
 }
 
 /// One change to one object.
@@ -239,7 +241,13 @@ fn event_type(command: &str, topic: Topic, created: bool) -> &'static str {
         ("NodeUpdateEligibility", Node | Evaluation) => "NodeEligibility",
         ("NodeUpdateDrain", Node | Evaluation) => "NodeDrain",
         ("AllocDesiredTransition", _) => "AllocationUpdateDesiredStatus",
-        ("ApplyPlanResults", Job) => "PlanResult",
+        ("ApplyPlanResults", Job | Deployment) => "PlanResult",
+        // Every object a deployment change writes (the deployment, its
+        // evaluation, an auto-revert's job, marked allocations) carries
+        // the change's type, as Nomad's.
+        ("DeploymentStatusUpdate", _) => "DeploymentStatusUpdate",
+        ("DeploymentPromotion", _) => "DeploymentPromotion",
+        ("DeploymentAllocHealth", _) => "DeploymentAllocHealth",
         (_, Allocation) if created => "AllocationCreated",
         (_, Allocation) => "AllocationUpdated",
         (_, Evaluation) => "EvaluationUpdated",
@@ -295,7 +303,13 @@ pub fn events_of(changes: &AppliedChanges) -> Vec<Event> {
                 Topic::Allocation,
                 alloc.id.to_string(),
                 &alloc.namespace,
-                vec![alloc.job_id.to_string(), String::new()],
+                vec![
+                    alloc.job_id.to_string(),
+                    alloc
+                        .deployment_id
+                        .map(|d| d.to_string())
+                        .unwrap_or_default(),
+                ],
                 EventPayload::Allocation(alloc.clone()),
                 alloc.create_index == changes.index,
             ),
@@ -306,6 +320,14 @@ pub fn events_of(changes: &AppliedChanges) -> Vec<Event> {
                 Vec::new(),
                 EventPayload::Node(node.clone()),
                 node.create_index == changes.index,
+            ),
+            (_, Some(Row::Deployment(d))) => push(
+                Topic::Deployment,
+                d.id.to_string(),
+                &d.namespace,
+                vec![d.job_id.clone()],
+                EventPayload::Deployment(d.clone()),
+                d.create_index == changes.index,
             ),
             (RowKey::Node(id), None) => push(
                 Topic::Node,

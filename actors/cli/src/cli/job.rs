@@ -2,11 +2,14 @@
 //! dispatch|scale|periodic force`: Nomad's job verbs against a running
 //! agent.
 
+use super::deployment::{monitor_deployment, DEPLOYMENT_MONITOR_LIMIT};
 use super::flags::{ApiFlags, TemplateFlag, ViewFlags};
 use super::lookup::resolve_job_id;
 use super::monitor::{monitor, MonitorOptions};
 use super::output::{self, now_nanos};
-use super::views::{AllocView, JobStub, JobSummaryView, JobView, PlanResponse, WriteResponse};
+use super::views::{
+    AllocView, DeploymentView, JobStub, JobSummaryView, JobView, PlanResponse, WriteResponse,
+};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use herder::jobspec::{self, JobspecError};
@@ -30,7 +33,8 @@ pub struct JobArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
-    /// Register a job file (HCL or JSON) and follow its evaluation.
+    /// Register a job file (HCL or JSON) and follow its evaluation and
+    /// the deployment it starts.
     Run(RunArgs),
     /// Dry-run a job file: what would change and whether it would fit.
     Plan(PlanArgs),
@@ -160,7 +164,8 @@ pub struct JobFileArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub job: JobFileArgs,
-    /// Return after registering instead of following the evaluation.
+    /// Return after registering instead of following the evaluation and
+    /// the deployment.
     #[arg(long)]
     pub detach: bool,
     /// Register only if the job's modify index is still N (0: only if the
@@ -370,7 +375,35 @@ fn register(client: &ApiClient, args: &RunArgs, out: &mut dyn Write) -> anyhow::
         verbose: args.view.verbose,
         ..MonitorOptions::default()
     };
-    monitor(client, &response.eval_id, &options, out)
+    let code = monitor(client, &response.eval_id, &options, out)?;
+    if code != 0 {
+        return Ok(code);
+    }
+    follow_new_deployment(client, &job.id, response.job_modify_index, &options, out)
+}
+
+/// Follows the deployment of the version just registered, if its
+/// evaluation made one (the job's latest deployment, of this spec), to
+/// its end.
+fn follow_new_deployment(
+    client: &ApiClient,
+    job_id: &str,
+    job_modify_index: u64,
+    options: &MonitorOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<u8> {
+    let path = format!("/v1/job/{}/deployment", path_segment(job_id));
+    let latest: Option<DeploymentView> = client
+        .get(&path, &[])?
+        .decode()
+        .context("reading the job's latest deployment")?;
+    match latest {
+        Some(d) if d.job_spec_modify_index == job_modify_index => {
+            writeln!(out)?;
+            monitor_deployment(client, &d.id, options, DEPLOYMENT_MONITOR_LIMIT, out)
+        }
+        _ => Ok(0),
+    }
 }
 
 /// The body of `POST /v1/job/:id/plan`.
@@ -413,12 +446,23 @@ fn status(client: &ApiClient, args: &StatusArgs, out: &mut dyn Write) -> anyhow:
         return Ok(0);
     }
     let summary = client.get(&format!("{base}/summary"), &[])?;
+    let deployment = client.get(&format!("{base}/deployment"), &[])?;
     let allocs = client.get(&format!("{base}/allocations"), &[])?;
     let job: JobView = job.decode().context("reading the job")?;
     let summary: JobSummaryView = summary.decode().context("reading the job summary")?;
+    let deployment: Option<DeploymentView> = deployment
+        .decode()
+        .context("reading the latest deployment")?;
     let mut allocs: Vec<AllocView> = allocs.decode().context("reading the allocations")?;
     allocs.sort_by_key(|a| std::cmp::Reverse(a.create_index));
-    let text = output::job_status(&job, &summary, &allocs, now_nanos(), args.view.verbose);
+    let text = output::job_status(
+        &job,
+        &summary,
+        deployment.as_ref(),
+        &allocs,
+        now_nanos(),
+        args.view.verbose,
+    );
     write!(out, "{text}")?;
     Ok(0)
 }

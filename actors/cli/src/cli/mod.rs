@@ -12,6 +12,7 @@ pub mod agent;
 pub mod alloc;
 pub mod alloc_logs;
 pub mod bench;
+pub mod deployment;
 pub mod eval;
 pub mod flags;
 pub mod job;
@@ -60,6 +61,8 @@ pub enum Command {
     Node(node::NodeArgs),
     /// List and inspect evaluations.
     Eval(eval::EvalArgs),
+    /// Inspect, promote, fail, pause and resume deployments.
+    Deployment(deployment::DeploymentArgs),
     /// Inspect and stop allocations.
     Alloc(alloc::AllocArgs),
     /// Cluster-wide settings: the scheduler configuration, the Raft
@@ -98,6 +101,7 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::Job(args) => job::run(args, out),
         Command::Node(args) => node::run(args, out),
         Command::Eval(args) => eval::run(args, out),
+        Command::Deployment(args) => deployment::run(args, out),
         Command::Alloc(args) => alloc::run(args, out),
         Command::Operator(args) => operator::run(args, out),
         Command::Server(args) => server::run(args, out),

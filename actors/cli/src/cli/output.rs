@@ -138,10 +138,12 @@ pub fn jobs_table(jobs: &[JobStub]) -> String {
     table(&["ID", "Type", "Priority", "Status", "Submit Date"], &rows)
 }
 
-/// `herder job status ID`: the job, its group summary and allocations.
+/// `herder job status ID`: the job, its group summary, its latest
+/// deployment and its allocations.
 pub fn job_status(
     job: &JobView,
     summary: &JobSummaryView,
+    deployment: Option<&DeploymentView>,
     allocs: &[AllocView],
     now_nanos: i64,
     verbose: bool,
@@ -189,6 +191,10 @@ pub fn job_status(
         ],
         &rows,
     ));
+    if let Some(d) = deployment {
+        out.push_str("\nLatest Deployment\n");
+        out.push_str(&latest_deployment(d, verbose));
+    }
     out.push_str("\nAllocations\n");
     if allocs.is_empty() {
         out.push_str("No allocations placed\n");
@@ -405,6 +411,130 @@ pub fn eval_detail(eval: &EvalView, verbose: bool) -> String {
         }
     }
     out
+}
+
+/// `herder deployment list`: newest first.
+pub fn deployments_table(deployments: &[DeploymentView], verbose: bool) -> String {
+    if deployments.is_empty() {
+        return "No deployments found\n".to_string();
+    }
+    let mut sorted: Vec<&DeploymentView> = deployments.iter().collect();
+    sorted.sort_by_key(|d| std::cmp::Reverse(d.create_index));
+    let rows: Vec<Vec<String>> = sorted
+        .iter()
+        .map(|d| {
+            vec![
+                short_id(&d.id, verbose),
+                d.job_id.clone(),
+                d.job_version.to_string(),
+                d.status.clone(),
+                d.status_description.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "Job ID", "Job Version", "Status", "Description"],
+        &rows,
+    )
+}
+
+/// `herder deployment status ID`: the deployment and its groups, as
+/// Nomad's `formatDeployment`.
+pub fn deployment_detail(d: &DeploymentView, verbose: bool) -> String {
+    deployment_block(
+        &[
+            ("ID", short_id(&d.id, verbose)),
+            ("Job ID", d.job_id.clone()),
+            ("Job Version", d.job_version.to_string()),
+            ("Status", d.status.clone()),
+            ("Description", d.status_description.clone()),
+        ],
+        d,
+    )
+}
+
+/// The `Latest Deployment` block of `job status`.
+fn latest_deployment(d: &DeploymentView, verbose: bool) -> String {
+    deployment_block(
+        &[
+            ("ID", short_id(&d.id, verbose)),
+            ("Status", d.status.clone()),
+            ("Description", d.status_description.clone()),
+        ],
+        d,
+    )
+}
+
+fn deployment_block(pairs: &[(&str, String)], d: &DeploymentView) -> String {
+    let mut out = key_values(pairs);
+    if !d.task_groups.is_empty() {
+        out.push_str("\nDeployed\n");
+        out.push_str(&deployment_groups(d));
+    }
+    out
+}
+
+/// One row per group; the `Auto Revert`, `Promoted`, `Canaries` and
+/// `Progress Deadline` columns only when some group uses them (Nomad's
+/// `formatDeploymentGroups`).
+fn deployment_groups(d: &DeploymentView) -> String {
+    let groups = d.task_groups.values();
+    let auto_revert = groups.clone().any(|g| g.auto_revert);
+    let canaries = groups.clone().any(|g| g.desired_canaries > 0);
+    let deadlines = groups.clone().any(|g| g.progress_deadline > 0);
+    let mut header = vec!["Task Group"];
+    if auto_revert {
+        header.push("Auto Revert");
+    }
+    if canaries {
+        header.push("Promoted");
+    }
+    header.push("Desired");
+    if canaries {
+        header.push("Canaries");
+    }
+    header.extend(["Placed", "Healthy", "Unhealthy"]);
+    if deadlines {
+        header.push("Progress Deadline");
+    }
+    let rows: Vec<Vec<String>> = d
+        .task_groups
+        .iter()
+        .map(|(name, g)| {
+            let mut row = vec![name.clone()];
+            if auto_revert {
+                row.push(g.auto_revert.to_string());
+            }
+            if canaries && g.desired_canaries > 0 {
+                row.push(g.promoted.to_string());
+            } else if canaries {
+                row.push("N/A".to_string());
+            }
+            row.push(g.desired_total.to_string());
+            if canaries {
+                row.push(g.desired_canaries.to_string());
+            }
+            row.extend([
+                g.placed_allocs.to_string(),
+                g.healthy_allocs.to_string(),
+                g.unhealthy_allocs.to_string(),
+            ]);
+            if deadlines {
+                row.push(progress_deadline(&g.require_progress_by));
+            }
+            row
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// A group's `RequireProgressBy`, "N/A" while unset (Nomad's zero time).
+fn progress_deadline(rfc3339: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .ok()
+        .and_then(|t| t.timestamp_nanos_opt())
+        .filter(|n| *n > 0)
+        .map_or_else(|| "N/A".to_string(), format_time)
 }
 
 /// One `Task Group "g" (failed to place N allocations):` block per group,
@@ -986,7 +1116,7 @@ mod tests {
         let job: JobView = load("job.json");
         let summary: JobSummaryView = load("job-summary.json");
         let allocs: Vec<AllocView> = load("job-allocations-list.json");
-        let text = job_status(&job, &summary, &allocs, NOW, false);
+        let text = job_status(&job, &summary, None, &allocs, NOW, false);
         assert!(text.contains("ID            = svc"), "{text}");
         assert!(text.contains("Status        = running"), "{text}");
         assert!(text.contains("Periodic      = false"), "{text}");
@@ -1005,10 +1135,10 @@ mod tests {
             status: "dead".into(),
             ..job.clone()
         };
-        let text = job_status(&stopped, &summary, &[], NOW, false);
+        let text = job_status(&stopped, &summary, None, &[], NOW, false);
         assert!(text.contains("Status        = dead (stopped)"), "{text}");
         assert!(text.contains("No allocations placed"), "{text}");
-        let verbose = job_status(&job, &summary, &allocs, NOW, true);
+        let verbose = job_status(&job, &summary, None, &allocs, NOW, true);
         assert!(verbose.contains("9aa2a59e-6fa8-af5c-b7f9-17e6ea01f340"));
     }
 
@@ -1244,6 +1374,45 @@ mod tests {
                 "service,batch,_core",
                 "2026-11-22T02:00:00Z"
             ]
+        );
+    }
+
+    #[test]
+    fn deployment_groups_show_only_the_columns_some_group_uses() {
+        let plain: DeploymentView = serde_json::from_value(serde_json::json!({
+            "ID": "0b23b149-971d-1a5a-2f6b-b9d4b5c7c2f2", "JobID": "web", "JobVersion": 0,
+            "Status": "successful", "StatusDescription": "Deployment completed successfully",
+            "TaskGroups": {
+                "web": {"DesiredTotal": 2, "PlacedAllocs": 2, "HealthyAllocs": 2},
+                "api": {"DesiredTotal": 1, "PlacedAllocs": 1, "UnhealthyAllocs": 1}
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            deployment_detail(&plain, false),
+            "ID          = 0b23b149\n\
+             Job ID      = web\n\
+             Job Version = 0\n\
+             Status      = successful\n\
+             Description = Deployment completed successfully\n\
+             \n\
+             Deployed\n\
+             Task Group  Desired  Placed  Healthy  Unhealthy\n\
+             api         1        1       0        1\n\
+             web         2        2       2        0\n"
+        );
+        let mut canaries = plain.clone();
+        if let Some(g) = canaries.task_groups.get_mut("web") {
+            g.desired_canaries = 1;
+            g.progress_deadline = 600_000_000_000;
+        }
+        let text = deployment_detail(&canaries, false);
+        assert!(text.contains("Task Group  Promoted  Desired  Canaries  Placed  Healthy  Unhealthy  Progress Deadline\n"), "{text}");
+        assert!(
+            text.contains(
+                "api         N/A       1        0         1       0        1          N/A\n"
+            ),
+            "{text}"
         );
     }
 

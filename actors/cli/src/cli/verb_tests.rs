@@ -66,6 +66,8 @@ fn job_agent(final_eval: String) -> FakeServer {
     FakeServer::start(
         move |req: &Seen| match (req.method.as_str(), req.path.as_str()) {
             ("PUT", "/v1/jobs") => Reply::ok(fixture("register-response.json"), 10),
+            // A Nomad server's answer for a job without deployments.
+            ("GET", "/v1/job/svc/deployment") => Reply::ok("null", 12),
             ("GET", p) if p == format!("/v1/evaluation/{EVAL_ID}") => {
                 if req.query.contains_key("index") {
                     Reply::ok(final_eval.clone(), 12)
@@ -118,6 +120,12 @@ fn every_verb_parses_in_nomad_spelling() {
         ],
         &["node", "drain", "-disable", "-keep-ineligible", "4380"],
         &["node", "drain", "-enable", "-force", "4380"],
+        &["deployment", "list", "-json"],
+        &["deployment", "status", "-verbose", "0b23"],
+        &["deployment", "promote", "-group", "g", "-detach", "0b23"],
+        &["deployment", "fail", "-detach", "0b23"],
+        &["deployment", "pause", "0b23"],
+        &["deployment", "resume", "-detach", "0b23"],
         &["node", "eligibility", "-disable", "4380"],
         &["eval", "list", "-job", "web", "-status", "blocked"],
         &["eval", "status", "-json", "9253"],
@@ -443,11 +451,17 @@ fn job_status_resolves_a_prefix_and_shows_summary_and_allocations() {
         "/v1/jobs" => Reply::ok(fixture("jobs-list.json"), 20),
         "/v1/job/svc" => Reply::ok(fixture("job.json"), 20),
         "/v1/job/svc/summary" => Reply::ok(fixture("job-summary.json"), 20),
+        "/v1/job/svc/deployment" => Reply::ok(deployment_json("successful").to_string(), 20),
         "/v1/job/svc/allocations" => Reply::ok(fixture("job-allocations-list.json"), 20),
         _ => Reply::status(404, "job not found"),
     });
     let (result, out) = run_against(&server, &["job", "status", "sv"]);
     assert_eq!(result.unwrap(), 0);
+    let latest = "Latest Deployment\n\
+                  ID          = 0b23b149\n\
+                  Status      = successful\n\
+                  Description = Deployment completed successfully\n";
+    assert!(out.contains(latest), "{out}");
     assert_eq!(server.request("GET", "/v1/jobs").query["prefix"], "sv");
     assert!(out.contains("ID            = svc"), "{out}");
     assert!(out.contains("Allocations\n"), "{out}");
@@ -1591,4 +1605,236 @@ fn service_list_and_info_print_the_catalog() {
     assert!(out.contains("_nomad-task-x"), "{out}");
     let (_, out) = run_against(&server, &["service", "info", "none"]);
     assert_eq!(out.trim(), "No service registrations found");
+}
+
+const DEPLOYMENT_ID: &str = "0b23b149-971d-1a5a-2f6b-b9d4b5c7c2f2";
+
+/// A deployment of job "svc" version 2 (spec registered at index 10, as
+/// `register-response.json` answers) in Nomad's JSON shape: group "g"
+/// wants 3 with 1 canary, placed (and healthy unless still running).
+fn deployment_json(status: &str) -> Value {
+    let description = match status {
+        "successful" => "Deployment completed successfully",
+        "failed" => "Failed due to unhealthy allocations - rolling back to job version 1",
+        "paused" => "Deployment is paused",
+        _ => "Deployment is running but requires manual promotion",
+    };
+    json!({
+        "ID": DEPLOYMENT_ID, "Namespace": "default", "JobID": "svc", "JobVersion": 2,
+        "JobModifyIndex": 10, "JobSpecModifyIndex": 10, "JobCreateIndex": 7,
+        "IsMultiregion": false, "Status": status, "StatusDescription": description,
+        "EvalPriority": 50, "CreateIndex": 11, "ModifyIndex": 12,
+        "TaskGroups": {"g": {
+            "AutoRevert": true, "AutoPromote": false, "Promoted": status == "successful",
+            "ProgressDeadline": 600000000000u64,
+            "RequireProgressBy": "2021-07-01T10:20:30Z",
+            "PlacedCanaries": ["9aa2a59e-6b31-5c8f-9d3a-0e4c2f1a8b7d"],
+            "DesiredCanaries": 1, "DesiredTotal": 3, "PlacedAllocs": 1,
+            "HealthyAllocs": u64::from(status != "running"), "UnhealthyAllocs": 0
+        }}
+    })
+}
+
+/// An agent with one deployment that answers the deployment verbs.
+fn deployment_agent() -> FakeServer {
+    FakeServer::start(|req: &Seen| {
+        let one = format!("/v1/deployment/{DEPLOYMENT_ID}");
+        let update = |reverted: Value, eval: &str| {
+            json!({"EvalID": eval, "EvalCreateIndex": 20, "DeploymentModifyIndex": 20,
+                   "RevertedJobVersion": reverted, "Index": 20})
+            .to_string()
+        };
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/v1/deployments") => {
+                let list = json!([deployment_json("running")]);
+                Reply::ok(list.to_string(), 12)
+            }
+            ("GET", p) if p == one => Reply::ok(deployment_json("running").to_string(), 12),
+            ("PUT", p) if p.starts_with("/v1/deployment/fail/") => {
+                Reply::ok(update(json!(1), EVAL_ID), 20)
+            }
+            ("PUT", p) if p.starts_with("/v1/deployment/") => {
+                Reply::ok(update(Value::Null, ""), 20)
+            }
+            _ => Reply::status(404, "unexpected request"),
+        }
+    })
+}
+
+#[test]
+fn deployment_list_and_status_show_nomads_columns() {
+    let server = deployment_agent();
+    let (result, out) = run_against(&server, &["deployment", "list"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out,
+        "ID        Job ID  Job Version  Status   Description\n\
+         0b23b149  svc     2            running  Deployment is running but requires manual promotion\n"
+    );
+    let (result, out) = run_against(&server, &["deployment", "status", "0b23"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(server.requests().iter().any(|r| r.path == "/v1/deployments"
+        && r.query.get("prefix").map(String::as_str) == Some("0b23")));
+    assert_eq!(
+        out,
+        "ID          = 0b23b149\n\
+         Job ID      = svc\n\
+         Job Version = 2\n\
+         Status      = running\n\
+         Description = Deployment is running but requires manual promotion\n\
+         \n\
+         Deployed\n\
+         Task Group  Auto Revert  Promoted  Desired  Canaries  Placed  Healthy  Unhealthy  Progress Deadline\n\
+         g           true         false     3        1         1       0        0          2021-07-01T10:20:30Z\n"
+    );
+    let (result, out) = run_against(&server, &["deployment", "status", "-json", DEPLOYMENT_ID]);
+    assert_eq!(result.unwrap(), 0);
+    let printed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(printed["TaskGroups"]["g"]["DesiredCanaries"], 1);
+}
+
+#[test]
+fn deployment_writes_send_nomads_bodies() {
+    let server = deployment_agent();
+    let path = |verb: &str| format!("/v1/deployment/{verb}/{DEPLOYMENT_ID}");
+
+    let (result, out) = run_against(&server, &["deployment", "promote", "-detach", "0b23"]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    let body = server.request("PUT", &path("promote")).json();
+    assert_eq!(
+        body,
+        json!({"DeploymentID": DEPLOYMENT_ID, "All": true, "Groups": []})
+    );
+
+    let (result, _) = run_against(
+        &server,
+        &[
+            "deployment",
+            "promote",
+            "-group",
+            "g",
+            "-group",
+            "h",
+            "0b23",
+        ],
+    );
+    assert_eq!(result.unwrap(), 0);
+    let promotes: Vec<Value> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path == path("promote"))
+        .map(Seen::json)
+        .collect();
+    assert_eq!(promotes[1]["All"], false);
+    assert_eq!(promotes[1]["Groups"], json!(["g", "h"]));
+
+    let (result, out) = run_against(&server, &["deployment", "fail", "-detach", "0b23"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out,
+        format!("Deployment \"0b23b149\" failed. Auto-reverted to job version 1.\nEvaluation ID: {EVAL_ID}\n")
+    );
+
+    let (result, out) = run_against(&server, &["deployment", "pause", "0b23"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "Deployment \"0b23b149\" paused\n");
+    let (result, out) = run_against(&server, &["deployment", "resume", "0b23"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "Deployment \"0b23b149\" resumed\n");
+    let pauses: Vec<Value> = server
+        .requests()
+        .iter()
+        .filter(|r| r.path == path("pause"))
+        .map(Seen::json)
+        .collect();
+    assert_eq!(
+        pauses[0],
+        json!({"DeploymentID": DEPLOYMENT_ID, "Pause": true})
+    );
+    assert_eq!(
+        pauses[1],
+        json!({"DeploymentID": DEPLOYMENT_ID, "Pause": false})
+    );
+}
+
+#[test]
+fn deployment_refusals_show_the_servers_text() {
+    let server = FakeServer::start(|req: &Seen| match req.path.as_str() {
+        p if p.starts_with("/v1/deployment/promote/") => {
+            Reply::status(500, "can't promote terminal deployment")
+        }
+        _ => Reply::status(404, "deployment not found"),
+    });
+    let (result, _) = run_against(&server, &["deployment", "promote", DEPLOYMENT_ID]);
+    let err = format!("{:#}", result.expect_err("refused"));
+    assert!(err.starts_with("Error promoting deployment: "), "{err}");
+    assert!(err.contains("can't promote terminal deployment"), "{err}");
+}
+
+/// An agent whose job "svc" registers, evaluates, and whose deployment
+/// goes from running to `final_status` across one blocking query.
+fn deploying_agent(final_status: &'static str) -> FakeServer {
+    FakeServer::start(move |req: &Seen| {
+        let one = format!("/v1/deployment/{DEPLOYMENT_ID}");
+        match (req.method.as_str(), req.path.as_str()) {
+            ("PUT", "/v1/jobs") => Reply::ok(fixture("register-response.json"), 10),
+            ("GET", "/v1/job/svc/deployment") => {
+                Reply::ok(deployment_json("running").to_string(), 12)
+            }
+            ("GET", p) if p == one && req.query.contains_key("index") => {
+                Reply::ok(deployment_json(final_status).to_string(), 14)
+            }
+            ("GET", p) if p == one => Reply::ok(deployment_json("running").to_string(), 12),
+            ("GET", p) if p == format!("/v1/evaluation/{EVAL_ID}") => {
+                Reply::ok(fixture("evaluation.json"), 12)
+            }
+            ("GET", p) if p == format!("/v1/evaluation/{EVAL_ID}/allocations") => {
+                Reply::ok("[]", 12)
+            }
+            _ => Reply::status(404, "unexpected request"),
+        }
+    })
+}
+
+#[test]
+fn job_run_follows_the_new_deployment_to_its_end() {
+    let file = job_file();
+    let path = file.path().to_str().unwrap();
+    let server = deploying_agent("successful");
+    let (result, out) = run_against(&server, &["job", "run", path]);
+    assert_eq!(result.unwrap(), 0, "{out}");
+    let expected = [
+        "==> Monitoring deployment \"0b23b149\"",
+        "    Deployment \"running\": Deployment is running but requires manual promotion (g: 0/3 healthy, 0 unhealthy)",
+        "    Deployment \"successful\": Deployment completed successfully (g: 1/3 healthy, 0 unhealthy)",
+        "  ✓ Deployment \"0b23b149\" successful",
+        "Status      = successful",
+    ];
+    for line in expected {
+        assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+    }
+    let blocking = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with(DEPLOYMENT_ID) && r.query.contains_key("index"))
+        .expect("a blocking query on the deployment");
+    assert_eq!(blocking.query["index"], "12");
+
+    let server = deploying_agent("failed");
+    let (result, out) = run_against(&server, &["job", "run", path]);
+    assert_eq!(
+        result.unwrap(),
+        1,
+        "a failed deployment fails the run: {out}"
+    );
+    assert!(out.contains("  ! Deployment \"0b23b149\" failed"), "{out}");
+
+    let server = deploying_agent("failed");
+    let (result, out) = run_against(&server, &["job", "run", "-detach", path]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(!out.contains("Monitoring"), "{out}");
+    assert!(server
+        .requests()
+        .iter()
+        .all(|r| !r.path.contains("deployment")));
 }

@@ -341,3 +341,65 @@ pub struct WorkerConfigView {
     pub num_schedulers: u64,
     pub enabled_schedulers: Vec<String>,
 }
+
+/// A deployment as `GET /v1/deployment/:id` and the lists answer it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct DeploymentView {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    pub job_version: u64,
+    pub job_spec_modify_index: u64,
+    pub status: String,
+    pub status_description: String,
+    pub task_groups: BTreeMap<String, DeploymentStateView>,
+    pub create_index: u64,
+}
+
+impl DeploymentView {
+    /// Whether the deployment will not change any more.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.status.as_str(), "successful" | "failed" | "cancelled")
+    }
+
+    /// Some group's canaries are healthy and wait for a user to promote
+    /// them: the deployment makes no progress until then.
+    pub fn awaits_manual_promotion(&self) -> bool {
+        self.task_groups.values().any(|g| {
+            g.desired_canaries > 0
+                && !g.promoted
+                && !g.auto_promote
+                && g.healthy_allocs >= g.desired_canaries
+        })
+    }
+}
+
+/// One group's progress in a deployment.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct DeploymentStateView {
+    pub auto_revert: bool,
+    pub auto_promote: bool,
+    pub promoted: bool,
+    pub desired_canaries: u64,
+    pub desired_total: u64,
+    pub placed_allocs: u64,
+    pub healthy_allocs: u64,
+    pub unhealthy_allocs: u64,
+    /// Nanoseconds; 0 when the group has no progress deadline.
+    pub progress_deadline: u64,
+    /// RFC 3339; Nomad writes its zero time, herder `null`, before the
+    /// first placement.
+    pub require_progress_by: String,
+}
+
+/// Nomad's `DeploymentUpdateResponse`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "PascalCase")]
+pub struct DeploymentUpdateView {
+    #[serde(rename = "EvalID")]
+    pub eval_id: String,
+    pub reverted_job_version: Option<u64>,
+}

@@ -35,6 +35,12 @@ pub fn store_error(e: StoreError) -> ServerApiError {
         StoreError::Rejected(ApplyError::NodeNotFound(_)) => {
             ServerApiError::NotFound("node not found".into())
         }
+        StoreError::Rejected(ApplyError::DeploymentNotFound(_)) => {
+            ServerApiError::NotFound("deployment not found".into())
+        }
+        // Nomad's deployment refusals are plain RPC errors, which its HTTP
+        // agent answers with 500 and the bare text; clients match on it.
+        StoreError::Rejected(ApplyError::DeploymentRefused(text)) => ServerApiError::Internal(text),
         StoreError::Rejected(r) => {
             let message = r.to_string();
             // Nomad's check-and-set refusal reads "Enforcing job modify

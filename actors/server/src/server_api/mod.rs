@@ -19,6 +19,8 @@
 //!   updates) and the operator's eligibility, drain, evaluate and purge;
 //! - [`plan`]: a job's dry run (what registering it would do);
 //! - [`allocs_evals`]: allocation stop, evaluation reads and waits;
+//! - [`deployments`]: deployment reads, promotion, failure, pause and
+//!   resume, and allocation health set by hand;
 //! - [`operator`]: the scheduler configuration (with check-and-set),
 //!   forced garbage collection, job summary reconciliation;
 //! - [`services`]: the native service catalog (a client's registrations,
@@ -33,6 +35,7 @@
 //! this process's own and does not cross it either.
 
 pub mod allocs_evals;
+pub mod deployments;
 mod error;
 pub mod forward;
 pub mod jobs;
@@ -44,6 +47,7 @@ pub mod workers;
 mod write_path;
 
 pub use allocs_evals::AllocStopResult;
+pub use deployments::{DeploymentUpdateResult, PromoteCanaries};
 pub use error::{store_error, ServerApiError};
 pub use jobs::{
     check_job, DispatchJob, DispatchResult, JobWriteResult, PeriodicLaunch, RegisterJob, ScaleJob,
