@@ -57,7 +57,14 @@ impl AllocRunner {
         let in_deployment = self.config.alloc.deployment_id.is_some();
         if let Some(policy) = HealthPolicy::of(&self.config.job, group, in_deployment) {
             let has_checks = self.health.services.checks.iter().any(counts_for_health);
-            self.health.tracker = Some(HealthTracker::new(policy, has_checks, crate::now_nanos()));
+            let now = crate::now_nanos();
+            let mut tracker = HealthTracker::new(policy, has_checks, now);
+            // Checks already running (an in-place update into a new
+            // deployment) report only on change: start from what they say.
+            if !self.health.results.is_empty() {
+                tracker.checks_changed(all_passing(&self.health.results), now);
+            }
+            self.health.tracker = Some(tracker);
         }
     }
 
@@ -215,6 +222,14 @@ impl AllocRunner {
     }
 }
 
+/// Whether every check that counts for health passes.
+fn all_passing(results: &[CheckResult]) -> bool {
+    results
+        .iter()
+        .filter(|r| r.counts_for_health())
+        .all(|r| r.status == CheckStatus::Success)
+}
+
 /// A main task or a sidecar: one the allocation needs running.
 fn must_run(slot: &TaskSlot) -> bool {
     slot.phase == Phase::Main || (slot.sidecar && slot.phase != Phase::Poststop)
@@ -231,11 +246,7 @@ impl Handler<ChecksChanged> for AllocRunner {
         if self.health.watcher.is_none() {
             return; // a late report from a watcher already stopped
         }
-        let passing = msg
-            .0
-            .iter()
-            .filter(|r| r.counts_for_health())
-            .all(|r| r.status == CheckStatus::Success);
+        let passing = all_passing(&msg.0);
         self.health.results = msg.0;
         if let Some(t) = self.health.tracker.as_mut() {
             t.checks_changed(passing, crate::now_nanos());
