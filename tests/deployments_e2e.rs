@@ -21,7 +21,7 @@ use std::time::Duration;
 
 /// Generous: the machine is small and shared, and each batch waits for a
 /// check to pass for `min_healthy_time`.
-const WAIT: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(180);
 const SECOND: u64 = 1_000_000_000;
 
 /// The job: `count` allocations of a python3 HTTP server on a dynamic
@@ -46,7 +46,7 @@ fn web_job(version: &str, canary: u32, script: Option<&str>) -> Value {
             "Update": {
                 "MaxParallel": 2, "HealthCheck": "checks",
                 "MinHealthyTime": SECOND, "HealthyDeadline": 30 * SECOND,
-                "ProgressDeadline": 20 * SECOND, "AutoRevert": true,
+                "ProgressDeadline": 45 * SECOND, "AutoRevert": true,
                 "Canary": canary
             },
             "RestartPolicy": {"Attempts": 0, "Mode": "fail", "Interval": 60 * SECOND, "Delay": SECOND},
