@@ -141,10 +141,11 @@ fn explain(agent: &TestAgent) -> String {
     for d in deployments.as_array().into_iter().flatten() {
         let g = &d["TaskGroups"]["web"];
         lines.push(format!(
-            "deployment {} v{} {} placed={} healthy={} unhealthy={} modify={}",
+            "deployment {} v{} {} desired={} placed={} healthy={} unhealthy={} modify={}",
             d["ID"].as_str().unwrap_or(""),
             d["JobVersion"],
             d["Status"].as_str().unwrap_or(""),
+            g["DesiredTotal"],
             g["PlacedAllocs"],
             g["HealthyAllocs"],
             g["UnhealthyAllocs"],
@@ -395,8 +396,9 @@ fn a_version_that_cannot_start_fails_and_reverts_to_the_stable_one() {
         "1"
     );
     // Every allocation runs the reverted version and is healthy again.
-    // (Whether the revert's own deployment is then marked successful is
-    // not asserted: see the session note on the revert's deployment.)
+    // Known defect (issue 19 stays open): the revert's own deployment is
+    // then not always marked successful (its group reads as not done and
+    // it fails at its progress deadline), so its status is not asserted.
     wait_all_healthy(&agent, 2);
     let seen = watcher.finish();
     for sample in &seen.samples {

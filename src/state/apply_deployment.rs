@@ -23,7 +23,11 @@ impl Txn {
     /// counted into it); the status changes of others after.
     pub(super) fn plan_deployment(&mut self, plan: &PlanResults) {
         if let Some(d) = &plan.deployment {
-            self.upsert_deployment((**d).clone());
+            let mut d = (**d).clone();
+            if let Some(stored) = self.t.deployments.get(&d.id) {
+                d.keep_store_values(stored);
+            }
+            self.upsert_deployment(d);
         }
     }
 

@@ -336,3 +336,26 @@ fn a_successful_deployment_marks_its_job_version_stable() {
         .unwrap();
     assert!(version.stable);
 }
+
+#[test]
+fn a_plan_from_an_older_snapshot_keeps_the_health_counted_since() {
+    let mut w = World::new();
+    let allocs = w.place(2, 0);
+    w.report(&allocs[0], true, 5_000);
+    // A scheduler that read the deployment before the report writes it
+    // back with a new desired total.
+    let mut stale = w.deployment.clone();
+    stale.task_groups.get_mut("frontend").unwrap().desired_total = 4;
+    w.apply(Command::ApplyPlanResults(PlanResults {
+        deployment: Some(Arc::new(stale)),
+        ..Default::default()
+    }))
+    .unwrap();
+    let g = w.group();
+    assert_eq!(g.desired_total, 4, "the scheduler's wish is taken");
+    assert_eq!(
+        (g.placed_allocs, g.healthy_allocs),
+        (2, 1),
+        "the counts are kept"
+    );
+}

@@ -204,6 +204,28 @@ impl Deployment {
         }
     }
 
+    /// A scheduler's copy of a stored deployment takes what the store
+    /// counted since the scheduler's snapshot (placements, health, canaries,
+    /// the progress deadline, promotion) and the stored status: the
+    /// scheduler decides what each group wants, never what happened
+    /// (Nomad's `MergeClientValues`). Without this a plan written from an
+    /// older snapshot would undo health reported meanwhile.
+    pub fn keep_store_values(&mut self, stored: &Deployment) {
+        self.status = stored.status;
+        self.status_description = stored.status_description.clone();
+        for (name, group) in &mut self.task_groups {
+            let Some(s) = stored.task_groups.get(name) else {
+                continue;
+            };
+            group.placed_allocs = s.placed_allocs;
+            group.healthy_allocs = s.healthy_allocs;
+            group.unhealthy_allocs = s.unhealthy_allocs;
+            group.placed_canaries = s.placed_canaries.clone();
+            group.require_progress_by = s.require_progress_by;
+            group.promoted = s.promoted;
+        }
+    }
+
     /// The deployment was made for this version of the job (same spec).
     pub fn is_for(&self, job: &Job) -> bool {
         self.namespace == *job.namespace
