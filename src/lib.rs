@@ -1,5 +1,6 @@
 //! herder's domain core: what to decide, never when or over which wire.
 //!
+//! - [`acl`]: the ACL policy language and the compiled checks (pure).
 //! - [`structs`]: the Nomad-shaped data model and job validation.
 //! - [`state`]: the state store (indexed tables, commands, snapshots, sled).
 //! - [`view`]: what a scheduler reads of a snapshot (the `State` trait, the
@@ -14,6 +15,7 @@
 //! The core performs no I/O except through the state store's sled files and
 //! uses no async runtime: the actors crate drives it.
 
+pub mod acl;
 pub mod deployment_failure;
 pub mod jobspec;
 pub mod plan_eval;

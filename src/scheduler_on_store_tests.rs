@@ -267,6 +267,9 @@ impl State for WithoutColumn {
     fn latest_deployment(&self, ns: &str, id: &str) -> Option<Arc<crate::structs::Deployment>> {
         State::latest_deployment(&self.0, ns, id)
     }
+    fn deployments_of_job(&self, ns: &str, id: &str) -> Vec<Arc<crate::structs::Deployment>> {
+        State::deployments_of_job(&self.0, ns, id)
+    }
     fn deployment_by_id(
         &self,
         id: &crate::structs::DeploymentId,

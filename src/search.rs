@@ -14,7 +14,6 @@
 //! cluster without them answers.
 
 use crate::state::{StateSnapshot, Table};
-use crate::structs::job::DEFAULT_NAMESPACE;
 use crate::structs::Job;
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,7 +111,8 @@ impl Context {
             Context::Nodes => Some(Table::Nodes),
             Context::Evals => Some(Table::Evals),
             Context::Deployments => Some(Table::Deployments),
-            Context::Jobs | Context::Namespaces => Some(Table::Jobs),
+            Context::Jobs => Some(Table::Jobs),
+            Context::Namespaces => Some(Table::Namespaces),
             _ => None,
         }
     }
@@ -303,20 +303,11 @@ where
     }
 }
 
-/// The namespaces herder knows, in order: `default`, which always exists
-/// in Nomad, and every namespace that holds a job.
-fn namespaces(snap: &StateSnapshot) -> impl Iterator<Item = Arc<str>> + '_ {
-    let mut default: Option<Arc<str>> = Some(Arc::from(DEFAULT_NAMESPACE));
-    let mut held = snap.job_namespaces().peekable();
-    std::iter::from_fn(move || match (&default, held.peek()) {
-        (Some(d), Some(ns)) if ns < d => held.next(),
-        (Some(d), Some(ns)) if ns == d => {
-            default = None;
-            held.next()
-        }
-        (Some(_), _) => default.take(),
-        (None, _) => held.next(),
-    })
+/// The namespaces that exist, by name (`default` always does).
+fn namespaces(snap: &StateSnapshot) -> impl Iterator<Item = Arc<str>> {
+    snap.namespaces_by_prefix("")
+        .into_iter()
+        .map(|ns| Arc::from(ns.name.as_str()))
 }
 
 /// The newest index of the tables behind `contexts`.

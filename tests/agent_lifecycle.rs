@@ -91,3 +91,72 @@ fn binary_requires_a_role() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("-server, -client or -dev"), "{err}");
 }
+
+/// Issue 25: SIGHUP reloads the configuration's log level without a
+/// restart (the agent goes on serving), and a second SIGINT during a slow
+/// shutdown (a `-dev` agent waits for its tasks' `kill_timeout`) exits at
+/// once instead of waiting it out.
+#[test]
+fn sighup_reloads_the_log_level_and_a_second_sigint_exits_at_once() {
+    use std::time::{Duration, Instant};
+    let dir = herder_tests::temp_dir();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, "log_level = \"error\"\n").unwrap();
+    let log = dir.path().join("stderr.log");
+    let stderr = std::fs::File::create(&log).unwrap();
+    let cfg = config.display().to_string();
+    let p = HerderProcess::spawn_with(
+        &["agent", "-dev", "-http-port", "0", "-config", &cfg],
+        |c| {
+            c.env_remove("RUST_LOG").stderr(stderr);
+        },
+    );
+    std::fs::write(&config, "log_level = \"warn\"\n").unwrap();
+    let pid = p.child.id() as i32;
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let reloaded = herder_tests::wait_for(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.contains("reloaded the configuration").then_some(())
+    });
+    assert!(reloaded.is_some(), "no reload logged");
+    let (code, _) = get(&format!("http://{}/v1/agent/self", p.addr));
+    assert_eq!(code, 200, "still serving after SIGHUP");
+
+    // A task that ignores SIGTERM with a long kill_timeout holds the
+    // first shutdown back. The hard exit leaves it behind (as Nomad's
+    // does): it carries a marker so that the test can end it.
+    let marker = format!("herder-test-stubborn-{}", std::process::id());
+    let script = format!("trap '' TERM; while :; do sleep 0.2; done # {marker}");
+    let job = serde_json::json!({"Job": {
+        "ID": "stubborn", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "KillTimeout": 60_000_000_000u64,
+            "Config": {"command": "/bin/sh",
+                       "args": ["-c", script]},
+            "Resources": {"CPU": 20, "MemoryMB": 16}}]}]}});
+    let (code, body) =
+        herder_tests::send_json("PUT", &format!("http://{}/v1/jobs", p.addr), None, &job);
+    assert_eq!(code, 200, "{body}");
+    herder_tests::wait_for(Duration::from_secs(60), || {
+        let (_, body) = get(&format!("http://{}/v1/job/stubborn/allocations", p.addr));
+        body.contains("\"ClientStatus\":\"running\"").then_some(())
+    })
+    .expect("the task runs");
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    std::thread::sleep(Duration::from_secs(1));
+    let second = Instant::now();
+    let status = p.signal_and_wait(libc::SIGINT);
+    assert!(
+        second.elapsed() < Duration::from_secs(5),
+        "the second SIGINT took {:?}",
+        second.elapsed()
+    );
+    assert!(
+        !status.success(),
+        "an interrupted shutdown is not a clean exit"
+    );
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-f", &marker])
+        .status();
+}

@@ -333,6 +333,7 @@ fn client_agent(server: &TestAgent, data_dir: &Path) -> TestAgent {
     flags.bind_addr = Some("127.0.0.1".into());
     flags.name = Some("worker".into());
     flags.client.insert("enabled".into(), true.into());
+    flags.client.insert("raw_exec_enabled".into(), true.into());
     flags.client.insert(
         "servers".into(),
         json!([format!("127.0.0.1:{}", server.addr.port())]),

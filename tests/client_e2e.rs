@@ -13,7 +13,7 @@
 
 use herder_tests::{
     dev_config, get, herder_bin, send_json, server_config, temp_dir, wait_for, HerderProcess,
-    TestAgent,
+    TestAgent, RAW_EXEC_ENABLED,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -451,17 +451,20 @@ fn a_stopped_jobs_processes_are_gone_and_its_log_is_followed_until_then() {
 /// A `herder agent -server -client` on `data_dir`, bound to loopback.
 fn agent_process(data_dir: &Path) -> HerderProcess {
     let dir = data_dir.to_str().unwrap();
-    HerderProcess::spawn(&[
-        "agent",
-        "-server",
-        "-client",
-        "-data-dir",
-        dir,
-        "-bind",
-        "127.0.0.1",
-        "-http-port",
-        "0",
-    ])
+    HerderProcess::spawn_with_env(
+        &[
+            "agent",
+            "-server",
+            "-client",
+            "-data-dir",
+            dir,
+            "-bind",
+            "127.0.0.1",
+            "-http-port",
+            "0",
+        ],
+        &[RAW_EXEC_ENABLED],
+    )
 }
 
 #[test]
@@ -533,20 +536,23 @@ fn of_two_clients_the_killed_one_goes_down_and_its_work_moves_to_the_other() {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            HerderProcess::spawn(&[
-                "agent",
-                "-client",
-                "-servers",
-                &servers,
-                "-data-dir",
-                d.path().to_str().unwrap(),
-                "-bind",
-                "127.0.0.1",
-                "-http-port",
-                "0",
-                "-node",
-                &format!("client-{i}"),
-            ])
+            HerderProcess::spawn_with_env(
+                &[
+                    "agent",
+                    "-client",
+                    "-servers",
+                    &servers,
+                    "-data-dir",
+                    d.path().to_str().unwrap(),
+                    "-bind",
+                    "127.0.0.1",
+                    "-http-port",
+                    "0",
+                    "-node",
+                    &format!("client-{i}"),
+                ],
+                &[RAW_EXEC_ENABLED],
+            )
         })
         .collect();
     let nodes = wait_for(WAIT, || {
@@ -651,10 +657,15 @@ fn of_two_clients_the_killed_one_goes_down_and_its_work_moves_to_the_other() {
         printed.is_some(),
         "herder alloc logs reads from the survivor"
     );
-    let (code, _) = get(&format!(
-        "{base}/v1/client/fs/logs/{replacement_id}?task=t&type=stdout"
+    // The server-only agent routes a logs request to the survivor's agent.
+    let (code, body) = get(&format!(
+        "{base}/v1/client/fs/logs/{replacement_id}?task=t&type=stdout&plain=true"
     ));
-    assert_eq!(code, 404, "a server-only agent serves no logs");
+    assert_eq!(
+        (code, body),
+        (200, format!("serving {replacement_id}\n")),
+        "the server forwards the logs request"
+    );
 
     // The survivor still obeys: stopping the job ends its processes.
     stop_job(&base, "pair");

@@ -395,11 +395,13 @@ fn a_version_that_cannot_start_fails_and_reverts_to_the_stable_one() {
         reverted["TaskGroups"][0]["Tasks"][0]["Env"]["WEB_VERSION"],
         "1"
     );
-    // Every allocation runs the reverted version and is healthy again.
-    // Known defect (issue 19 stays open): the revert's own deployment is
-    // then not always marked successful (its group reads as not done and
-    // it fails at its progress deadline), so its status is not asserted.
+    // Every allocation runs the reverted version, is healthy again, and the
+    // revert's own deployment succeeds: the allocations updated in place
+    // into it start its progress deadline when they join it, not when they
+    // were first placed (which once failed it at once).
     wait_all_healthy(&agent, 2);
+    let revert = deployment_for(&agent, 2);
+    wait_status(&agent, revert["ID"].as_str().unwrap(), "successful");
     let seen = watcher.finish();
     for sample in &seen.samples {
         let serving: usize = sample.values().sum();

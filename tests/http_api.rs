@@ -1109,6 +1109,12 @@ fn preserve_counts_eval_priority_and_namespaces() {
         400
     );
 
+    let created = call(
+        "PUT",
+        &agent.url("/v1/namespace/prod"),
+        Some(r#"{"Name":"prod"}"#),
+    );
+    assert_eq!(created.status, 200, "{}", created.body);
     let mut other: Value = serde_json::from_str(&job_body("web", 1)).unwrap();
     other["Job"]["Namespace"] = json!("prod");
     let reg = call("PUT", &agent.url("/v1/jobs"), Some(&other.to_string()));
@@ -1191,7 +1197,8 @@ fn nomads_job_json_with_nulls_registers_validates_and_plans() {
 fn unhonoured_job_fields_are_named_in_warnings_and_kept() {
     let (agent, _dir) = start();
     let mut body: Value = serde_json::from_str(&job_body("tmpl", 1)).unwrap();
-    body["Job"]["TaskGroups"][0]["Tasks"][0]["Templates"] = json!([{"EmbeddedTmpl": "port={{ env \"NOMAD_PORT_http\" }}", "DestPath": "local/app.conf"}]);
+    body["Job"]["TaskGroups"][0]["Tasks"][0]["Templates"] =
+        json!([{"EmbeddedTmpl": "port={{ key \"cfg/port\" }}", "DestPath": "local/app.conf"}]);
     body["Job"]["TaskGroups"][0]["Tasks"][0]["Vault"] = json!({"Policies": ["read"]});
     let body = body.to_string();
     for path in ["/v1/validate/job", "/v1/job/tmpl/plan", "/v1/jobs"] {
@@ -1200,7 +1207,7 @@ fn unhonoured_job_fields_are_named_in_warnings_and_kept() {
         let answer: Value = serde_json::from_str(&a.body).unwrap();
         let warnings = answer["Warnings"].as_str().unwrap_or_default();
         assert!(
-            warnings.contains("template is not supported"),
+            warnings.contains("template 1: function \"key\" needs Consul or Vault"),
             "{path}: {warnings}"
         );
         assert!(

@@ -5,7 +5,9 @@
 
 use herder::structs::{ClientStatus, NodeStatus};
 use herder_actors::sim::{SimConfig, SimNodes};
-use herder_tests::{get, send_json, server_config, temp_dir, wait_for, HerderProcess, TestAgent};
+use herder_tests::{
+    get, send_json, server_config, temp_dir, wait_for, HerderProcess, TestAgent, RAW_EXEC_ENABLED,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -46,20 +48,23 @@ fn a_client_whose_first_server_is_dead_registers_and_reports_through_the_second(
     let (_dir, server) = server();
     let servers = format!("{},127.0.0.1:{}", dead_address(), server.addr.port());
     let client_dir = temp_dir();
-    let _client = HerderProcess::spawn(&[
-        "agent",
-        "-client",
-        "-servers",
-        &servers,
-        "-data-dir",
-        client_dir.path().to_str().expect("a UTF-8 temporary path"),
-        "-bind",
-        "127.0.0.1",
-        "-http-port",
-        "0",
-        "-node",
-        "failover-client",
-    ]);
+    let _client = HerderProcess::spawn_with_env(
+        &[
+            "agent",
+            "-client",
+            "-servers",
+            &servers,
+            "-data-dir",
+            client_dir.path().to_str().expect("a UTF-8 temporary path"),
+            "-bind",
+            "127.0.0.1",
+            "-http-port",
+            "0",
+            "-node",
+            "failover-client",
+        ],
+        &[RAW_EXEC_ENABLED],
+    );
     let ready = || {
         let nodes = get_json(&server.url("/v1/nodes"));
         nodes

@@ -1,5 +1,5 @@
 //! Records the commit the binary is built from, for `herder version`
-//! (`Herder v0.1.0 (<sha>)`, as `nomad version` prints). Without git, or
+//! (`Herder v0.3.0 (<sha>)`, as `nomad version` prints). Without git, or
 //! outside a repository (a source tarball), the commit is "unknown".
 
 use std::process::Command;

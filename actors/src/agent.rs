@@ -16,7 +16,7 @@
 
 use actix::{Actor, Addr};
 use futures::channel::oneshot;
-use herder_client::driver::DriverSet;
+use herder_client::driver::{DriverOptions, DriverSet};
 use herder_client::node_protocol::normalize_server;
 use herder_client::server_link::{ClientAgent, ClientAgentConfig, StopClient};
 use herder_common::config::AgentConfig;
@@ -421,7 +421,8 @@ fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHand
     if !c.enabled {
         return Ok(None);
     }
-    let (drivers, unknown) = DriverSet::from_names(&c.drivers);
+    let (drivers, unknown) =
+        DriverSet::from_names(&c.drivers, &DriverOptions::from_client_config(c));
     if !unknown.is_empty() {
         return Err(AgentError::Client(format!(
             "unknown drivers in client.drivers: {}",
@@ -435,17 +436,26 @@ fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHand
     config.ports.http = local.port();
     let node = herder_client::fingerprint::fingerprint(&config, &drivers)
         .map_err(|e| AgentError::Client(format!("fingerprinting this machine: {e}")))?;
-    // The configured servers in failover order, or this agent's own API.
-    let own = normalize_server(&local.to_string());
+    // The configured servers in failover order, or this agent's own API;
+    // over HTTPS, presenting this agent's certificate, when `tls.http`.
+    let tls = config
+        .tls
+        .servers_client(&config.region)
+        .map_err(|e| AgentError::Client(e.to_string()))?;
+    let normalize = |s: &str| match &tls {
+        Some(_) if !s.contains("://") => normalize_server(&format!("https://{s}")),
+        _ => normalize_server(s),
+    };
+    let own = normalize(&local.to_string());
     let servers: Vec<String> = if c.servers.is_empty() {
         vec![own.clone()]
     } else {
-        c.servers.iter().map(|s| normalize_server(s)).collect()
+        c.servers.iter().map(|s| normalize(s)).collect()
     };
     let server = servers.first().cloned().unwrap_or(own);
     tracing::info!(node_id = %node.id, servers = ?servers, "client starting");
     let _ = info.client_node_id.set(node.id);
-    let node_id = node.id;
+    let (node_id, node_secret) = (node.id, node.secret_id.clone());
     let agent = ClientAgent::new(ClientAgentConfig {
         servers,
         node,
@@ -453,11 +463,13 @@ fn start_client(info: &AgentInfo, local: SocketAddr) -> Result<Option<ClientHand
         drivers,
         readiness_check: c.readiness_check.clone(),
         metrics: info.nomad_metrics.clone(),
+        tls,
     })
     .start();
     Ok(Some(ClientHandle {
         agent,
         node_id,
+        node_secret,
         server,
     }))
 }

@@ -5,6 +5,9 @@
 //! numbers, each with an optional fraction and a required unit (`ns`, `us`,
 //! `µs`, `ms`, `s`, `m`, `h`); a bare `0` needs no unit. Negative durations
 //! parse in Go but mean nothing for any job field, so they are refused.
+//!
+//! [`format_go_duration`] writes one back as Go's `Duration.String` does,
+//! for the API fields Nomad encodes that way (`"200ms"`, `"1m30s"`).
 
 use std::time::Duration;
 
@@ -49,6 +52,44 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     }
     let nanos = u64::try_from(total).map_err(|_| format!("duration {} is too large", quoted()))?;
     Ok(Duration::from_nanos(nanos))
+}
+
+/// Formats `d` as Go's `time.Duration.String` does: `0s`; below a
+/// second in the largest unit that keeps an integer part (`1.5ms`,
+/// `200ms`, `3µs`, `10ns`); else hours, minutes and seconds with the
+/// seconds' fraction trimmed (`10s`, `1m30s`, `1h0m0.5s`).
+pub fn format_go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    if nanos < 1_000_000_000 {
+        let (scale, unit) = match nanos {
+            n if n < 1_000 => (1, "ns"),
+            n if n < 1_000_000 => (1_000, "\u{b5}s"),
+            _ => (1_000_000, "ms"),
+        };
+        return format!("{}{unit}", decimal(nanos, scale));
+    }
+    let secs = nanos / 1_000_000_000;
+    let (hours, minutes) = (secs / 3600, (secs % 3600) / 60);
+    let seconds = decimal(nanos % 60_000_000_000, 1_000_000_000);
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}s"),
+        (0, m) => format!("{m}m{seconds}s"),
+        (h, m) => format!("{h}h{m}m{seconds}s"),
+    }
+}
+
+/// `value / scale` in decimal, without trailing zeros in the fraction.
+fn decimal(value: u128, scale: u128) -> String {
+    let (whole, frac) = (value / scale, value % scale);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = scale.ilog10() as usize;
+    let digits = format!("{frac:0width$}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
 /// One `<number><unit>` term: its value in nanoseconds and the rest.
@@ -107,6 +148,26 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(parse_go_duration(text), Ok(want), "{text}");
+        }
+    }
+
+    #[test]
+    fn writes_durations_as_go_prints_them() {
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(200), "200ms"),
+            (Duration::from_secs(10), "10s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_micros(1500), "1.5ms"),
+            (Duration::from_micros(3), "3\u{b5}s"),
+            (Duration::from_nanos(10), "10ns"),
+            (Duration::from_millis(3_600_500), "1h0m0.5s"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(format_go_duration(d), want, "{d:?}");
+            assert_eq!(parse_go_duration(want), Ok(d), "{want}");
         }
     }
 

@@ -19,11 +19,12 @@ use crate::structs::job::{operand, TaskLifecycle};
 use crate::structs::{
     Affinity, Constraint, EphemeralDisk, Job, JobType, LogConfig, MigrateStrategy, NetworkResource,
     ParameterizedJobConfig, PeriodicConfig, Port, ReschedulePolicy, Resources, RestartPolicy,
-    Spread, SpreadTarget, Task, TaskGroup, UpdateStrategy,
+    Spread, SpreadTarget, Task, TaskArtifact, TaskGroup, Template, UpdateStrategy,
 };
 use hcl::edit::Span;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 const TOP_LEVEL: Schema = Schema {
     attributes: &[],
@@ -124,9 +125,9 @@ const TASK: Schema = Schema {
         "lifecycle",
         "artifact",
         "service",
+        "template",
     ],
     ignored: &[
-        "template",
         "vault",
         "volume_mount",
         "dispatch_payload",
@@ -359,6 +360,10 @@ fn task(r: &BodyReader, name: String, group_restart: &RestartPolicy) -> Result<T
     for block in r.blocks("artifact") {
         let (a, _) = r.child(block, 0, "")?;
         t.artifacts.push(artifact(&a)?);
+    }
+    for block in r.blocks("template") {
+        let (b, _) = r.child(block, 0, "")?;
+        t.templates.push(template(&b)?);
     }
     t.services = hcl_service::services(r)?;
     Ok(t)
@@ -761,9 +766,9 @@ fn lifecycle(r: &BodyReader) -> Result<TaskLifecycle, JobspecError> {
     })
 }
 
-/// An `artifact` block in the JSON shape of Nomad's `TaskArtifact`, with
-/// Nomad's defaults for mode and destination.
-fn artifact(r: &BodyReader) -> Result<Value, JobspecError> {
+/// An `artifact` block; Nomad's defaults for mode and destination are
+/// filled by canonicalization.
+fn artifact(r: &BodyReader) -> Result<TaskArtifact, JobspecError> {
     r.check(&Schema {
         attributes: &[
             "source",
@@ -780,16 +785,55 @@ fn artifact(r: &BodyReader) -> Result<Value, JobspecError> {
         r.src
             .error(r.at.clone(), format!("{} needs a source", r.place))
     })?;
-    let non_empty =
-        |m: std::collections::BTreeMap<String, String>| (!m.is_empty()).then(|| json!(m));
-    Ok(json!({
-        "GetterSource": source,
-        "GetterOptions": non_empty(r.string_map("options")?),
-        "GetterHeaders": non_empty(r.string_map("headers")?),
-        "GetterMode": r.string("mode")?.unwrap_or_else(|| "any".into()),
-        "RelativeDest": r.string("destination")?.unwrap_or_else(|| "local/".into()),
-        "Chown": r.bool("chown")?.unwrap_or_default(),
-    }))
+    Ok(TaskArtifact {
+        getter_source: source,
+        getter_options: r.string_map("options")?,
+        getter_headers: r.string_map("headers")?,
+        getter_mode: r.string("mode")?.unwrap_or_else(|| "any".into()),
+        relative_dest: r.string("destination")?.unwrap_or_default(),
+        chown: r.bool("chown")?.unwrap_or_default(),
+    })
+}
+
+/// A `template` block; Nomad's defaults (change mode, perms, delimiters)
+/// are filled by canonicalization, the splay's here as Nomad's parser does.
+fn template(r: &BodyReader) -> Result<Template, JobspecError> {
+    r.check(&Schema {
+        attributes: &[
+            "source",
+            "destination",
+            "data",
+            "change_mode",
+            "change_signal",
+            "splay",
+            "perms",
+            "left_delimiter",
+            "right_delimiter",
+            "env",
+            "vault_grace",
+        ],
+        blocks: &[],
+        ignored: &[
+            "wait",
+            "uid",
+            "gid",
+            "error_on_missing_key",
+            "change_script",
+        ],
+    })?;
+    Ok(Template {
+        source_path: r.string("source")?.unwrap_or_default(),
+        dest_path: r.string("destination")?.unwrap_or_default(),
+        embedded_tmpl: r.string("data")?.unwrap_or_default(),
+        change_mode: r.string("change_mode")?.unwrap_or_default(),
+        change_signal: r.string("change_signal")?.unwrap_or_default(),
+        splay: r.duration("splay")?.unwrap_or(Duration::from_secs(5)),
+        perms: r.string("perms")?.unwrap_or_default(),
+        left_delim: r.string("left_delimiter")?.unwrap_or_default(),
+        right_delim: r.string("right_delimiter")?.unwrap_or_default(),
+        envvar: r.bool("env")?.unwrap_or_default(),
+        vault_grace: r.duration("vault_grace")?.unwrap_or_default(),
+    })
 }
 
 /// Overwrites a default with the value the user wrote, if any.

@@ -56,8 +56,9 @@ mod functions;
 mod hcl_job;
 mod hcl_service;
 mod json;
-mod limits;
-mod scan;
+pub(crate) mod limits;
+mod namespace_spec;
+pub(crate) mod scan;
 mod source;
 
 #[cfg(test)]
@@ -68,9 +69,10 @@ mod tests;
 use crate::structs::Job;
 use std::collections::BTreeMap;
 
-pub use duration::parse_go_duration;
+pub use duration::{format_go_duration, parse_go_duration};
 pub use error::{JobspecError, LimitKind};
 pub use limits::HclLimits;
+pub use namespace_spec::{job_text_names_namespace, parse_namespace_spec};
 
 /// Name used for JSON input that came without a file name (an API body).
 pub const JSON_INPUT_NAME: &str = "<json>";

@@ -472,6 +472,93 @@ job "x" {
 }
 
 #[test]
+fn template_blocks_parse_with_nomads_defaults() {
+    let src = r#"
+job "t" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      template {
+        data            = <<EOT
+port=[[ env "NOMAD_PORT_http" ]]
+EOT
+        destination     = "local/app.conf"
+        change_mode     = "signal"
+        change_signal   = "sighup"
+        splay           = "1s"
+        perms           = "600"
+        left_delimiter  = "[["
+        right_delimiter = "]]"
+      }
+      template {
+        source      = "local/env.tpl"
+        destination = "secrets/app.env"
+        env         = true
+      }
+      template {
+        data        = "x"
+        destination = "../../../etc/x"
+      }
+    }
+  }
+}
+"#;
+    let mut job = parse_hcl(src, "t.hcl").unwrap();
+    job.canonicalize();
+    let t = &job.task_groups[0].tasks[0].templates;
+    assert_eq!(t[0].embedded_tmpl, "port=[[ env \"NOMAD_PORT_http\" ]]\n");
+    assert_eq!(
+        (
+            t[0].change_mode.as_str(),
+            t[0].change_signal.as_str(),
+            t[0].splay
+        ),
+        ("signal", "SIGHUP", Duration::from_secs(1))
+    );
+    assert_eq!(
+        (
+            t[0].perms.as_str(),
+            t[0].left_delim.as_str(),
+            t[0].right_delim.as_str()
+        ),
+        ("600", "[[", "]]")
+    );
+    assert_eq!(
+        (t[1].source_path.as_str(), t[1].envvar, t[1].splay),
+        ("local/env.tpl", true, Duration::from_secs(5))
+    );
+    assert_eq!(
+        (
+            t[1].change_mode.as_str(),
+            t[1].perms.as_str(),
+            t[1].left_delim.as_str()
+        ),
+        ("restart", "0644", "{{")
+    );
+    let json = serde_json::to_value(&t[0]).unwrap();
+    for key in [
+        "SourcePath",
+        "DestPath",
+        "EmbeddedTmpl",
+        "ChangeMode",
+        "ChangeSignal",
+        "Splay",
+        "Perms",
+        "LeftDelim",
+        "RightDelim",
+        "Envvar",
+        "VaultGrace",
+    ] {
+        assert!(json.get(key).is_some(), "{key} missing from {json}");
+    }
+    let err = job.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("Template 3 validation failed: destination escapes allocation directory"),
+        "{err}"
+    );
+}
+
+#[test]
 fn periodic_parameterized_config_and_artifacts() {
     let src = r#"
 job "p" {
@@ -499,7 +586,7 @@ job "p" {
         source      = "https://example.com/app.tgz"
         destination = "local/app"
         options {
-          checksum = "sha256:abc"
+          checksum = "sha256:abababababababababababababababababababababababababababababababab"
         }
       }
       service {
@@ -531,13 +618,14 @@ job "p" {
         t.config["mount"],
         serde_json::json!([{"type": "bind", "target": "/data"}])
     );
+    let a = &t.artifacts[0];
+    assert_eq!(a.getter_source, "https://example.com/app.tgz");
+    assert_eq!(a.relative_dest, "local/app");
+    assert_eq!(a.getter_mode, "any");
     assert_eq!(
-        t.artifacts[0]["GetterSource"],
-        "https://example.com/app.tgz"
+        a.getter_options["checksum"],
+        "sha256:abababababababababababababababababababababababababababababababab"
     );
-    assert_eq!(t.artifacts[0]["RelativeDest"], "local/app");
-    assert_eq!(t.artifacts[0]["GetterMode"], "any");
-    assert_eq!(t.artifacts[0]["GetterOptions"]["checksum"], "sha256:abc");
     job.validate().unwrap();
 }
 
@@ -922,6 +1010,8 @@ job "web" {
         type     = "script"
         interval = "0s"
         timeout  = "2s"
+        success_before_passing   = -1
+        failures_before_critical = -2
       }
     }
     task "t" {
@@ -937,6 +1027,8 @@ job "web" {
         "Interval must be at least 1s",
         "a script check needs a Command",
         "a script check of a group service must name its task",
+        "success_before_passing must be non-negative",
+        "failures_before_critical must be non-negative",
     ] {
         assert!(err.contains(want), "{want:?} not in {err}");
     }

@@ -10,6 +10,7 @@
 //! the evaluation itself completes (as Nomad 1.1 does).
 
 use super::context::{Eligibility, EvalContext};
+use super::downgrade::Downgrades;
 use super::planner::{Planner, Scheduler, SchedulerError};
 use super::reconcile::{DestructiveRequest, PlaceRequest, ReconcileResults, Reconciler};
 use super::stack::{RankedNode, SelectOptions, Stack, StackKind};
@@ -263,8 +264,6 @@ impl<'p> GenericScheduler<'p> {
         place: Vec<PlaceRequest>,
     ) {
         let ready = stack.catalog().ready_for(job);
-        // One copy per evaluation, shared by every placement's metrics.
-        let by_dc = Arc::new(ready.by_dc);
         ctx.reserve_usage(
             ready
                 .positions
@@ -272,61 +271,129 @@ impl<'p> GenericScheduler<'p> {
                 .min(32 * (place.len() + destructive.len())),
         );
         stack.set_candidates(ready.positions);
-        let mut template = AllocTemplate::new(job, eval);
+        let kind = if self.batch {
+            StackKind::Batch
+        } else {
+            StackKind::Service
+        };
+        let mut each = EachPlacement {
+            template: AllocTemplate::new(job, eval),
+            // One copy per evaluation, shared by every placement's metrics.
+            by_dc: Arc::new(ready.by_dc),
+            downgrades: Downgrades::new(kind, eval_seed(eval, ctx.state.latest_index())),
+        };
         let requests = destructive
             .into_iter()
-            .map(|d| (d.name, d.group, Some(d.alloc), false, true, false))
-            .chain(
-                place
-                    .into_iter()
-                    .map(|p| (p.name, p.group, p.previous, p.reschedule, false, p.canary)),
-            );
-        for (name, group, previous, reschedule, stop_previous, canary) in requests {
-            let Some(tg) = job.lookup_task_group(&group) else {
-                continue;
-            };
-            if let Some(metric) = self.failed.get_mut(&group) {
-                metric.coalesced_failures += 1;
-                exhaust_resources(metric, tg);
-                continue;
-            }
-            if let (true, Some(prev)) = (stop_previous, &previous) {
-                ctx.stop_alloc(prev, ALLOC_UPDATING, None, None);
-            }
-            let option = select_or_preempt(ctx, stack, tg, previous.as_deref());
-            ctx.metrics.nodes_available = by_dc.clone();
-            let metrics = std::mem::take(&mut ctx.metrics);
-            match option {
-                Some((ranked, resources)) => {
-                    let mut alloc =
-                        template.build(&group, name, &ranked, resources, &metrics, self.now);
-                    if let Some(prev) = &previous {
-                        alloc.previous_allocation = Some(prev.id);
-                        if reschedule {
-                            let policy = reschedule_policy(&*ctx.state, Some(job), prev);
-                            alloc.reschedule_tracker = Some(util::next_reschedule_tracker(
-                                policy.as_ref(),
-                                prev,
-                                self.now,
-                            ));
-                        }
-                    }
-                    self.placing.join(&mut alloc, canary);
-                    apply_preemptions(ctx, &ranked, &mut alloc);
-                    annotate_preemptions(ctx, &group, &ranked);
-                    ctx.place_new_alloc(alloc);
-                }
-                None => {
-                    let mut metrics = metrics;
-                    exhaust_resources(&mut metrics, tg);
-                    self.failed.insert(group.clone(), metrics);
-                    if let (true, Some(prev)) = (stop_previous, &previous) {
-                        ctx.pop_stop(prev);
-                    }
-                }
-            }
+            .map(|d| Placement {
+                name: d.name,
+                group: d.group,
+                previous: Some(d.alloc),
+                reschedule: false,
+                stop_previous: true,
+                canary: false,
+                downgrade_from: None,
+            })
+            .chain(place.into_iter().map(|p| Placement {
+                name: p.name,
+                group: p.group,
+                previous: p.previous,
+                reschedule: p.reschedule,
+                stop_previous: false,
+                canary: p.canary,
+                downgrade_from: p.downgrade_from,
+            }));
+        for request in requests {
+            self.place_one(job, ctx, stack, &mut each, request);
         }
     }
+
+    /// Places one allocation: of the current version on `stack`, or of the
+    /// old version while canaries are on trial (`downgrade`).
+    fn place_one(
+        &mut self,
+        job: &Arc<Job>,
+        ctx: &mut EvalContext,
+        stack: &mut Stack,
+        each: &mut EachPlacement,
+        p: Placement,
+    ) {
+        let down = p
+            .downgrade_from
+            .and_then(|min| each.downgrades.target(ctx, job, &p.group, min));
+        let (job, stack, deployment_id) = match down {
+            Some(d) => (&d.job, &mut d.stack, Some(d.deployment_id)),
+            None => (job, stack, None),
+        };
+        let Some(tg) = job.lookup_task_group(&p.group) else {
+            return;
+        };
+        if let Some(metric) = self.failed.get_mut(&p.group) {
+            metric.coalesced_failures += 1;
+            exhaust_resources(metric, tg);
+            return;
+        }
+        let previous = p.previous;
+        if let (true, Some(prev)) = (p.stop_previous, &previous) {
+            ctx.stop_alloc(prev, ALLOC_UPDATING, None, None);
+        }
+        let option = select_or_preempt(ctx, stack, tg, previous.as_deref());
+        ctx.metrics.nodes_available = each.by_dc.clone();
+        let metrics = std::mem::take(&mut ctx.metrics);
+        let Some((ranked, resources)) = option else {
+            let mut metrics = metrics;
+            exhaust_resources(&mut metrics, tg);
+            self.failed.insert(p.group.clone(), metrics);
+            if let (true, Some(prev)) = (p.stop_previous, &previous) {
+                ctx.pop_stop(prev);
+            }
+            return;
+        };
+        let mut alloc = each
+            .template
+            .build(&p.group, p.name, &ranked, resources, &metrics, self.now);
+        if let Some(prev) = &previous {
+            alloc.previous_allocation = Some(prev.id);
+            if p.reschedule {
+                let policy = reschedule_policy(&*ctx.state, Some(job), prev);
+                alloc.reschedule_tracker = Some(util::next_reschedule_tracker(
+                    policy.as_ref(),
+                    prev,
+                    self.now,
+                ));
+            }
+        }
+        match deployment_id {
+            // A downgraded placement runs the old version, in the
+            // deployment that rolled it out; it is never a canary.
+            Some(deployment_id) => {
+                alloc.job_version = job.version;
+                alloc.deployment_id = deployment_id;
+            }
+            None => self.placing.join(&mut alloc, p.canary),
+        }
+        apply_preemptions(ctx, &ranked, &mut alloc);
+        annotate_preemptions(ctx, &p.group, &ranked);
+        ctx.place_new_alloc(alloc);
+    }
+}
+
+/// One placement the reconciler asked for (a destructive update is a
+/// placement that stops the allocation it replaces).
+struct Placement {
+    name: String,
+    group: String,
+    previous: Option<Arc<Allocation>>,
+    reschedule: bool,
+    stop_previous: bool,
+    canary: bool,
+    downgrade_from: Option<u64>,
+}
+
+/// What the placements of one evaluation share.
+struct EachPlacement {
+    template: AllocTemplate,
+    by_dc: Arc<BTreeMap<String, u64>>,
+    downgrades: Downgrades,
 }
 
 /// What every placement of an evaluation carries besides its node.

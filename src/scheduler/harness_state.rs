@@ -278,6 +278,17 @@ impl State for HarnessState {
             .cloned()
     }
 
+    fn deployments_of_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Deployment>> {
+        let mut out: Vec<Arc<Deployment>> = self
+            .deployments
+            .values()
+            .filter(|d| d.namespace == namespace && d.job_id == job_id)
+            .cloned()
+            .collect();
+        out.sort_by_key(|d| std::cmp::Reverse(d.create_index));
+        out
+    }
+
     fn deployment_by_id(&self, id: &DeploymentId) -> Option<Arc<Deployment>> {
         self.deployments.get(id).cloned()
     }

@@ -27,10 +27,12 @@
 //! 5. [`reconcile`] (what the generic scheduler must place, stop, update;
 //!    its deployment rules, `reconcile/deployment.rs`, sit on `structs`
 //!    alone)
-//!    and [`system`]; 6. [`generic`].
+//!    and [`system`]; [`downgrade`] (the old version placed while canaries
+//!    are on trial, with a stack of its own); 6. [`generic`].
 //! 7. This file ([`new_scheduler`]); 8. the test [`harness`].
 
 pub mod context;
+pub mod downgrade;
 pub mod feasible;
 pub mod generic;
 pub mod harness;

@@ -134,6 +134,7 @@ pub fn tasks_updated(old_job: &Job, old: &TaskGroup, new_job: &Job, new: &TaskGr
             || a.env != b.env
             || a.meta != b.meta
             || a.artifacts != b.artifacts
+            || a.templates != b.templates
             || a.resources != b.resources
             || a.affinities != b.affinities
             || a.lifecycle != b.lifecycle

@@ -8,7 +8,9 @@
 //! `Version` only when a job's spec changes, `AllocModifyIndex` only on
 //! server-side allocation changes.
 
-use super::changes::{AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet};
+use super::changes::{
+    AppliedChanges, JobKey, JobVersionKey, Row, RowChange, RowKey, TableSet, VariableKey,
+};
 use super::command::{AllocClientUpdate, Command, PlanResults};
 use super::tables::{
     count_usage, count_usage_in, index_alloc, index_alloc_by_job, set_insert, set_remove, Tables,
@@ -47,10 +49,17 @@ fn parallel_placements() -> usize {
     PARALLEL_PLACEMENTS
 }
 
+#[path = "apply_acl.rs"]
+mod acl;
 #[path = "apply_deployment.rs"]
 mod deployment;
 #[path = "apply_services.rs"]
 mod services;
+
+#[path = "apply_namespaces.rs"]
+mod namespaces;
+#[path = "apply_variables.rs"]
+mod variables;
 
 pub(crate) struct Txn {
     t: Tables,
@@ -163,6 +172,9 @@ impl Txn {
             Command::SchedulerConfigUpdate { config, cas_index } => {
                 self.scheduler_config(config, *cas_index)
             }
+            Command::AutopilotConfigUpdate { config, cas_index } => {
+                self.autopilot_config(config, *cas_index)
+            }
             Command::DeploymentStatusUpdate { update, job, eval } => {
                 self.deployment_status_update(update, job.as_ref(), eval.as_ref())
             }
@@ -209,6 +221,60 @@ impl Txn {
                 }
                 Ok(())
             }
+            Command::AclPolicyUpsert { .. }
+            | Command::AclPolicyDelete { .. }
+            | Command::AclTokenUpsert { .. }
+            | Command::AclTokenDelete { .. }
+            | Command::AclBootstrap { .. }
+            | Command::AclRoleUpsert { .. }
+            | Command::AclRoleDelete { .. } => self.apply_acl(cmd),
+            Command::NamespaceUpsert { namespaces } => self.upsert_namespaces(namespaces),
+            Command::NamespaceDelete { names } => self.delete_namespaces(names),
+            keyring @ (Command::VariableUpsert { .. }
+            | Command::VariableDelete { .. }
+            | Command::VariableLock { .. }
+            | Command::VariableRekey { .. }
+            | Command::RootKeyInit { .. }
+            | Command::RootKeyRotate { .. }
+            | Command::RootKeySetState { .. }
+            | Command::RootKeyDelete { .. }) => self.apply_keyring(keyring),
+        }
+    }
+
+    /// The keyring's commands (variables and root keys).
+    fn apply_keyring(&mut self, command: &Command) -> Result<(), ApplyError> {
+        match command {
+            Command::VariableUpsert {
+                variable,
+                cas,
+                lock_id,
+                now,
+            } => self.variable_upsert(variable, *cas, lock_id.as_deref(), *now),
+            Command::VariableDelete {
+                namespace,
+                path,
+                cas,
+                lock_id,
+                now,
+            } => self.variable_delete(
+                VariableKey::new(namespace, path),
+                *cas,
+                lock_id.as_deref(),
+                *now,
+            ),
+            Command::VariableLock { op, now } => self.variable_lock(op, *now),
+            Command::VariableRekey { variables } => self.variable_rekey(variables),
+            Command::RootKeyInit { key } => {
+                self.root_key_init(key);
+                Ok(())
+            }
+            Command::RootKeyRotate { key } => self.root_key_rotate(key),
+            Command::RootKeySetState { key_id, state } => self.root_key_set_state(key_id, *state),
+            Command::RootKeyDelete { key_id } => self.root_key_delete(key_id),
+            other => Err(ApplyError::Invalid(format!(
+                "{} is not a keyring command",
+                other.name()
+            ))),
         }
     }
 
@@ -256,9 +322,14 @@ impl Txn {
             RowKey::Eval(id) => t.evals.get(id).cloned().map(Row::Eval),
             RowKey::Node(id) => t.nodes.get(id).cloned().map(Row::Node),
             RowKey::SchedulerConfig => t.scheduler_config.clone().map(Row::SchedulerConfig),
+            RowKey::AutopilotConfig => t.autopilot_config.clone().map(Row::AutopilotConfig),
             RowKey::ScalingEvents(k) => t.scaling_events.get(k).cloned().map(Row::ScalingEvents),
             RowKey::Deployment(id) => t.deployments.get(id).cloned().map(Row::Deployment),
             RowKey::Service(k) => t.services.get(k).cloned().map(Row::Service),
+            RowKey::Namespace(name) => t.namespaces.get(name).cloned().map(Row::Namespace),
+            RowKey::Variable(k) => t.variables.get(k).cloned().map(Row::Variable),
+            RowKey::RootKey(id) => t.root_keys.get(id).cloned().map(Row::RootKey),
+            RowKey::Acl(k) => t.acl.row(k).map(Row::Acl),
         }
     }
 
@@ -275,6 +346,7 @@ impl Txn {
                 "job register: the job needs an ID and a namespace".into(),
             ));
         }
+        self.check_job_namespace(job)?;
         let key = JobKey::of_job(job);
         let existing = self.t.jobs.get(&key).cloned();
         if let Some(expected) = enforce_index {
@@ -952,7 +1024,11 @@ impl Txn {
                 if alloc.create_index == 0 {
                     new.push(alloc);
                 } else {
-                    self.place_alloc(alloc);
+                    // An update in place is stamped with the plan's time
+                    // (Nomad's plan apply does the same): a deployment it
+                    // joins starts its progress deadline from it.
+                    let stamp = (plan.updated_at > 0).then_some(plan.updated_at);
+                    self.place_alloc_at(alloc, stamp);
                 }
             }
         }
@@ -1011,10 +1087,18 @@ impl Txn {
     /// A placement of an existing ID is a server-side update: the client's
     /// fields stay as the client reported them.
     fn place_alloc(&mut self, alloc: &Allocation) {
+        self.place_alloc_at(alloc, None);
+    }
+
+    /// `place_alloc`, with the modify time set to `stamp` when given.
+    fn place_alloc_at(&mut self, alloc: &Allocation, stamp: Option<i64>) {
         if alloc.create_index == 0 && self.place_new_alloc(alloc) {
             return;
         }
         let mut alloc = alloc.clone();
+        if let Some(at) = stamp {
+            alloc.modify_time = at;
+        }
         let old = self.t.allocs.get(&alloc.id).cloned();
         match &old {
             Some(old) => {
@@ -1326,6 +1410,26 @@ impl Txn {
         config.modify_index = self.index;
         self.t.scheduler_config = Some(Arc::new(config));
         self.touched.insert(RowKey::SchedulerConfig);
+        Ok(())
+    }
+
+    fn autopilot_config(
+        &mut self,
+        config: &crate::structs::AutopilotConfiguration,
+        cas_index: Option<u64>,
+    ) -> Result<(), ApplyError> {
+        let current = self.t.autopilot_config.as_deref();
+        let actual = current.map_or(0, |c| c.modify_index);
+        if let Some(expected) = cas_index {
+            if expected != actual {
+                return Err(ApplyError::CasMismatch { expected, actual });
+            }
+        }
+        let mut config = config.clone();
+        config.create_index = current.map_or(self.index, |c| c.create_index);
+        config.modify_index = self.index;
+        self.t.autopilot_config = Some(Arc::new(config));
+        self.touched.insert(RowKey::AutopilotConfig);
         Ok(())
     }
 }

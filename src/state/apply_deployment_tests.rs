@@ -359,3 +359,45 @@ fn a_plan_from_an_older_snapshot_keeps_the_health_counted_since() {
         "the counts are kept"
     );
 }
+
+#[test]
+fn an_allocation_updated_into_a_deployment_starts_its_deadline_when_updated() {
+    // A revert updates allocations of an old deployment in place: created
+    // long before, they join the new deployment now. Its progress deadline
+    // runs from now; counted from their creation it had passed already and
+    // the revert's deployment failed before its allocations could report.
+    let mut w = World::new();
+    let old = w.place(1, 0).remove(0);
+    let mut next = Deployment::new(&w.job, 60);
+    next.task_groups.insert(
+        "frontend".into(),
+        DeploymentState {
+            desired_total: 1,
+            progress_deadline: Duration::from_secs(600),
+            ..Default::default()
+        },
+    );
+    let mut updated = (**w.state.alloc(&old.id).unwrap()).clone();
+    updated.deployment_id = Some(next.id);
+    updated.deployment_status = None;
+    // The scheduler leaves its times as they were; the plan's apply stamps it.
+    assert_eq!((updated.create_time, updated.modify_time), (1_000, 1_000));
+    let mut node_allocation = HashMap::new();
+    node_allocation.insert(updated.node_id, vec![updated.clone()]);
+    w.apply(Command::ApplyPlanResults(PlanResults {
+        eval_id: updated.eval_id,
+        job: Some(Arc::new(w.job.clone())),
+        node_allocation,
+        updated_at: 900_000_000_000,
+        deployment: Some(Arc::new(next.clone())),
+        ..Default::default()
+    }))
+    .unwrap();
+    assert_eq!(w.state.alloc(&old.id).unwrap().modify_time, 900_000_000_000);
+    let g = &w.state.deployment(&next.id).unwrap().task_groups["frontend"];
+    assert_eq!(g.placed_allocs, 1);
+    assert_eq!(
+        g.require_progress_by,
+        Some(900_000_000_000 + 600_000_000_000)
+    );
+}

@@ -646,6 +646,39 @@ fn scheduler_config_check_and_set() {
 }
 
 #[test]
+fn autopilot_config_check_and_set() {
+    let mut h = Harness::new();
+    assert!(h.state.stored_autopilot_config().is_none());
+    let off = crate::structs::AutopilotConfiguration {
+        cleanup_dead_servers: false,
+        ..Default::default()
+    };
+    let err = h.rejected(Command::AutopilotConfigUpdate {
+        config: off.clone(),
+        cas_index: Some(5),
+    });
+    assert_eq!(
+        err,
+        ApplyError::CasMismatch {
+            expected: 5,
+            actual: 0
+        }
+    );
+    let first = h.ok(Command::AutopilotConfigUpdate {
+        config: off,
+        cas_index: Some(0),
+    });
+    let second = h.ok(Command::AutopilotConfigUpdate {
+        config: crate::structs::AutopilotConfiguration::default(),
+        cas_index: Some(first),
+    });
+    let stored = h.state.stored_autopilot_config().expect("stored");
+    assert!(stored.cleanup_dead_servers);
+    assert_eq!((stored.create_index, stored.modify_index), (first, second));
+    assert_eq!(h.state.table_index(Table::AutopilotConfig), second);
+}
+
+#[test]
 fn job_stability_marks_the_version_and_the_current_job() {
     let mut h = Harness::new();
     let (_, _) = h.register(&web());
@@ -1130,3 +1163,8 @@ fn reconciling_summaries_recounts_a_parents_children() {
 
 #[path = "apply_services_tests.rs"]
 mod services;
+
+#[path = "apply_namespaces_tests.rs"]
+mod namespaces;
+#[path = "apply_variables_tests.rs"]
+mod variables;

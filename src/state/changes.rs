@@ -4,9 +4,12 @@
 //! persistence layer writes exactly these rows, blocking queries wake on
 //! these tables, and the event stream publishes these rows.
 
+use super::acl_tables::{AclKey, AclRow};
+use crate::structs::AutopilotConfiguration;
 use crate::structs::{
     AllocId, Allocation, Deployment, DeploymentId, EvalId, Evaluation, Job, JobScalingEvents,
-    JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
+    JobSummary, Namespace, Node, NodeId, RootKey, SchedulerConfiguration, ServiceRegistration,
+    VariableEncrypted,
 };
 use equivalent::{Comparable, Equivalent};
 use std::cmp::Ordering;
@@ -27,10 +30,24 @@ pub enum Table {
     Deployments,
     /// The native service catalog (Nomad's `service_registrations`).
     Services,
+    /// Namespaces (Nomad's `namespaces`).
+    Namespaces,
+    /// Variables, sealed (Nomad's `variables`).
+    Variables,
+    /// The keyring's root keys (Nomad's `root_keys`).
+    RootKeys,
+    /// ACL policies (Nomad's `acl_policy`).
+    AclPolicies,
+    /// ACL tokens and the bootstrap mark (Nomad's `acl_token`).
+    AclTokens,
+    /// ACL roles (Nomad's `acl_roles`).
+    AclRoles,
+    /// Autopilot's settings (Nomad's `autopilot-config`).
+    AutopilotConfig,
 }
 
 impl Table {
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 16] = [
         Table::Jobs,
         Table::JobSummaries,
         Table::Allocs,
@@ -40,6 +57,13 @@ impl Table {
         Table::ScalingEvents,
         Table::Deployments,
         Table::Services,
+        Table::Namespaces,
+        Table::Variables,
+        Table::RootKeys,
+        Table::AclPolicies,
+        Table::AclTokens,
+        Table::AclRoles,
+        Table::AutopilotConfig,
     ];
 
     pub(crate) fn slot(self) -> usize {
@@ -57,13 +81,20 @@ impl Table {
             Table::ScalingEvents => "scaling_event",
             Table::Deployments => "deployment",
             Table::Services => "service_registrations",
+            Table::Namespaces => "namespaces",
+            Table::Variables => "variables",
+            Table::RootKeys => "root_keys",
+            Table::AclPolicies => "acl_policy",
+            Table::AclTokens => "acl_token",
+            Table::AclRoles => "acl_roles",
+            Table::AutopilotConfig => "autopilot_config",
         }
     }
 }
 
 /// A small set of tables (a bit mask).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TableSet(u16);
+pub struct TableSet(u32);
 
 impl TableSet {
     pub fn of(tables: &[Table]) -> Self {
@@ -188,11 +219,36 @@ pub enum RowKey {
     Eval(EvalId),
     Node(NodeId),
     SchedulerConfig,
+    AutopilotConfig,
     ScalingEvents(JobKey),
     Deployment(DeploymentId),
     /// A service registration, under its allocation first so that an
     /// allocation's services are one range of the table.
     Service(ServiceKey),
+    /// A row of the ACL tables (`acl_tables`).
+    Acl(AclKey),
+    /// A namespace, by name.
+    Namespace(String),
+    /// A variable, by namespace then path (a prefix is one range).
+    Variable(VariableKey),
+    /// A root key, by its ID.
+    RootKey(String),
+}
+
+/// The key of a variable: its namespace, then its path.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VariableKey {
+    pub namespace: String,
+    pub path: String,
+}
+
+impl VariableKey {
+    pub fn new(namespace: &str, path: &str) -> Self {
+        VariableKey {
+            namespace: namespace.to_string(),
+            path: path.to_string(),
+        }
+    }
 }
 
 /// The key of a service registration: its allocation, then its ID.
@@ -211,9 +267,16 @@ impl RowKey {
             RowKey::Eval(_) => Table::Evals,
             RowKey::Node(_) => Table::Nodes,
             RowKey::SchedulerConfig => Table::SchedulerConfig,
+            RowKey::AutopilotConfig => Table::AutopilotConfig,
             RowKey::ScalingEvents(_) => Table::ScalingEvents,
             RowKey::Deployment(_) => Table::Deployments,
             RowKey::Service(_) => Table::Services,
+            RowKey::Namespace(_) => Table::Namespaces,
+            RowKey::Variable(_) => Table::Variables,
+            RowKey::RootKey(_) => Table::RootKeys,
+            RowKey::Acl(AclKey::Policy(_)) => Table::AclPolicies,
+            RowKey::Acl(AclKey::Token(_) | AclKey::Bootstrap) => Table::AclTokens,
+            RowKey::Acl(AclKey::Role(_)) => Table::AclRoles,
         }
     }
 }
@@ -228,9 +291,14 @@ pub enum Row {
     Eval(Arc<Evaluation>),
     Node(Arc<Node>),
     SchedulerConfig(Arc<SchedulerConfiguration>),
+    AutopilotConfig(Arc<AutopilotConfiguration>),
     ScalingEvents(Arc<JobScalingEvents>),
     Deployment(Arc<Deployment>),
     Service(Arc<ServiceRegistration>),
+    Namespace(Arc<Namespace>),
+    Variable(Arc<VariableEncrypted>),
+    RootKey(Arc<RootKey>),
+    Acl(AclRow),
 }
 
 /// A row's new value, or `None` when the row was deleted.

@@ -8,10 +8,11 @@
 //! function of (state, index, command).
 
 use crate::structs::{
-    AllocDeploymentStatus, AllocId, AllocStop, Allocation, ClientStatus, Deployment, DeploymentId,
-    DeploymentStatusUpdate, DesiredTransition, DrainStrategy, EvalId, Evaluation, Job, Node,
-    NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
-    ServiceRegistration, TaskState, VecMap,
+    AclPolicy, AclRole, AclToken, AllocDeploymentStatus, AllocId, AllocStop, Allocation,
+    ClientStatus, Deployment, DeploymentId, DeploymentStatusUpdate, DesiredTransition,
+    DrainStrategy, EvalId, Evaluation, Job, Namespace, Node, NodeEvent, NodeId, NodeStatus,
+    RootKey, RootKeyState, ScalingEvent, SchedulerConfiguration, SchedulingEligibility,
+    ServiceRegistration, TaskState, VariableEncrypted, VariableLock, VecMap,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -144,6 +145,13 @@ pub enum Command {
         config: SchedulerConfiguration,
         cas_index: Option<u64>,
     },
+    /// Replaces autopilot's settings; with `cas_index` only if their
+    /// current `ModifyIndex` equals it (0 = never set). Servers before
+    /// 0.3.0 cannot decode it (`Command::is_autopilot`).
+    AutopilotConfigUpdate {
+        config: crate::structs::AutopilotConfiguration,
+        cas_index: Option<u64>,
+    },
     /// Recounts every job's summary from its allocations, and a periodic
     /// or parameterized parent's children from their jobs' statuses
     /// (Nomad's `ReconcileJobSummariesRequestType`); writes the summaries
@@ -198,6 +206,125 @@ pub enum Command {
     /// allocation stopped).
     ServiceRegistrationDeleteByAlloc {
         alloc_ids: Vec<AllocId>,
+    },
+    /// Creates or replaces ACL policies by name (rules already checked).
+    AclPolicyUpsert {
+        policies: Vec<AclPolicy>,
+    },
+    /// Removes ACL policies by name; a name not stored is an error.
+    AclPolicyDelete {
+        names: Vec<String>,
+    },
+    /// Creates or replaces tokens by accessor ID (secrets and times filled
+    /// in by the server).
+    AclTokenUpsert {
+        tokens: Vec<AclToken>,
+    },
+    /// Removes tokens by accessor ID; an ID not stored is an error.
+    AclTokenDelete {
+        accessor_ids: Vec<String>,
+    },
+    /// The first management token. Refused once done, unless
+    /// `reset_index` is the index the cluster was bootstrapped at (the
+    /// operator's reset procedure).
+    AclBootstrap {
+        token: AclToken,
+        reset_index: u64,
+    },
+    /// Creates or replaces roles by ID; names are unique.
+    AclRoleUpsert {
+        roles: Vec<AclRole>,
+    },
+    /// Removes roles by ID; an ID not stored is an error.
+    AclRoleDelete {
+        ids: Vec<String>,
+    },
+    /// Creates or updates namespaces (`CreateIndex` kept across updates).
+    NamespaceUpsert {
+        namespaces: Vec<Namespace>,
+    },
+    /// Deletes namespaces: refused for `default`, a missing one, or one
+    /// that still has a job that is not dead.
+    NamespaceDelete {
+        names: Vec<String>,
+    },
+    /// Writes a variable, already sealed by the server (Nomad's
+    /// `VarApplyStateRequest`). `cas`: its current `ModifyIndex` must
+    /// equal it (0 = it must not exist); checked here, at apply, so that
+    /// the check and the write are one step of the log. A variable locked
+    /// by someone else (an unexpired lock whose ID is not `lock_id`) is
+    /// refused. `now` (unix nanoseconds) dates the write and ages locks.
+    VariableUpsert {
+        variable: VariableEncrypted,
+        cas: Option<u64>,
+        lock_id: Option<String>,
+        now: i64,
+    },
+    /// Deletes a variable, with the same check-and-set and lock rules.
+    VariableDelete {
+        namespace: String,
+        path: String,
+        cas: Option<u64>,
+        lock_id: Option<String>,
+        now: i64,
+    },
+    /// Acquires, renews or releases a variable's lock (Nomad 1.7's
+    /// `?lock-acquire`, `?lock-renew`, `?lock-release`).
+    VariableLock {
+        op: VariableLockOp,
+        now: i64,
+    },
+    /// Replaces the sealed data of variables with the same items sealed
+    /// under another key (a full key rotation); a variable written since
+    /// the server read it (its `ModifyIndex` moved) is left as it is.
+    VariableRekey {
+        variables: Vec<VariableEncrypted>,
+    },
+    /// The keyring's first key: stored only when there is no key yet, so
+    /// that servers racing to create it end with exactly one.
+    RootKeyInit {
+        key: RootKey,
+    },
+    /// A rotation: the new key becomes the active one and every active
+    /// key inactive.
+    RootKeyRotate {
+        key: RootKey,
+    },
+    /// Sets a key's state (deprecated once a full rotation re-sealed
+    /// everything it sealed).
+    RootKeySetState {
+        key_id: String,
+        state: RootKeyState,
+    },
+    /// Removes a key; refused while it is active or a variable is sealed
+    /// with it.
+    RootKeyDelete {
+        key_id: String,
+    },
+}
+
+/// One lock operation on a variable.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "Op", rename_all = "PascalCase")]
+pub enum VariableLockOp {
+    /// Takes the lock (creating the variable with these items if it does
+    /// not exist, as Nomad does); refused while another holds it.
+    Acquire {
+        variable: Box<VariableEncrypted>,
+        lock: VariableLock,
+    },
+    /// Moves the holder's lock's expiry.
+    Renew {
+        namespace: String,
+        path: String,
+        lock_id: String,
+        expires_at: i64,
+    },
+    /// Frees the lock; only its holder may.
+    Release {
+        namespace: String,
+        path: String,
+        lock_id: String,
     },
 }
 
@@ -264,6 +391,7 @@ impl Command {
             Command::AllocClientUpdate { .. } => "AllocClientUpdate",
             Command::AllocDesiredTransition { .. } => "AllocDesiredTransition",
             Command::SchedulerConfigUpdate { .. } => "SchedulerConfigUpdate",
+            Command::AutopilotConfigUpdate { .. } => "AutopilotConfigUpdate",
             Command::ReconcileJobSummaries => "ReconcileJobSummaries",
             Command::DeploymentStatusUpdate { .. } => "DeploymentStatusUpdate",
             Command::DeploymentPromotion { .. } => "DeploymentPromotion",
@@ -272,7 +400,48 @@ impl Command {
             Command::ServiceRegistrationUpsert { .. } => "ServiceRegistrationUpsert",
             Command::ServiceRegistrationDelete { .. } => "ServiceRegistrationDelete",
             Command::ServiceRegistrationDeleteByAlloc { .. } => "ServiceRegistrationDeleteByAlloc",
+            Command::NamespaceUpsert { .. } => "NamespaceUpsert",
+            Command::NamespaceDelete { .. } => "NamespaceDelete",
+            Command::VariableUpsert { .. } => "VariableUpsert",
+            Command::VariableDelete { .. } => "VariableDelete",
+            Command::VariableLock { .. } => "VariableLock",
+            Command::VariableRekey { .. } => "VariableRekey",
+            Command::RootKeyInit { .. } => "RootKeyInit",
+            Command::RootKeyRotate { .. } => "RootKeyRotate",
+            Command::RootKeySetState { .. } => "RootKeySetState",
+            Command::RootKeyDelete { .. } => "RootKeyDelete",
+            Command::AclPolicyUpsert { .. } => "ACLPolicyUpsert",
+            Command::AclPolicyDelete { .. } => "ACLPolicyDeleted",
+            Command::AclTokenUpsert { .. } => "ACLTokenUpsert",
+            Command::AclTokenDelete { .. } => "ACLTokenDeleted",
+            Command::AclBootstrap { .. } => "ACLTokenBootstrap",
+            Command::AclRoleUpsert { .. } => "ACLRoleUpserted",
+            Command::AclRoleDelete { .. } => "ACLRoleDeleted",
         }
+    }
+
+    /// Whether the command belongs to the keyring's commands (variables
+    /// and root keys), which servers older than the version that brought
+    /// them cannot decode: the replicated log writes them only when every
+    /// server understands them (`herder-raft`'s version gate).
+    pub fn is_keyring(&self) -> bool {
+        matches!(
+            self,
+            Command::VariableUpsert { .. }
+                | Command::VariableDelete { .. }
+                | Command::VariableLock { .. }
+                | Command::VariableRekey { .. }
+                | Command::RootKeyInit { .. }
+                | Command::RootKeyRotate { .. }
+                | Command::RootKeySetState { .. }
+                | Command::RootKeyDelete { .. }
+        )
+    }
+
+    /// Whether the command is autopilot's configuration, which servers
+    /// older than 0.3.0 cannot decode (gated as the keyring's commands).
+    pub fn is_autopilot(&self) -> bool {
+        matches!(self, Command::AutopilotConfigUpdate { .. })
     }
 }
 

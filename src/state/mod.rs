@@ -9,6 +9,7 @@
 //! - [`persist`]: the sled layout, loading and format checks.
 //! - [`quarantine`]: rows that could not be loaded at open, kept aside.
 
+pub mod acl_tables;
 mod alloc_row;
 mod apply;
 pub mod changes;
@@ -23,6 +24,8 @@ mod tables;
 mod wal;
 
 #[cfg(test)]
+mod acl_store_tests;
+#[cfg(test)]
 mod apply_deployment_tests;
 #[cfg(test)]
 mod apply_tests;
@@ -32,8 +35,10 @@ mod replicated_tests;
 mod store_tests;
 
 pub use apply::JOB_TRACKED_VERSIONS;
-pub use changes::{AppliedChanges, JobKey, Row, RowChange, RowKey, Table, TableSet};
-pub use command::{AllocClientUpdate, Command, CommandEnvelope, PlanResults, COMMAND_VERSION};
+pub use changes::{AppliedChanges, JobKey, Row, RowChange, RowKey, Table, TableSet, VariableKey};
+pub use command::{
+    AllocClientUpdate, Command, CommandEnvelope, PlanResults, VariableLockOp, COMMAND_VERSION,
+};
 pub use persist::FORMAT_VERSION;
 pub use quarantine::{QuarantineSource, QuarantinedRecord};
 pub use snapshot::StateSnapshot;
@@ -63,6 +68,9 @@ pub enum ApplyError {
     CasMismatch { expected: u64, actual: u64 },
     #[error("invalid command: {0}")]
     Invalid(String),
+    /// Nomad's words: the operator needs the reset index to bootstrap again.
+    #[error("ACL bootstrap already done (reset index: {reset_index})")]
+    AclBootstrapDone { reset_index: u64 },
     #[error("idempotency token already used by dispatched job {job_id:?}")]
     DispatchTokenUsed { job_id: String },
     #[error("deployment {0:?} not found")]
@@ -71,6 +79,24 @@ pub enum ApplyError {
     /// terminal deployment").
     #[error("{0}")]
     DeploymentRefused(String),
+    /// A namespace write refused, or a write into a namespace that does
+    /// not exist, in Nomad's words.
+    #[error("{0}")]
+    NamespaceRefused(String),
+    /// A variable's check-and-set failed: its `ModifyIndex` (0: it does
+    /// not exist) is not the one the writer expected.
+    #[error("variable check-and-set failed: expected modify index {expected}, found {actual}")]
+    VariableConflict { expected: u64, actual: u64 },
+    /// A variable's lock is held by someone else (or not held at all, for
+    /// a renew or release).
+    #[error("{0}")]
+    VariableLocked(String),
+    /// A variable or root key that is not there.
+    #[error("{0}")]
+    KeyringNotFound(String),
+    /// A keyring change refused (e.g. removing a key still in use).
+    #[error("{0}")]
+    KeyringRefused(String),
 }
 
 /// Why the store could not do what was asked.

@@ -59,8 +59,11 @@
 //! - a migration step that cannot rewrite a row (`herder-migrations`),
 //!   and sled or file I/O errors.
 
+use super::acl_tables::{self, AclRow};
 use super::alloc_row;
-use super::changes::{JobKey, JobVersionKey, Row, RowChange, RowKey, ServiceKey, Table};
+use super::changes::{
+    JobKey, JobVersionKey, Row, RowChange, RowKey, ServiceKey, Table, VariableKey,
+};
 use super::quarantine::{self, QuarantineSource, QuarantinedRecord};
 use super::snapshot::StateSnapshot;
 use super::tables::Tables;
@@ -68,7 +71,7 @@ use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
     AllocatedResources, Allocation, Deployment, Evaluation, Job, JobScalingEvents, JobSummary,
-    Node, SchedulerConfiguration, ServiceRegistration,
+    Namespace, Node, RootKey, SchedulerConfiguration, ServiceRegistration, VariableEncrypted,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
@@ -86,11 +89,19 @@ const ALLOC: u8 = b'a';
 const EVAL: u8 = b'e';
 const NODE: u8 = b'n';
 const SCHEDULER_CONFIG: u8 = b'c';
+/// Autopilot's settings (one row).
+const AUTOPILOT_CONFIG: u8 = b'p';
 /// A job's scaling events, keyed as jobs are.
 const SCALING_EVENTS: u8 = b'x';
 const DEPLOYMENT: u8 = b'd';
 /// A service registration: its allocation's ID (16 bytes), then its own.
 const SERVICE: u8 = b'r';
+/// A namespace: its name.
+const NAMESPACE: u8 = b'N';
+/// A variable, sealed: its namespace, a 0 byte, its path.
+const VARIABLE: u8 = b'V';
+/// A root key of the keyring: its ID.
+const ROOT_KEY: u8 = b'K';
 
 /// The meta row.
 #[derive(Debug, Serialize, Deserialize)]
@@ -275,9 +286,14 @@ enum LoadedRow {
     Eval(Evaluation),
     Node(Node),
     SchedulerConfig(SchedulerConfiguration),
+    AutopilotConfig(crate::structs::AutopilotConfiguration),
     ScalingEvents(JobKey, JobScalingEvents),
     Deployment(Deployment),
     Service(ServiceKey, ServiceRegistration),
+    Namespace(Namespace),
+    Variable(VariableKey, VariableEncrypted),
+    RootKey(RootKey),
+    Acl(AclRow),
     /// A row the log records as deleted.
     Deleted(RowKey),
     /// A row that cannot be loaded (boxed: the other variants' size).
@@ -560,6 +576,7 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
             t.nodes.remove(id);
         }
         RowKey::SchedulerConfig => t.scheduler_config = None,
+        RowKey::AutopilotConfig => t.autopilot_config = None,
         RowKey::ScalingEvents(k) => {
             t.scaling_events.remove(k);
         }
@@ -569,6 +586,16 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
         RowKey::Service(k) => {
             t.services.remove(k);
         }
+        RowKey::Namespace(name) => {
+            t.namespaces.remove(name);
+        }
+        RowKey::Variable(k) => {
+            t.variables.remove(k);
+        }
+        RowKey::RootKey(id) => {
+            t.root_keys.remove(id);
+        }
+        RowKey::Acl(k) => t.acl.remove(k),
     }
 }
 
@@ -609,12 +636,28 @@ fn decode_key(key: &[u8]) -> Result<RowKey, &'static str> {
         NODE => RowKey::Node(id(rest)?),
         DEPLOYMENT => RowKey::Deployment(id(rest)?),
         SCHEDULER_CONFIG if rest.is_empty() => RowKey::SchedulerConfig,
+        AUTOPILOT_CONFIG if rest.is_empty() => RowKey::AutopilotConfig,
+        acl_tables::ACL_PREFIX => RowKey::Acl(acl_tables::decode_key(rest)?),
         SERVICE if rest.len() > 16 => RowKey::Service(ServiceKey {
             alloc_id: id(&rest[..16])?,
             id: std::str::from_utf8(&rest[16..])
                 .map_err(|_| "not UTF-8")?
                 .to_string(),
         }),
+        NAMESPACE if !rest.is_empty() => RowKey::Namespace(
+            std::str::from_utf8(rest)
+                .map_err(|_| "not UTF-8")?
+                .to_string(),
+        ),
+        VARIABLE => {
+            let key = job(rest)?;
+            RowKey::Variable(VariableKey::new(&key.namespace, &key.id))
+        }
+        ROOT_KEY if !rest.is_empty() => RowKey::RootKey(
+            std::str::from_utf8(rest)
+                .map_err(|_| "not UTF-8")?
+                .to_string(),
+        ),
         _ => return Err("not a key of any table"),
     };
     if key != encode_key(&decoded) {
@@ -698,6 +741,7 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             LoadedRow::Node(node)
         }
         SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(parse(value)?),
+        AUTOPILOT_CONFIG if rest.is_empty() => LoadedRow::AutopilotConfig(parse(value)?),
         DEPLOYMENT => {
             let deployment: Deployment = parse(value)?;
             check_id(rest, deployment.id)?;
@@ -721,6 +765,29 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             };
             check_key(key, &encode_key(&RowKey::Service(row_key.clone())))?;
             LoadedRow::Service(row_key, service)
+        }
+        NAMESPACE => {
+            let namespace: Namespace = parse(value)?;
+            check_key(key, &encode_key(&RowKey::Namespace(namespace.name.clone())))?;
+            LoadedRow::Namespace(namespace)
+        }
+        VARIABLE => {
+            let variable: VariableEncrypted = parse(value)?;
+            let row_key = VariableKey::new(&variable.meta.namespace, &variable.meta.path);
+            check_key(key, &encode_key(&RowKey::Variable(row_key.clone())))?;
+            LoadedRow::Variable(row_key, variable)
+        }
+        ROOT_KEY => {
+            let root_key: RootKey = parse(value)?;
+            check_key(
+                key,
+                &encode_key(&RowKey::RootKey(root_key.meta.key_id.clone())),
+            )?;
+            LoadedRow::RootKey(root_key)
+        }
+        acl_tables::ACL_PREFIX => {
+            let (_, row) = acl_tables::decode_row(rest, value).map_err(RowError::Bad)?;
+            LoadedRow::Acl(row)
         }
         _ => return Err("not a key of any table".into()),
     })
@@ -819,6 +886,7 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
             t.nodes.insert(node.id, Arc::new(node));
         }
         LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
+        LoadedRow::AutopilotConfig(config) => t.autopilot_config = Some(Arc::new(config)),
         LoadedRow::ScalingEvents(key, events) => {
             t.scaling_events.insert(key, Arc::new(events));
         }
@@ -828,6 +896,16 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
         LoadedRow::Service(key, service) => {
             t.services.insert(key, Arc::new(service));
         }
+        LoadedRow::Namespace(ns) => {
+            t.namespaces.insert(ns.name.clone(), Arc::new(ns));
+        }
+        LoadedRow::Variable(key, variable) => {
+            t.variables.insert(key, Arc::new(variable));
+        }
+        LoadedRow::RootKey(key) => {
+            t.root_keys.insert(key.meta.key_id.clone(), Arc::new(key));
+        }
+        LoadedRow::Acl(row) => t.acl.insert(row),
         LoadedRow::Deleted(key) => remove_row(t, &key),
         LoadedRow::Bad(bad) => findings.add(t, *bad),
     }
@@ -903,6 +981,7 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
         RowKey::Eval(id) => id_key(EVAL, id),
         RowKey::Node(id) => id_key(NODE, id),
         RowKey::SchedulerConfig => vec![SCHEDULER_CONFIG],
+        RowKey::AutopilotConfig => vec![AUTOPILOT_CONFIG],
         RowKey::ScalingEvents(job) => job_key(SCALING_EVENTS, job),
         RowKey::Deployment(id) => id_key(DEPLOYMENT, id),
         RowKey::Service(k) => {
@@ -910,6 +989,18 @@ pub(crate) fn encode_key(key: &RowKey) -> Vec<u8> {
             out.extend_from_slice(k.id.as_bytes());
             out
         }
+        RowKey::Namespace(name) => {
+            let mut out = vec![NAMESPACE];
+            out.extend_from_slice(name.as_bytes());
+            out
+        }
+        RowKey::Variable(k) => job_key(VARIABLE, &JobKey::new(&k.namespace, &k.path)),
+        RowKey::RootKey(id) => {
+            let mut out = vec![ROOT_KEY];
+            out.extend_from_slice(id.as_bytes());
+            out
+        }
+        RowKey::Acl(k) => acl_tables::encode_key(k),
     }
 }
 
@@ -921,9 +1012,14 @@ fn encode_row(out: &mut Vec<u8>, row: &Row) -> Result<(), serde_json::Error> {
         Row::Eval(eval) => serde_json::to_writer(out, &**eval),
         Row::Node(node) => serde_json::to_writer(out, &**node),
         Row::SchedulerConfig(config) => serde_json::to_writer(out, &**config),
+        Row::AutopilotConfig(config) => serde_json::to_writer(out, &**config),
         Row::ScalingEvents(events) => serde_json::to_writer(out, &**events),
         Row::Deployment(d) => serde_json::to_writer(out, &**d),
         Row::Service(service) => serde_json::to_writer(out, &**service),
+        Row::Namespace(ns) => serde_json::to_writer(out, &**ns),
+        Row::Variable(variable) => serde_json::to_writer(out, &**variable),
+        Row::RootKey(key) => serde_json::to_writer(out, &**key),
+        Row::Acl(row) => acl_tables::encode_row(out, row),
     }
 }
 
@@ -956,14 +1052,18 @@ pub(crate) fn encode_changes<'a>(
         };
         rows.push((raw_key, value));
     }
-    let meta = serde_json::to_vec(&Meta::of(state)).map_err(|e| StoreError::Corrupt {
-        key: describe_key(META_KEY),
-        reason: format!("cannot encode the meta row: {e}"),
-    })?;
     Ok(EncodedRows {
         rows,
-        meta,
+        meta: encode_meta(state)?,
         last_index: state.latest_index(),
+    })
+}
+
+/// The meta row of `state` (format version, indexes, log position).
+pub(crate) fn encode_meta(state: &StateSnapshot) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(&Meta::of(state)).map_err(|e| StoreError::Corrupt {
+        key: describe_key(META_KEY),
+        reason: format!("cannot encode the meta row: {e}"),
     })
 }
 
@@ -1083,6 +1183,11 @@ pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreEr
             .iter()
             .map(|c| change(RowKey::SchedulerConfig, Row::SchedulerConfig(c.clone()))),
     );
+    all.extend(
+        t.autopilot_config
+            .iter()
+            .map(|c| change(RowKey::AutopilotConfig, Row::AutopilotConfig(c.clone()))),
+    );
     all.extend(t.scaling_events.iter().map(|(k, e)| {
         change(
             RowKey::ScalingEvents(k.clone()),
@@ -1098,6 +1203,26 @@ pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreEr
         t.services
             .iter()
             .map(|(k, s)| change(RowKey::Service(k.clone()), Row::Service(s.clone()))),
+    );
+    all.extend(
+        t.namespaces
+            .iter()
+            .map(|(name, ns)| change(RowKey::Namespace(name.clone()), Row::Namespace(ns.clone()))),
+    );
+    all.extend(
+        t.variables
+            .iter()
+            .map(|(k, v)| change(RowKey::Variable(k.clone()), Row::Variable(v.clone()))),
+    );
+    all.extend(
+        t.root_keys
+            .iter()
+            .map(|(k, r)| change(RowKey::RootKey(k.clone()), Row::RootKey(r.clone()))),
+    );
+    all.extend(
+        t.acl
+            .rows()
+            .map(|(k, row)| change(RowKey::Acl(k), Row::Acl(row))),
     );
     encode_changes(all.iter(), state)
 }
@@ -1123,8 +1248,9 @@ pub(crate) fn encode_archive(out: &mut Vec<u8>, rows: &EncodedRows) -> Result<()
 /// Reads an archive back into tables, as `open` reads a data dir: the rows
 /// go through a temporary sled database, so an older format is migrated
 /// by the same steps, then they are decoded (a row that cannot be loaded
-/// is left out and logged, as at open) and the indexes rebuilt.
-pub(crate) fn decode_archive(bytes: &[u8]) -> Result<Tables, StoreError> {
+/// is left out and logged, as at open, and counted in the answer) and the
+/// indexes rebuilt.
+pub(crate) fn decode_archive(bytes: &[u8]) -> Result<(Tables, usize), StoreError> {
     let Some(record) = bytes.strip_prefix(ARCHIVE_MAGIC) else {
         return Err(StoreError::Checkpoint(
             "not a herder state archive (or one of a newer archive format)".into(),
@@ -1154,7 +1280,7 @@ pub(crate) fn decode_archive(bytes: &[u8]) -> Result<Tables, StoreError> {
         );
     }
     tables.rebuild_indexes();
-    Ok(tables)
+    Ok((tables, findings.rows.len()))
 }
 
 /// Replaces every row of sled's main tree by `rows` and their meta row,

@@ -70,6 +70,13 @@ impl State for StateSnapshot {
         StateSnapshot::latest_deployment(self, namespace, job_id).cloned()
     }
 
+    fn deployments_of_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Deployment>> {
+        StateSnapshot::deployments_of_job(self, namespace, job_id)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
     fn deployment_by_id(&self, id: &DeploymentId) -> Option<Arc<Deployment>> {
         self.deployment(id).cloned()
     }

@@ -9,14 +9,18 @@
 //! secondary indexes are `tables.rs`'s; this is the read API over them.
 
 use super::apply::Txn;
-use super::changes::{AppliedChanges, JobKey, JobRef, JobVersionRef, ServiceKey, Table};
+use super::changes::{
+    AppliedChanges, JobKey, JobRef, JobVersionRef, ServiceKey, Table, VariableKey,
+};
 use super::command::{Command, PlanResults};
 use super::tables::{count_usage, Tables};
 use super::ApplyError;
 use crate::structs::fit::NodeAllocUsage;
+use crate::structs::job::DEFAULT_NAMESPACE;
 use crate::structs::{
     AllocId, AllocStop, Allocation, Deployment, DeploymentId, DesiredStatus, EvalId, Evaluation,
-    Job, JobScalingEvents, JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
+    Job, JobScalingEvents, JobSummary, Namespace, Node, NodeId, RootKey, RootKeyState,
+    SchedulerConfiguration, ServiceRegistration, VariableEncrypted,
 };
 use imbl::OrdSet;
 use std::sync::Arc;
@@ -108,6 +112,16 @@ impl StateSnapshot {
 
     pub(crate) fn set_applied_position(&mut self, position: &[u8]) {
         Arc::make_mut(&mut self.tables).applied_position = Some(Arc::from(position));
+    }
+
+    /// Moves the whole state to `index` (every table changed there) with
+    /// `position` as its log position: a restored backup replacing the
+    /// state at a write of its own, so that every waiter wakes.
+    pub(crate) fn restamp(&mut self, index: u64, position: Option<&[u8]>) {
+        let t = Arc::make_mut(&mut self.tables);
+        t.latest_index = index;
+        t.table_indexes = [index; Table::ALL.len()];
+        t.applied_position = position.map(Arc::from);
     }
 
     fn apply_unchecked(&mut self, index: u64, cmd: &Command) -> Result<AppliedChanges, ApplyError> {
@@ -408,6 +422,39 @@ impl StateSnapshot {
             .collect()
     }
 
+    /// A namespace by name; `default` is there even when never written.
+    pub fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        match self.tables.namespaces.get(name) {
+            Some(ns) => Some(ns.clone()),
+            None if name == DEFAULT_NAMESPACE => Some(Arc::new(Namespace::default_namespace())),
+            None => None,
+        }
+    }
+
+    /// Whether a namespace exists (`default` always does).
+    pub fn namespace_exists(&self, name: &str) -> bool {
+        name == DEFAULT_NAMESPACE || self.tables.namespaces.contains_key(name)
+    }
+
+    /// Every namespace whose name starts with `prefix`, by name (with
+    /// `default`, written or not).
+    pub fn namespaces_by_prefix(&self, prefix: &str) -> Vec<Arc<Namespace>> {
+        let mut found: Vec<Arc<Namespace>> = self
+            .tables
+            .namespaces
+            .range(prefix.to_string()..)
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .map(|(_, ns)| ns.clone())
+            .collect();
+        if DEFAULT_NAMESPACE.starts_with(prefix)
+            && !self.tables.namespaces.contains_key(DEFAULT_NAMESPACE)
+        {
+            found.push(Arc::new(Namespace::default_namespace()));
+            found.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        found
+    }
+
     /// Every service registration, by allocation.
     pub fn services(&self) -> impl Iterator<Item = &Arc<ServiceRegistration>> + '_ {
         self.tables.services.values()
@@ -440,6 +487,55 @@ impl StateSnapshot {
             .range(start..)
             .take_while(move |(k, _)| k.alloc_id == alloc_id)
             .map(|(_, s)| s)
+    }
+
+    /// One variable, sealed.
+    pub fn variable(&self, namespace: &str, path: &str) -> Option<&Arc<VariableEncrypted>> {
+        self.tables
+            .variables
+            .get(&VariableKey::new(namespace, path))
+    }
+
+    /// The variables whose path starts with `prefix` in a namespace
+    /// (`"*"`: every namespace), by namespace then path. In one namespace
+    /// this is one range of the table.
+    pub fn variables_by_prefix<'a>(
+        &'a self,
+        namespace: &'a str,
+        prefix: &'a str,
+    ) -> Box<dyn Iterator<Item = &'a Arc<VariableEncrypted>> + 'a> {
+        if namespace == "*" {
+            return Box::new(
+                self.tables
+                    .variables
+                    .values()
+                    .filter(move |v| v.meta.path.starts_with(prefix)),
+            );
+        }
+        let start = VariableKey::new(namespace, prefix);
+        Box::new(
+            self.tables
+                .variables
+                .range(start..)
+                .take_while(move |(k, _)| k.namespace == namespace && k.path.starts_with(prefix))
+                .map(|(_, v)| v),
+        )
+    }
+
+    /// Every root key of the keyring, by ID.
+    pub fn root_keys(&self) -> impl Iterator<Item = &Arc<RootKey>> + '_ {
+        self.tables.root_keys.values()
+    }
+
+    /// One root key.
+    pub fn root_key(&self, key_id: &str) -> Option<&Arc<RootKey>> {
+        self.tables.root_keys.get(key_id)
+    }
+
+    /// The key new variables are sealed with.
+    pub fn active_root_key(&self) -> Option<&Arc<RootKey>> {
+        self.root_keys()
+            .find(|k| k.meta.state == RootKeyState::Active)
     }
 
     /// The current jobs whose ID starts with `prefix`, in ID order.
@@ -487,6 +583,12 @@ impl StateSnapshot {
     pub fn stored_scheduler_config(&self) -> Option<&Arc<SchedulerConfiguration>> {
         self.tables.scheduler_config.as_ref()
     }
+
+    /// Autopilot's settings as an operator last set them (`None`: never;
+    /// the servers then follow their own agent configuration).
+    pub fn stored_autopilot_config(&self) -> Option<&Arc<crate::structs::AutopilotConfiguration>> {
+        self.tables.autopilot_config.as_ref()
+    }
 }
 
 /// Two states are equal when every primary table and every index is equal
@@ -501,10 +603,15 @@ impl PartialEq for StateSnapshot {
             && a.evals == b.evals
             && a.nodes == b.nodes
             && a.scheduler_config == b.scheduler_config
+            && a.autopilot_config == b.autopilot_config
             && a.scaling_events == b.scaling_events
             && a.deployments == b.deployments
             && a.deployments_by_job == b.deployments_by_job
             && a.services == b.services
+            && a.namespaces == b.namespaces
+            && a.variables == b.variables
+            && a.root_keys == b.root_keys
+            && a.acl == b.acl
             && a.table_indexes == b.table_indexes
             && a.latest_index == b.latest_index
             && a.allocs_by_node == b.allocs_by_node

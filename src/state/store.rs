@@ -112,12 +112,41 @@ enum Request {
     Import(Import),
 }
 
+/// Where an imported state lands.
+enum ImportAt {
+    /// At its own index, which must be newer than the store's (a
+    /// replica's `import_checkpoint`).
+    Own,
+    /// At a new index after both its own and the store's, keeping the
+    /// store's log position (`restore_checkpoint`: a single server's
+    /// operator restore).
+    NextIndex,
+    /// At exactly this index, newer than the store's, with this log
+    /// position (`restore_checkpoint_at`: a restore applied from the
+    /// replicated log).
+    Exactly { index: u64, position: Vec<u8> },
+}
+
 /// A decoded checkpoint on its way to replace the state.
 struct Import {
     state: StateSnapshot,
     /// Every row of `state`, encoded for sled.
     rows: wal::EncodedRows,
-    reply: oneshot::Sender<Result<(), StoreError>>,
+    /// Where the imported state lands.
+    at: ImportAt,
+    /// The index the state stands at once imported.
+    reply: oneshot::Sender<Result<u64, StoreError>>,
+}
+
+impl Import {
+    /// Moves the imported state to `index`, keeping the store's log
+    /// position, and re-encodes its meta row to match.
+    fn restamp(&mut self, index: u64, position: Option<&[u8]>) -> Result<(), StoreError> {
+        self.state.restamp(index, position);
+        self.rows.meta = persist::encode_meta(&self.state)?;
+        self.rows.last_index = index;
+        Ok(())
+    }
 }
 
 impl Request {
@@ -653,12 +682,20 @@ impl StateStore {
     /// import.
     pub fn export_checkpoint(&self, out: &mut dyn Write) -> Result<Option<Vec<u8>>, StoreError> {
         let state = self.snapshot();
-        let rows = persist::encode_state(&state)?;
-        let mut archive = Vec::new();
-        persist::encode_archive(&mut archive, &rows)?;
+        let archive = StateStore::encode_checkpoint(&state)?;
         out.write_all(&archive)
             .map_err(|e| StoreError::Checkpoint(format!("writing the checkpoint: {e}")))?;
         Ok(state.applied_position().map(<[u8]>::to_vec))
+    }
+
+    /// The checkpoint archive of `state` (a snapshot of any store), as
+    /// `export_checkpoint` writes it: for a caller that needs to know
+    /// which state (index) the archive holds.
+    pub fn encode_checkpoint(state: &StateSnapshot) -> Result<Vec<u8>, StoreError> {
+        let rows = persist::encode_state(state)?;
+        let mut archive = Vec::new();
+        persist::encode_archive(&mut archive, &rows)?;
+        Ok(archive)
     }
 
     /// Replaces the whole state by a checkpoint from `export_checkpoint`
@@ -680,12 +717,61 @@ impl StateStore {
         checkpoint
             .read_to_end(&mut bytes)
             .map_err(|e| StoreError::Checkpoint(format!("reading the checkpoint: {e}")))?;
-        let mut state = StateSnapshot::from_tables(persist::decode_archive(&bytes)?);
+        let mut state = StateSnapshot::from_tables(persist::decode_archive(&bytes)?.0);
         drop(bytes);
         state.set_applied_position(&position);
+        self.queue_import(state, ImportAt::Own).map(|_| ())
+    }
+
+    /// Reads a checkpoint from `export_checkpoint` into a state of its
+    /// own, touching no store: what an operator's restore checks before
+    /// anything changes, and what `operator snapshot inspect` counts.
+    /// Stricter than `import_checkpoint`: a row that cannot be loaded is
+    /// an error here, not left out.
+    pub fn decode_checkpoint(bytes: &[u8]) -> Result<StateSnapshot, StoreError> {
+        let (tables, left_out) = persist::decode_archive(bytes)?;
+        if left_out > 0 {
+            return Err(StoreError::Checkpoint(format!(
+                "{left_out} rows of the checkpoint cannot be loaded"
+            )));
+        }
+        Ok(StateSnapshot::from_tables(tables))
+    }
+
+    /// Replaces the whole state by `state` (from [`Self::decode_checkpoint`]:
+    /// an operator restoring a backup), durably, and returns the index it
+    /// now stands at. Every row is as saved; the state's index moves to
+    /// one past both the saved index and this store's, and every table's
+    /// index with it, so blocking queries and watchers wake and the next
+    /// write numbers on from there. Subscribers resync as after
+    /// `import_checkpoint`. The store's own log position is kept.
+    pub fn restore_checkpoint(&self, state: StateSnapshot) -> Result<u64, StoreError> {
+        self.queue_import(state, ImportAt::NextIndex)
+    }
+
+    /// Replaces the whole state by `state`, as [`Self::restore_checkpoint`]
+    /// does, but at exactly `index` with `position` as the log position,
+    /// stored with it atomically: an operator's restore applied from the
+    /// replicated log, where every replica must end at the same index.
+    /// `index` must be past the store's latest (`ImportBehind` otherwise).
+    pub fn restore_checkpoint_at(
+        &self,
+        state: StateSnapshot,
+        index: u64,
+        position: Vec<u8>,
+    ) -> Result<u64, StoreError> {
+        self.queue_import(state, ImportAt::Exactly { index, position })
+    }
+
+    fn queue_import(&self, state: StateSnapshot, at: ImportAt) -> Result<u64, StoreError> {
         let rows = persist::encode_state(&state)?;
         let (reply, receiver) = oneshot::channel();
-        self.queue(Request::Import(Import { state, rows, reply }));
+        self.queue(Request::Import(Import {
+            state,
+            rows,
+            at,
+            reply,
+        }));
         futures::executor::block_on(receiver).unwrap_or(Err(StoreError::Closed))
     }
 
@@ -1045,7 +1131,7 @@ impl Writer {
     fn apply_with_imports(&mut self, batch: Vec<Request>, to_persister: &mpsc::SyncSender<Stage>) {
         let mut pending = Vec::new();
         for request in batch {
-            let Request::Import(import) = request else {
+            let Request::Import(mut import) = request else {
                 pending.push(request);
                 continue;
             };
@@ -1053,11 +1139,8 @@ impl Writer {
                 let group = self.apply(std::mem::take(&mut pending));
                 send_stage(to_persister, Stage::Group(group));
             }
-            let (index, latest) = (import.state.latest_index(), self.state.latest_index());
-            if index <= latest && latest > 0 {
-                let _ = import
-                    .reply
-                    .send(Err(StoreError::ImportBehind { index, latest }));
+            if let Err(e) = self.place(&mut import) {
+                let _ = import.reply.send(Err(e));
                 continue;
             }
             self.state = import.state.clone();
@@ -1065,6 +1148,27 @@ impl Writer {
         }
         if !pending.is_empty() {
             send_stage(to_persister, Stage::Group(self.apply(pending)));
+        }
+    }
+}
+
+impl Writer {
+    /// Moves an import to the index it lands at (see [`ImportAt`]), or
+    /// says why it may not replace the state.
+    fn place(&self, import: &mut Import) -> Result<(), StoreError> {
+        let (index, latest) = (import.state.latest_index(), self.state.latest_index());
+        match std::mem::replace(&mut import.at, ImportAt::Own) {
+            ImportAt::NextIndex => {
+                import.restamp(index.max(latest) + 1, self.state.applied_position())
+            }
+            ImportAt::Exactly { index, position } if index > latest => {
+                import.restamp(index, Some(&position))
+            }
+            ImportAt::Exactly { index, .. } => Err(StoreError::ImportBehind { index, latest }),
+            ImportAt::Own if index <= latest && latest > 0 => {
+                Err(StoreError::ImportBehind { index, latest })
+            }
+            ImportAt::Own => Ok(()),
         }
     }
 }
@@ -1201,8 +1305,9 @@ impl Persister {
             let _ = import.reply.send(Err(e));
             return;
         }
+        let index = import.state.latest_index();
         self.publish_import(import.state);
-        let _ = import.reply.send(Ok(()));
+        let _ = import.reply.send(Ok(index));
     }
 
     fn replace_on_disk(&mut self, rows: &wal::EncodedRows) -> Result<(), StoreError> {

@@ -385,3 +385,81 @@ fn service_registrations_survive_a_restart() {
         before.table_index(Table::Services)
     );
 }
+
+#[test]
+fn namespaces_and_their_deletion_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let ns = |name: &str| crate::structs::Namespace {
+        name: name.into(),
+        description: format!("{name} team"),
+        ..Default::default()
+    };
+    store
+        .apply(Command::NamespaceUpsert {
+            namespaces: vec![ns("kept"), ns("gone")],
+        })
+        .unwrap();
+    store
+        .apply(Command::NamespaceDelete {
+            names: vec!["gone".into()],
+        })
+        .unwrap();
+    let before = store.snapshot();
+    store.close();
+    drop(store);
+    let reopened = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let after = reopened.snapshot();
+    assert_eq!(after.namespace("kept"), before.namespace("kept"));
+    assert_eq!(after.namespace("kept").unwrap().description, "kept team");
+    assert!(after.namespace("gone").is_none());
+    assert_eq!(
+        after.table_index(Table::Namespaces),
+        before.table_index(Table::Namespaces)
+    );
+}
+
+#[test]
+fn variables_and_root_keys_survive_a_restart() {
+    use crate::structs::{EncryptedData, KeyMaterial, RootKey, RootKeyMeta, VariableEncrypted};
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let key = RootKey {
+        meta: RootKeyMeta {
+            key_id: "k1".into(),
+            ..Default::default()
+        },
+        key: KeyMaterial(vec![9; 32]),
+    };
+    store.apply(Command::RootKeyInit { key }).unwrap();
+    let mut variable = VariableEncrypted::default();
+    variable.meta.namespace = "default".into();
+    variable.meta.path = "app/db".into();
+    variable.data = EncryptedData {
+        key_id: "k1".into(),
+        nonce: vec![1; 12],
+        ciphertext: vec![3; 40],
+    };
+    store
+        .apply(Command::VariableUpsert {
+            variable,
+            cas: Some(0),
+            lock_id: None,
+            now: 5,
+        })
+        .unwrap();
+    let before = store.snapshot();
+    store.close();
+    drop(store);
+    let reopened = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let after = reopened.snapshot();
+    assert_eq!(
+        after.variable("default", "app/db"),
+        before.variable("default", "app/db")
+    );
+    assert_eq!(after.root_key("k1").unwrap().key.0, vec![9; 32]);
+    assert_eq!(
+        after.table_index(Table::Variables),
+        before.table_index(Table::Variables)
+    );
+}

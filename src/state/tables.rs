@@ -6,11 +6,13 @@
 //! Apart from `snapshot.rs`'s read API so that `apply.rs`, which changes
 //! the tables and is driven by the snapshot, does not import it back.
 
-use super::changes::{JobKey, JobVersionKey, ServiceKey, Table};
+use super::acl_tables::AclTables;
+use super::changes::{JobKey, JobVersionKey, ServiceKey, Table, VariableKey};
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
     AllocId, Allocation, Deployment, DeploymentId, EvalId, Evaluation, Job, JobScalingEvents,
-    JobSummary, Node, NodeId, SchedulerConfiguration, ServiceRegistration,
+    JobSummary, Namespace, Node, NodeId, RootKey, SchedulerConfiguration, ServiceRegistration,
+    VariableEncrypted,
 };
 use crate::view::catalog::NodeCatalogCache;
 use crate::view::usage_column::{UsageColumnCache, UsageMap};
@@ -34,10 +36,20 @@ pub(crate) struct Tables {
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
+    /// Autopilot's settings, once an operator set them.
+    pub autopilot_config: Option<Arc<crate::structs::AutopilotConfiguration>>,
     pub scaling_events: OrdMap<JobKey, Arc<JobScalingEvents>>,
     pub deployments: OrdMap<DeploymentId, Arc<Deployment>>,
     /// The native service catalog, by allocation then registration ID.
     pub services: OrdMap<ServiceKey, Arc<ServiceRegistration>>,
+    /// Namespaces by name (`default` only once someone wrote it).
+    pub namespaces: OrdMap<String, Arc<Namespace>>,
+    /// Variables, sealed, by namespace then path.
+    pub variables: OrdMap<VariableKey, Arc<VariableEncrypted>>,
+    /// The keyring's root keys (with their material), by ID.
+    pub root_keys: OrdMap<String, Arc<RootKey>>,
+    /// ACL policies, tokens (with their secret index) and roles.
+    pub acl: AclTables,
     pub table_indexes: [u64; Table::ALL.len()],
     pub latest_index: u64,
     /// Where a replicated log stands when it drives the state (opaque to

@@ -155,12 +155,19 @@ pub mod task_event {
     pub const NOT_RESTARTING: &str = "Not Restarting";
     pub const KILLING: &str = "Killing";
     pub const KILLED: &str = "Killed";
+    /// Another task of the allocation failed: this one is killed.
+    pub const SIBLING_FAILED: &str = "Sibling Task Failed";
+    /// The group's leader task is dead: this one is killed.
+    pub const LEADER_DEAD: &str = "Leader Task Dead";
     pub const DRIVER_FAILURE: &str = "Driver Failure";
     pub const SETUP_FAILURE: &str = "Setup Failure";
     /// A user asked for the task to be restarted (`alloc restart`).
     pub const RESTART_SIGNALED: &str = "Restart Signaled";
     /// A user's signal is being sent to the task (`alloc signal`).
     pub const SIGNALING: &str = "Signaling";
+    /// The client fetches the task's artifacts before it starts.
+    pub const DOWNLOADING_ARTIFACTS: &str = "Downloading Artifacts";
+    pub const ARTIFACT_DOWNLOAD_FAILED: &str = "Failed Artifact Download";
 }
 
 /// The state of one task of an allocation.

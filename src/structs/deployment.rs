@@ -271,10 +271,16 @@ impl Deployment {
                 state.placed_canaries.push(alloc.id);
             }
             if state.require_progress_by.is_none() && !state.progress_deadline.is_zero() {
-                let from = if alloc.create_time > 0 {
-                    alloc.create_time
-                } else {
+                // The time of the write that brought it into this
+                // deployment, not its creation: an allocation updated in
+                // place (a revert to a version whose allocations still
+                // run) was created long ago, and its creation time would
+                // put the deadline in the past (Nomad uses ModifyTime for
+                // the same reason).
+                let from = if alloc.modify_time > 0 {
                     alloc.modify_time
+                } else {
+                    alloc.create_time
                 };
                 state.require_progress_by = Some(deadline_after(from, state.progress_deadline));
             }

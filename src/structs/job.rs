@@ -9,6 +9,7 @@ use super::resources::{NetworkResource, Resources};
 use super::scaling::ScalingPolicy;
 use super::serde_util::{nanos, nanos_opt, null_default, nullable};
 use super::service::Service;
+use super::task_files::{TaskArtifact, Template};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -554,14 +555,14 @@ pub struct Task {
     #[serde(deserialize_with = "null_default::deserialize")]
     pub kind: String,
     pub lifecycle: Option<TaskLifecycle>,
+    /// Files fetched into the task directory before it starts.
     #[serde(with = "nullable")]
-    pub artifacts: Vec<serde_json::Value>,
+    pub artifacts: Vec<TaskArtifact>,
     #[serde(with = "nullable")]
     pub volume_mounts: Vec<VolumeMount>,
-    // Kept as written and not acted on (see [`super::unhonoured`]): the
-    // answer to a registration names each one present.
+    /// Files (or environment variables) rendered before it starts.
     #[serde(with = "nullable")]
-    pub templates: Vec<serde_json::Value>,
+    pub templates: Vec<Template>,
     /// The task's services (registered like the group's).
     #[serde(with = "nullable")]
     pub services: Vec<Service>,
@@ -593,6 +594,12 @@ impl Task {
             self.restart_policy = group_restart.cloned();
         }
         self.resources.canonicalize();
+        for t in &mut self.templates {
+            t.canonicalize();
+        }
+        for a in &mut self.artifacts {
+            a.canonicalize();
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! names, durations as nanoseconds, Go's `null` for empty collections), so
 //! the same structs serve the API, the state store and the scheduler.
 
+pub mod acl;
 pub mod alloc;
 pub mod codec;
 pub mod deployment;
@@ -11,6 +12,7 @@ pub mod eval;
 pub mod fit;
 pub mod job;
 pub mod metrics;
+pub mod namespace;
 pub mod node;
 pub mod operator;
 pub mod plan;
@@ -19,11 +21,14 @@ pub mod scaling;
 pub mod serde_util;
 pub mod service;
 pub mod summary;
+pub mod task_files;
 pub mod unhonoured;
 pub mod validate;
+pub mod variable;
 pub mod vecmap;
 pub mod version;
 
+pub use acl::{AclPolicy, AclRole, AclToken};
 pub use alloc::{
     Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker,
     TaskEvent, TaskState,
@@ -39,8 +44,11 @@ pub use job::{
     Task, TaskGroup, UpdateStrategy,
 };
 pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, PackedMetric, ScoreMap};
+pub use namespace::Namespace;
 pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
-pub use operator::{PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration};
+pub use operator::{
+    AutopilotConfiguration, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
+};
 pub use plan::{AllocStop, DesiredUpdates, Plan, PlanAnnotations, PlanResult};
 pub use resources::{
     AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedSharedResources,
@@ -50,7 +58,12 @@ pub use resources::{
 pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
 pub use service::{Service, ServiceCheck, ServiceRegistration};
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
+pub use task_files::{TaskArtifact, Template};
 pub use validate::ValidationError;
+pub use variable::{
+    EncryptedData, KeyMaterial, RootKey, RootKeyMeta, RootKeyState, VariableDecrypted,
+    VariableEncrypted, VariableLock, VariableMetadata,
+};
 pub use vecmap::VecMap;
 
 /// Node IDs are UUIDs, as Nomad's clients generate them.

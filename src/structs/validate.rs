@@ -418,6 +418,15 @@ fn validate_services(tg: &TaskGroup, errs: &mut Vec<String>) {
                 s.port_label
             ));
         }
+        if !matches!(
+            s.address_mode.as_str(),
+            "" | "auto" | "host" | "driver" | "alloc"
+        ) {
+            errs.push(format!(
+                "{at}: Service address_mode must be \"auto\", \"host\", \"driver\" or \"alloc\"; not {:?}",
+                s.address_mode
+            ));
+        }
         for (i, c) in s.checks.iter().enumerate() {
             let at = format!(
                 "{at}, check {:?}",
@@ -457,6 +466,18 @@ fn validate_check(
         errs.push(format!(
             "{at}: Timeout must be at least 1s, got {:?}",
             c.timeout
+        ));
+    }
+    if !matches!(c.address_mode.as_str(), "" | "host" | "driver" | "alloc") {
+        errs.push(format!("{at}: invalid address_mode {:?}", c.address_mode));
+    }
+    // Nomad's words for the two thresholds.
+    if c.success_before_passing < 0 {
+        errs.push(format!("{at}: success_before_passing must be non-negative"));
+    }
+    if c.failures_before_critical < 0 {
+        errs.push(format!(
+            "{at}: failures_before_critical must be non-negative"
         ));
     }
     if c.r#type == check_type::SCRIPT {
@@ -582,6 +603,16 @@ fn validate_task(task: &Task, errs: &mut Vec<String>) {
     validate_affinities("Task", &task.affinities, errs);
     if let Some(rp) = &task.restart_policy {
         validate_restart("RestartPolicy", rp, errs);
+    }
+    for (i, t) in task.templates.iter().enumerate() {
+        for e in t.validate() {
+            errs.push(format!("Template {} validation failed: {e}", i + 1));
+        }
+    }
+    for (i, a) in task.artifacts.iter().enumerate() {
+        for e in a.validate() {
+            errs.push(format!("Artifact {} validation failed: {e}", i + 1));
+        }
     }
     if let Some(l) = &task.lifecycle {
         if !matches!(l.hook.as_str(), "prestart" | "poststart" | "poststop") {

@@ -96,6 +96,8 @@ pub trait State: Send + Sync {
     fn job_by_version(&self, namespace: &str, job_id: &str, version: u64) -> Option<Arc<Job>>;
     /// The job's most recent deployment, whatever its status.
     fn latest_deployment(&self, namespace: &str, job_id: &str) -> Option<Arc<Deployment>>;
+    /// The job's deployments, newest first.
+    fn deployments_of_job(&self, namespace: &str, job_id: &str) -> Vec<Arc<Deployment>>;
     /// One deployment, if it exists.
     fn deployment_by_id(&self, id: &DeploymentId) -> Option<Arc<Deployment>>;
     /// The operator's scheduler configuration (algorithm, preemption).

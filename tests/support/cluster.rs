@@ -153,6 +153,12 @@ impl Cluster {
         cluster
     }
 
+    /// The cluster key the servers were started with (`-encrypt`), for a
+    /// process the test starts beside them.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     /// The directory holding the data dirs and logs.
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().map_or(Path::new("."), |d| d.path())

@@ -1,6 +1,7 @@
 //! Shared helpers for herder's end-to-end tests: start an agent (in this
 //! process or as the real binary), talk to it over HTTP, stop it.
 
+pub mod browser;
 pub mod cluster;
 pub mod cluster_load;
 
@@ -159,6 +160,10 @@ pub fn herder_bin() -> PathBuf {
     bin
 }
 
+/// The variable that enables `raw_exec` on a client agent (off unless
+/// enabled, as in Nomad; `-dev` enables it).
+pub const RAW_EXEC_ENABLED: (&str, &str) = ("HERDER_CLIENT__RAW_EXEC_ENABLED", "true");
+
 /// A running `herder` process whose stdout is read for its address.
 pub struct HerderProcess {
     pub child: Child,
@@ -167,23 +172,43 @@ pub struct HerderProcess {
 }
 
 impl HerderProcess {
-    /// Runs `herder <args>` and waits for its "HTTP API:" line.
+    /// Runs `herder <args>` and waits for its "HTTP API:" line (http or
+    /// https).
     pub fn spawn(args: &[&str]) -> HerderProcess {
+        HerderProcess::spawn_with(args, |c| {
+            c.env("RUST_LOG", "warn").stderr(Stdio::inherit());
+        })
+    }
+
+    /// [`HerderProcess::spawn`] with extra environment variables (such as
+    /// [`RAW_EXEC_ENABLED`]).
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> HerderProcess {
+        HerderProcess::spawn_with(args, |c| {
+            c.envs(env.iter().copied())
+                .env("RUST_LOG", "warn")
+                .stderr(Stdio::inherit());
+        })
+    }
+
+    /// `spawn`, with the command's environment and stderr set by `setup`.
+    pub fn spawn_with(args: &[&str], setup: impl FnOnce(&mut Command)) -> HerderProcess {
         use std::io::{BufRead, BufReader};
-        let mut child = Command::new(herder_bin())
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn herder");
+        let mut command = Command::new(herder_bin());
+        command.args(args).stdout(Stdio::piped());
+        setup(&mut command);
+        let mut child = command.spawn().expect("spawn herder");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut addr = None;
             let mut dir = None;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(a) = line.trim().strip_prefix("HTTP API: http://") {
+                let url = line.trim().strip_prefix("HTTP API: ");
+                let host_port = url.and_then(|u| {
+                    u.strip_prefix("http://")
+                        .or_else(|| u.strip_prefix("https://"))
+                });
+                if let Some(a) = host_port {
                     addr = a.parse::<SocketAddr>().ok();
                 }
                 if let Some(d) = line.trim().strip_prefix("data dir: ") {
@@ -294,4 +319,125 @@ pub fn peak_rss_mib() -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb / 1024)
+}
+
+/// What an `alloc exec` session answered: its output (stdout and stderr
+/// as they came) and the exit code of its `exited` frame.
+#[derive(Debug)]
+pub struct ExecOutcome {
+    pub output: String,
+    pub exit_code: i64,
+}
+
+/// Runs `command` in `task` of allocation `alloc` over the agent's exec
+/// websocket (Nomad's framing), sending `stdin` then closing it; panics if
+/// the session does not end within 60 s.
+pub fn alloc_exec(
+    addr: SocketAddr,
+    alloc: &str,
+    task: &str,
+    command: &[&str],
+    tty: bool,
+    stdin: &[u8],
+) -> ExecOutcome {
+    alloc_exec_as(addr, alloc, task, command, tty, stdin, None)
+}
+
+/// [`alloc_exec`] with an ACL token in `X-Nomad-Token`.
+pub fn alloc_exec_as(
+    addr: SocketAddr,
+    alloc: &str,
+    task: &str,
+    command: &[&str],
+    tty: bool,
+    stdin: &[u8],
+    token: Option<&str>,
+) -> ExecOutcome {
+    use base64::Engine;
+    use tungstenite::client::IntoClientRequest;
+    use tungstenite::Message;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let command = serde_json::to_string(command).expect("command as JSON");
+    let url = format!(
+        "ws://{addr}/v1/client/allocation/{alloc}/exec?task={task}&tty={tty}&command={}",
+        url_encode(&command)
+    );
+    let mut request = url.into_client_request().expect("a websocket request");
+    if let Some(token) = token {
+        let value = token.parse().expect("a token header value");
+        request.headers_mut().insert("X-Nomad-Token", value);
+    }
+    let (mut socket, _) = tungstenite::connect(request).expect("exec websocket opens");
+    let send = |socket: &mut tungstenite::WebSocket<_>, frame: serde_json::Value| {
+        socket
+            .send(Message::Text(frame.to_string()))
+            .expect("send an exec frame");
+    };
+    if tty {
+        send(
+            &mut socket,
+            serde_json::json!({"tty_size": {"height": 24, "width": 80}}),
+        );
+    }
+    if !stdin.is_empty() {
+        send(
+            &mut socket,
+            serde_json::json!({"stdin": {"data": b64.encode(stdin)}}),
+        );
+    }
+    if !tty {
+        send(&mut socket, serde_json::json!({"stdin": {"close": true}}));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut output = Vec::new();
+    while Instant::now() < deadline {
+        let text = match socket.read().expect("read an exec frame") {
+            Message::Text(t) => t,
+            Message::Close(_) => {
+                panic!("closed before exited: {}", String::from_utf8_lossy(&output))
+            }
+            _ => continue,
+        };
+        let frame: serde_json::Value = serde_json::from_str(&text).expect("a JSON frame");
+        if frame["exited"] == true {
+            return ExecOutcome {
+                output: String::from_utf8_lossy(&output).into_owned(),
+                exit_code: frame["result"]["exit_code"].as_i64().expect("exit_code"),
+            };
+        }
+        for key in ["stdout", "stderr"] {
+            if let Some(data) = frame[key]["data"].as_str() {
+                output.extend(b64.decode(data).expect("base64 data"));
+            }
+        }
+    }
+    panic!(
+        "the exec session did not end: {}",
+        String::from_utf8_lossy(&output)
+    );
+}
+
+/// A client-only agent's configuration on a free loopback port, joining
+/// the server whose HTTP port is `server_port`, keeping its state in
+/// `data_dir`.
+pub fn client_config(server_port: u16, data_dir: &std::path::Path, name: &str) -> AgentConfig {
+    let mut flags = FlagOverrides::default();
+    flags.ports.insert("http".into(), 0);
+    flags.log_level = Some("warn".into());
+    flags.data_dir = Some(data_dir.to_path_buf());
+    flags.bind_addr = Some("127.0.0.1".into());
+    flags.name = Some(name.to_string());
+    flags.client.insert("enabled".into(), true.into());
+    // The tests' jobs run raw_exec, which a client offers only when enabled.
+    flags.client.insert("raw_exec_enabled".into(), true.into());
+    flags.client.insert(
+        "servers".into(),
+        vec![format!("127.0.0.1:{server_port}")].into(),
+    );
+    AgentConfig::load(&ConfigSources {
+        env: Some(Vec::new()),
+        flags,
+        ..Default::default()
+    })
+    .expect("client configuration")
 }

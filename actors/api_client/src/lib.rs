@@ -11,6 +11,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the CLI looks for an agent when nothing says otherwise.
@@ -55,7 +56,7 @@ pub enum ApiError {
         path: String,
         reason: String,
     },
-    /// `-address` / `HERDER_ADDR` is not an http:// URL.
+    /// `-address` / `HERDER_ADDR` is not an http:// or https:// URL.
     #[error("invalid agent address {address:?}: {reason}")]
     BadAddress { address: String, reason: String },
 }
@@ -113,6 +114,33 @@ impl Answer {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         decode_lenient(&self.body)
     }
+}
+
+/// A raw answer (a file, not JSON): its bytes, `X-Nomad-Index` (0 when
+/// absent) and every header.
+#[derive(Clone, Debug)]
+pub struct RawAnswer {
+    pub body: Vec<u8>,
+    pub index: u64,
+    headers: Vec<(String, String)>,
+}
+
+impl RawAnswer {
+    /// A header's value (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a request carries.
+#[derive(Clone, Copy)]
+enum RequestBody<'a> {
+    Empty,
+    Json(&'a Value),
+    Bytes(&'a [u8]),
 }
 
 /// Decodes `value` after removing every `null` object member.
@@ -181,6 +209,17 @@ impl ApiClient {
         self
     }
 
+    /// Speaks TLS to `https://` addresses with `tls` (the CA to trust and
+    /// the certificate to present: herder-common's `tls::client_config`)
+    /// instead of the public roots.
+    pub fn with_tls(mut self, tls: Arc<rustls::ClientConfig>) -> Self {
+        self.agent = ureq::AgentBuilder::new()
+            .timeout_connect(CONNECT_TIMEOUT)
+            .tls_config(tls)
+            .build();
+        self
+    }
+
     /// Overrides the per-request timeout of non-blocking requests.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -190,6 +229,12 @@ impl ApiClient {
     /// The agent's base URL, e.g. `http://127.0.0.1:4646`.
     pub fn address(&self) -> &str {
         &self.base
+    }
+
+    /// The ACL token sent with each request, if any (for connections made
+    /// outside this client, such as `alloc exec`'s websocket).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     pub fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Answer, ApiError> {
@@ -224,6 +269,54 @@ impl ApiClient {
         self.send("POST", path, query, Some(body), self.timeout)
     }
 
+    /// A GET whose answer is a file (an operator snapshot), read whole.
+    pub fn get_raw(&self, path: &str, query: &[(&str, String)]) -> Result<RawAnswer, ApiError> {
+        let response = self.call("GET", path, query, RequestBody::Empty, Some(self.timeout))?;
+        let headers = response
+            .headers_names()
+            .into_iter()
+            .filter_map(|name| {
+                let value = response.header(&name)?.to_string();
+                Some((name, value))
+            })
+            .collect();
+        let index = response
+            .header("X-Nomad-Index")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let mut body = Vec::new();
+        response
+            .into_reader()
+            .read_to_end(&mut body)
+            .map_err(|e| ApiError::Decode {
+                method: "GET".into(),
+                path: path.to_string(),
+                reason: format!("the answer broke off: {e}"),
+            })?;
+        Ok(RawAnswer {
+            body,
+            index,
+            headers,
+        })
+    }
+
+    /// A PUT whose body is a file (an operator snapshot), answered in JSON.
+    pub fn put_raw(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        body: &[u8],
+    ) -> Result<Answer, ApiError> {
+        let response = self.call(
+            "PUT",
+            path,
+            query,
+            RequestBody::Bytes(body),
+            Some(self.timeout),
+        )?;
+        self.read_answer("PUT", path, response)
+    }
+
     pub fn delete(&self, path: &str, query: &[(&str, String)]) -> Result<Answer, ApiError> {
         self.send("DELETE", path, query, None, self.timeout)
     }
@@ -236,7 +329,7 @@ impl ApiClient {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<Box<dyn Read + Send + Sync>, ApiError> {
-        let response = self.call("GET", path, query, None, None)?;
+        let response = self.call("GET", path, query, RequestBody::Empty, None)?;
         Ok(Box::new(response.into_reader()))
     }
 
@@ -257,6 +350,7 @@ impl ApiClient {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<Answer, ApiError> {
+        let body = body.map_or(RequestBody::Empty, RequestBody::Json);
         let response = self.call(method, path, query, body, Some(timeout))?;
         self.read_answer(method, path, response)
     }
@@ -266,7 +360,7 @@ impl ApiClient {
         method: &str,
         path: &str,
         query: &[(&str, String)],
-        body: Option<&Value>,
+        body: RequestBody<'_>,
         timeout: Option<Duration>,
     ) -> Result<ureq::Response, ApiError> {
         let mut request = self.agent.request(method, &format!("{}{path}", self.base));
@@ -291,8 +385,9 @@ impl ApiClient {
             }
         }
         let result = match body {
-            Some(json) => request.send_json(json),
-            None => request.call(),
+            RequestBody::Json(json) => request.send_json(json),
+            RequestBody::Bytes(bytes) => request.send_bytes(bytes),
+            RequestBody::Empty => request.call(),
         };
         match result {
             Ok(response) => Ok(response),
@@ -351,16 +446,13 @@ fn normalize_address(address: &str) -> Result<String, ApiError> {
     } else {
         format!("http://{trimmed}")
     };
-    if with_scheme.starts_with("https://") {
+    let rest = with_scheme
+        .strip_prefix("http://")
+        .or_else(|| with_scheme.strip_prefix("https://"));
+    if rest.is_none_or(str::is_empty) {
         return Err(ApiError::BadAddress {
             address: address.to_string(),
-            reason: "https is not supported by this CLI; use http://".to_string(),
-        });
-    }
-    if !with_scheme.starts_with("http://") || with_scheme.len() <= "http://".len() {
-        return Err(ApiError::BadAddress {
-            address: address.to_string(),
-            reason: "expected http://host:port".to_string(),
+            reason: "expected http://host:port or https://host:port".to_string(),
         });
     }
     Ok(with_scheme)
@@ -412,12 +504,12 @@ mod tests {
     }
 
     #[test]
-    fn addresses_are_normalized_and_https_refused() {
+    fn addresses_are_normalized_http_or_https() {
         assert_eq!(
             normalize_address("127.0.0.1:4646/").unwrap(),
             "http://127.0.0.1:4646"
         );
-        assert!(normalize_address("https://x:1").is_err());
+        assert_eq!(normalize_address("https://x:1/").unwrap(), "https://x:1");
         assert!(normalize_address("ftp://x").is_err());
     }
 

@@ -6,15 +6,18 @@
 //! to the one recipient given here. On start after a restart,
 //! [`RestoreAll`] re-attaches to what the previous client left running.
 //! [`ControlAlloc`] hands a user's restart or signal to the allocation's
-//! runner.
+//! runner; [`alloc_gc`]'s messages collect finished allocations.
+
+#[path = "alloc_gc.rs"]
+pub mod alloc_gc;
 
 use crate::alloc_runner::health::GetChecks;
 use crate::alloc_runner::{
-    persisted_allocs, AllocRunner, AllocRunnerConfig, ControlTasks, Destroy, GetAllocState,
-    Shutdown, Stop, UpdateAlloc,
+    persisted_allocs, AllocRunner, AllocRunnerConfig, ControlTasks, Destroy, ExecTask,
+    GetAllocState, Shutdown, Stop, UpdateAlloc,
 };
 use crate::checks::CheckResult;
-use crate::driver::DriverSet;
+use crate::driver::{DriverSet, ExecRequest, ExecSession};
 use crate::{AllocControl, AllocUpdate, ControlError};
 use actix::prelude::*;
 use herder::structs::{AllocId, Allocation, Job, Node};
@@ -65,6 +68,16 @@ pub struct ControlAlloc {
     pub control: AllocControl,
 }
 
+/// `alloc exec`: runs a command beside a running task of an allocation
+/// of this node.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ExecSession, ControlError>")]
+pub struct ExecAlloc {
+    pub alloc_id: AllocId,
+    pub task: String,
+    pub request: ExecRequest,
+}
+
 /// The latest results of one allocation's checks; `None` when this node
 /// runs no such allocation.
 #[derive(Clone, Debug, Message)]
@@ -84,6 +97,8 @@ pub struct AllocManagerConfig {
     pub updates: Recipient<AllocUpdate>,
     /// Runners keep nothing on disk (simulated nodes).
     pub ephemeral: bool,
+    /// Where templates read `nomadService` from.
+    pub catalog: crate::template::funcs::ServiceCatalog,
 }
 
 struct Entry {
@@ -114,6 +129,7 @@ impl AllocManager {
             host_env: self.config.host_env.clone(),
             updates: self.config.updates.clone(),
             ephemeral: self.config.ephemeral,
+            catalog: self.config.catalog.clone(),
         }
     }
 
@@ -233,6 +249,25 @@ impl Handler<ControlAlloc> for AllocManager {
         Box::pin(async move {
             runner
                 .send(ControlTasks(msg.control))
+                .await
+                .unwrap_or(Err(ControlError::UnknownAlloc(id)))
+        })
+    }
+}
+
+impl Handler<ExecAlloc> for AllocManager {
+    type Result = ResponseFuture<Result<ExecSession, ControlError>>;
+
+    fn handle(&mut self, msg: ExecAlloc, _ctx: &mut Context<Self>) -> Self::Result {
+        let id = msg.alloc_id;
+        let runner = self.runners.get(&id).map(|e| e.runner.clone());
+        Box::pin(async move {
+            let runner = runner.ok_or(ControlError::UnknownAlloc(id))?;
+            runner
+                .send(ExecTask {
+                    task: msg.task,
+                    request: msg.request,
+                })
                 .await
                 .unwrap_or(Err(ControlError::UnknownAlloc(id)))
         })

@@ -16,13 +16,16 @@
 #[path = "alloc_runner_health.rs"]
 pub mod health;
 
-use crate::driver::{DriverSet, TaskConfig};
+use crate::driver::{DriverSet, ExecRequest, ExecSession, TaskConfig, TaskMount};
 use crate::restart::RestartTracker;
 use crate::task_dir::{build_task_env, interpolate, interpolate_config, AllocDir, EnvInputs};
+use crate::task_files::TaskFiles;
 use crate::task_runner::{
-    task_state, DetachTask, KillTask, RestartTask, SignalTask, StartMode, TaskRunner,
+    task_state, DetachTask, ExecInTask, KillTask, RestartTask, SignalTask, StartMode, TaskRunner,
     TaskRunnerConfig, TaskStateChanged,
 };
+use crate::template::funcs::ServiceCatalog;
+use crate::template::TemplateSet;
 use crate::{AllocControl, AllocUpdate, ControlError};
 use actix::prelude::*;
 use herder::structs::alloc::task_event;
@@ -75,6 +78,14 @@ pub struct GetAllocState;
 #[rtype(result = "Result<(), ControlError>")]
 pub struct ControlTasks(pub AllocControl);
 
+/// `alloc exec` of a command beside the running task named.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ExecSession, ControlError>")]
+pub struct ExecTask {
+    pub task: String,
+    pub request: ExecRequest,
+}
+
 /// The `Restart Signaled` reason, as Nomad 1.1 words it.
 pub const USER_RESTART_REASON: &str = "User requested restart";
 
@@ -93,6 +104,8 @@ pub struct AllocRunnerConfig {
     /// For simulated nodes: no directories, nothing persisted. Tasks cannot
     /// be restored after a restart, but a runner costs no disk I/O.
     pub ephemeral: bool,
+    /// Where templates read `nomadService` from.
+    pub catalog: ServiceCatalog,
 }
 
 /// When a task runs relative to the group's main tasks.
@@ -133,6 +146,9 @@ pub struct AllocRunner {
     slots: Vec<TaskSlot>,
     restoring: bool,
     stopping: bool,
+    /// A kill of every task waits for the leader's to finish (Nomad kills
+    /// the leader first): the reason and the event to give the others.
+    kill_rest: Option<(String, Option<TaskEvent>)>,
     node_failure: bool,
     destroy_when_dead: bool,
     last_sent: Option<AllocUpdate>,
@@ -260,6 +276,7 @@ impl AllocRunner {
             slots,
             restoring,
             stopping: false,
+            kill_rest: None,
             node_failure: false,
             destroy_when_dead: false,
             last_sent: None,
@@ -418,7 +435,11 @@ impl AllocRunner {
             log_config: task.log_config.clone().unwrap_or_default(),
             cpu_mhz: allocated.map_or(task.resources.cpu, |r| r.cpu.cpu_shares),
             memory_mb: allocated.map_or(task.resources.memory_mb, |r| r.memory.memory_mb),
+            memory_max_mb: allocated
+                .map_or(task.resources.memory_max_mb, |r| r.memory.memory_max_mb),
             user: interpolate(&task.user, &env, &c.node),
+            shared_dir: self.alloc_dir.shared_dir(),
+            volume_mounts: host_volume_mounts(group, task, &c.node),
             env,
         };
         let policy = task
@@ -440,7 +461,28 @@ impl AllocRunner {
             mode,
             parent: ctx.address().recipient(),
             ephemeral: c.ephemeral,
+            files: self.task_files(task),
         }
+    }
+
+    /// A task's artifacts and templates, if it has any and runs on disk.
+    fn task_files(&self, task: &Task) -> Option<TaskFiles> {
+        let c = &self.config;
+        if c.ephemeral || (task.templates.is_empty() && task.artifacts.is_empty()) {
+            return None;
+        }
+        Some(TaskFiles {
+            artifacts: task.artifacts.clone(),
+            templates: TemplateSet {
+                templates: task.templates.clone(),
+                task_dir: self.alloc_dir.task_dir(&task.name),
+                node: c.node.clone(),
+                namespace: c.job.namespace.clone(),
+                catalog: c.catalog.clone(),
+                limits: Default::default(),
+            },
+            artifact_limits: Default::default(),
+        })
     }
 
     /// Starts whatever the lifecycle allows now, and ends what must end.
@@ -448,8 +490,8 @@ impl AllocRunner {
         if self.stopping {
             return;
         }
-        if let Some(reason) = self.failure_or_leader_exit() {
-            self.kill_all(&reason, false);
+        if let Some((reason, cause)) = self.failure_or_leader_exit() {
+            self.kill_all_with(&reason, false, Some(cause));
             return;
         }
         let of = |phase: Phase| -> Vec<usize> {
@@ -506,25 +548,46 @@ impl AllocRunner {
     }
 
     /// A failed task or a finished leader ends the whole allocation.
-    fn failure_or_leader_exit(&self) -> Option<String> {
+    /// Why the tasks still alive must end, with the event Nomad gives
+    /// them: a task failed, or the leader is dead.
+    fn failure_or_leader_exit(&self) -> Option<(String, TaskEvent)> {
         let live = self.slots.iter().any(|s| !s.dead());
         if !live {
             return None;
         }
+        let event = |event_type: &str, display: String| TaskEvent {
+            event_type: event_type.into(),
+            time: crate::now_nanos(),
+            display_message: display,
+            ..Default::default()
+        };
         if let Some(s) = self
             .slots
             .iter()
             .find(|s| s.state.failed && s.phase != Phase::Poststop)
         {
-            return Some(format!("Sibling task {:?} failed", s.task.name));
+            let mut e = event(
+                task_event::SIBLING_FAILED,
+                format!("Task's sibling {:?} failed", s.task.name),
+            );
+            e.details
+                .insert("failed_sibling".into(), s.task.name.clone());
+            return Some((format!("Sibling task {:?} failed", s.task.name), e));
         }
         self.slots
             .iter()
             .find(|s| s.task.leader && s.dead())
-            .map(|s| format!("Leader task {:?} is dead", s.task.name))
+            .map(|s| {
+                let e = event(task_event::LEADER_DEAD, "Leader Task in Group dead".into());
+                (format!("Leader task {:?} is dead", s.task.name), e)
+            })
     }
 
     fn kill_slot(&mut self, index: usize, reason: &str) {
+        self.kill_slot_with(index, reason, None);
+    }
+
+    fn kill_slot_with(&mut self, index: usize, reason: &str, cause: Option<TaskEvent>) {
         let slot = &mut self.slots[index];
         if slot.dead() {
             return;
@@ -532,6 +595,7 @@ impl AllocRunner {
         match &slot.runner {
             Some(runner) => runner.do_send(KillTask {
                 reason: reason.to_string(),
+                cause,
             }),
             None => {
                 // Never started: it simply will not run.
@@ -548,15 +612,89 @@ impl AllocRunner {
         }
     }
 
+    /// A stop the servers (or the manager) asked for: the services leave
+    /// the catalog at once, then the group's `shutdown_delay` passes, then
+    /// each task's own before its kill, as in Nomad, so that traffic
+    /// drains away before the tasks go. Without delays, `kill_all`.
+    fn stop_gracefully(&mut self, reason: &str, ctx: &mut Context<Self>) {
+        let group_delay = self
+            .group
+            .as_ref()
+            .and_then(|g| g.shutdown_delay)
+            .unwrap_or_default();
+        let task_delays = self.slots.iter().any(|s| !s.task.shutdown_delay.is_zero());
+        if self.stopping {
+            return; // already killed, or waiting out its delays
+        }
+        if group_delay.is_zero() && !task_delays {
+            self.kill_all(reason, true);
+            return;
+        }
+        self.stopping = true;
+        self.stop_checks();
+        self.publish();
+        let reason = reason.to_string();
+        ctx.run_later(group_delay, move |act, ctx| {
+            if !task_delays {
+                return act.kill_all(&reason, true);
+            }
+            for i in 0..act.slots.len() {
+                let delay = act.slots[i].task.shutdown_delay;
+                if delay.is_zero() {
+                    act.kill_slot(i, &reason);
+                    continue;
+                }
+                let reason = reason.clone();
+                ctx.run_later(delay, move |act, _| {
+                    act.kill_slot(i, &reason);
+                    act.publish();
+                });
+            }
+            act.publish();
+        });
+    }
+
     fn kill_all(&mut self, reason: &str, stopping: bool) {
+        self.kill_all_with(reason, stopping, None);
+    }
+
+    /// Kills every task, the leader first: the others once it is dead
+    /// (`kill_rest`), as Nomad does, so that a leader that ships or
+    /// flushes what its followers made still has them while it stops.
+    fn kill_all_with(&mut self, reason: &str, stopping: bool, cause: Option<TaskEvent>) {
         self.stopping |= stopping;
         if self.stopping {
             self.stop_checks();
         }
-        for i in 0..self.slots.len() {
-            self.kill_slot(i, reason);
+        let live_leader = self
+            .slots
+            .iter()
+            .position(|s| s.task.leader && !s.dead() && s.runner.is_some());
+        match live_leader {
+            Some(i) => {
+                self.kill_slot_with(i, reason, cause.clone());
+                self.kill_rest = Some((reason.to_string(), cause));
+            }
+            None => {
+                for i in 0..self.slots.len() {
+                    self.kill_slot_with(i, reason, cause.clone());
+                }
+            }
         }
         self.publish();
+    }
+
+    /// The leader's kill is over: the others follow.
+    fn kill_the_rest(&mut self) {
+        let leader_alive = self.slots.iter().any(|s| s.task.leader && !s.dead());
+        if leader_alive {
+            return;
+        }
+        if let Some((reason, cause)) = self.kill_rest.take() {
+            for i in 0..self.slots.len() {
+                self.kill_slot_with(i, &reason, cause.clone());
+            }
+        }
     }
 }
 
@@ -678,6 +816,7 @@ impl Handler<TaskStateChanged> for AllocRunner {
                 slot.runner = None;
             }
         }
+        self.kill_the_rest();
         self.advance(ctx);
         self.follow_tasks(ctx);
         self.publish();
@@ -732,7 +871,7 @@ impl Handler<UpdateAlloc> for AllocRunner {
             } else {
                 reason
             };
-            self.kill_all(&reason, true);
+            self.stop_gracefully(&reason, ctx);
         }
     }
 }
@@ -752,8 +891,8 @@ impl Handler<Destroy> for AllocRunner {
 impl Handler<Stop> for AllocRunner {
     type Result = ();
 
-    fn handle(&mut self, msg: Stop, _ctx: &mut Context<Self>) {
-        self.kill_all(&msg.reason, true);
+    fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) {
+        self.stop_gracefully(&msg.reason, ctx);
     }
 }
 
@@ -869,10 +1008,50 @@ impl Handler<ControlTasks> for AllocRunner {
     }
 }
 
+impl Handler<ExecTask> for AllocRunner {
+    type Result = ResponseFuture<Result<ExecSession, ControlError>>;
+
+    fn handle(&mut self, msg: ExecTask, _ctx: &mut Context<Self>) -> Self::Result {
+        let target = self.control_targets(Some(&msg.task));
+        Box::pin(async move {
+            let (name, runner) = target?
+                .into_iter()
+                .next()
+                .ok_or(ControlError::NotRunning(None))?;
+            runner
+                .send(ExecInTask(msg.request))
+                .await
+                .unwrap_or(Err(ControlError::NotRunning(Some(name))))
+        })
+    }
+}
+
 impl Handler<GetAllocState> for AllocRunner {
     type Result = MessageResult<GetAllocState>;
 
     fn handle(&mut self, _: GetAllocState, _ctx: &mut Context<Self>) -> Self::Result {
         MessageResult(self.current())
     }
+}
+
+/// The task's `volume_mount`s of the group's `host` volumes, resolved to
+/// this node's paths; read-only when the mount, the group's request or the
+/// node's volume says so. A mount of a volume the node lacks is left out
+/// (the servers place the allocation only where the volume exists).
+fn host_volume_mounts(group: &TaskGroup, task: &Task, node: &Node) -> Vec<TaskMount> {
+    task.volume_mounts
+        .iter()
+        .filter_map(|m| {
+            let request = group.volumes.get(&m.volume)?;
+            if request.volume_type != herder::structs::job::VolumeRequest::HOST {
+                return None;
+            }
+            let volume = node.host_volumes.get(&request.source)?;
+            Some(TaskMount {
+                host_path: PathBuf::from(&volume.path),
+                destination: m.destination.clone(),
+                read_only: m.read_only || request.read_only || volume.read_only,
+            })
+        })
+        .collect()
 }

@@ -95,6 +95,8 @@ fn resolve_service(
             interval: check.interval,
             timeout: check.timeout,
             probe,
+            successes_to_pass: threshold(check.success_before_passing),
+            failures_to_fail: threshold(check.failures_before_critical),
         });
     }
 }
@@ -191,6 +193,12 @@ fn check_id(service_id: &str, check_name: &str) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+/// A check's `success_before_passing` or `failures_before_critical` as a
+/// count (validation refuses negatives; anything else reads as one).
+fn threshold(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(1)
 }
 
 #[cfg(test)]

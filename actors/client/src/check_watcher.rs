@@ -22,6 +22,39 @@ pub struct CheckSpec {
     pub interval: Duration,
     pub timeout: Duration,
     pub probe: Probe,
+    /// Consul's `success_before_passing` and `failures_before_critical`:
+    /// how many results in a row move the status (0 and 1 both mean one).
+    pub successes_to_pass: u32,
+    pub failures_to_fail: u32,
+}
+
+/// A check's results in a row, for the thresholds above: the status moves
+/// only once as many passes (or failures) in a row as the check asks for
+/// have been seen, so one flap does not turn an allocation unhealthy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Streak {
+    passes: u32,
+    failures: u32,
+}
+
+impl Streak {
+    /// Counts `outcome` and says the status the check shows now.
+    fn next(&mut self, current: CheckStatus, passed: bool, spec: &CheckSpec) -> CheckStatus {
+        if passed {
+            self.passes = self.passes.saturating_add(1);
+            self.failures = 0;
+            if self.passes >= spec.successes_to_pass.max(1) {
+                return CheckStatus::Success;
+            }
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            self.passes = 0;
+            if self.failures >= spec.failures_to_fail.max(1) {
+                return CheckStatus::Failure;
+            }
+        }
+        current
+    }
 }
 
 /// Every check's latest result, sent to the runner after a status change.
@@ -42,6 +75,7 @@ pub struct StopChecks;
 pub struct CheckWatcher {
     specs: Vec<CheckSpec>,
     results: Vec<CheckResult>,
+    streaks: Vec<Streak>,
     parent: Recipient<ChecksChanged>,
 }
 
@@ -67,6 +101,7 @@ impl CheckWatcher {
             })
             .collect();
         CheckWatcher {
+            streaks: vec![Streak::default(); specs.len()],
             specs,
             results,
             parent,
@@ -81,11 +116,13 @@ impl CheckWatcher {
         let interval = spec.interval.max(MIN_INTERVAL);
         let fut = async move { run_probe(&probe, timeout).await };
         ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
-            let status = match result.outcome {
-                Outcome::Passing => CheckStatus::Success,
-                Outcome::Warning | Outcome::Critical => CheckStatus::Failure,
-            };
-            if let Some(r) = act.results.get_mut(index) {
+            let passed = result.outcome == Outcome::Passing;
+            if let (Some(r), Some(streak), Some(spec)) = (
+                act.results.get_mut(index),
+                act.streaks.get_mut(index),
+                act.specs.get(index),
+            ) {
+                let status = streak.next(r.status, passed, spec);
                 let changed = r.status != status;
                 r.status = status;
                 r.status_code = result.status_code;
@@ -162,7 +199,41 @@ mod tests {
             interval: Duration::from_millis(100),
             timeout: Duration::from_secs(1),
             probe: Probe::Tcp { address },
+            successes_to_pass: 0,
+            failures_to_fail: 0,
         }
+    }
+
+    #[test]
+    fn the_status_moves_only_after_as_many_results_in_a_row_as_asked() {
+        let mut spec = tcp_spec(String::new());
+        spec.successes_to_pass = 2;
+        spec.failures_to_fail = 3;
+        let mut streak = Streak::default();
+        let mut status = CheckStatus::Pending;
+        let mut seen = Vec::new();
+        for passed in [true, true, false, false, true, false, false, false, true] {
+            status = streak.next(status, passed, &spec);
+            seen.push(status);
+        }
+        use CheckStatus::{Failure as F, Pending as P, Success as S};
+        // One pass is not enough, two are; a failure breaks the run of
+        // passes, and three failures in a row are needed to fail.
+        assert_eq!(seen, vec![P, S, S, S, S, S, S, F, F]);
+    }
+
+    #[test]
+    fn without_thresholds_each_result_moves_the_status() {
+        let spec = tcp_spec(String::new());
+        let mut streak = Streak::default();
+        assert_eq!(
+            streak.next(CheckStatus::Pending, true, &spec),
+            CheckStatus::Success
+        );
+        assert_eq!(
+            streak.next(CheckStatus::Success, false, &spec),
+            CheckStatus::Failure
+        );
     }
 
     #[actix_rt::test]

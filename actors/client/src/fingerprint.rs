@@ -344,7 +344,10 @@ mod tests {
     fn this_machine_fingerprints_plausibly() {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = config(tmp.path());
-        let (drivers, unknown) = DriverSet::from_names(&cfg.client.drivers);
+        let (drivers, unknown) = DriverSet::from_names(
+            &cfg.client.drivers,
+            &crate::driver::DriverOptions::from_client_config(&cfg.client),
+        );
         assert!(unknown.is_empty());
         let node = fingerprint(&cfg, &drivers).unwrap();
         assert!(node.node_resources.cpu.cpu_shares > 0);

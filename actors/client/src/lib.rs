@@ -23,9 +23,11 @@
 //! allocation runner to task runner to driver, and its answer (or
 //! [`ControlError`]) back up to the HTTP API.
 
+pub mod alloc_fs;
 pub mod alloc_manager;
 pub mod alloc_runner;
 pub mod alloc_services;
+pub mod artifact;
 pub mod check_watcher;
 pub mod checks;
 mod clock;
@@ -39,8 +41,11 @@ pub mod readiness;
 pub mod restart;
 pub mod server_link;
 pub mod service_sync;
+pub mod stats;
 pub mod task_dir;
+pub mod task_files;
 pub mod task_runner;
+pub mod template;
 
 pub use clock::now_nanos;
 use herder::structs::{

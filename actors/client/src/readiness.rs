@@ -80,7 +80,7 @@ mod tests {
     #[tokio::test]
     async fn command_and_builtin_checks_decide_readiness() {
         let tmp = tempfile::tempdir().unwrap();
-        let (drivers, _) = DriverSet::from_names(&["mock_driver".into()]);
+        let (drivers, _) = DriverSet::from_names(&["mock_driver".into()], &Default::default());
         let t = Duration::from_secs(30);
         assert_eq!(check_readiness("", tmp.path(), &drivers, t).await, Ok(()));
         assert_eq!(

@@ -19,9 +19,10 @@
 //! registered are kept in step with the servers' catalog
 //! ([`crate::service_sync`]), signed with the node's secret.
 
+use crate::alloc_manager::alloc_gc::{CollectAll, CollectAlloc, GcError};
 use crate::alloc_manager::{
-    AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, GetAllocChecks, RestoreAll,
-    ShutdownAll, StopAll, SyncAllocs,
+    AllocManager, AllocManagerConfig, AssignedAlloc, ControlAlloc, ExecAlloc, GetAllocChecks,
+    RestoreAll, ShutdownAll, StopAll, SyncAllocs,
 };
 use crate::driver::DriverSet;
 use crate::metrics::ClientFigures;
@@ -30,6 +31,7 @@ use crate::node_protocol::{
 };
 use crate::readiness::{check_readiness, READINESS_TIMEOUT};
 use crate::service_sync::{ServiceSync, SyncCall};
+use crate::template::funcs::ServiceCatalog;
 use crate::{AllocUpdate, ControlError};
 use actix::prelude::*;
 use herder::state::AllocClientUpdate;
@@ -59,6 +61,9 @@ pub struct ClientAgentConfig {
     pub readiness_check: String,
     /// Where the node's Nomad-named figures are published.
     pub metrics: Board,
+    /// TLS towards `https://` servers (herder-common's
+    /// `TlsConfig::servers_client`: this agent's certificate presented).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Stops the client: with `stop_tasks`, its allocations are stopped first
@@ -87,6 +92,9 @@ pub struct ClientAgent {
     services: ServiceSync,
     /// Wakes `sync_services` after a failed call.
     services_retry: Option<SpawnHandle>,
+    /// The servers templates read `nomadService` from (kept with the
+    /// session's list).
+    catalog: ServiceCatalog,
 }
 
 /// A request's outcome as the session takes it.
@@ -96,13 +104,18 @@ impl ClientAgent {
     pub fn new(config: ClientAgentConfig) -> Self {
         let http = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(5))
-            .timeout(WATCH_WAIT + Duration::from_secs(30))
-            .build();
+            .timeout(WATCH_WAIT + Duration::from_secs(30));
+        let http = match config.tls {
+            Some(tls) => http.tls_config(tls).build(),
+            None => http.build(),
+        };
         let session = NodeSession::new(
             SessionConfig::client(config.servers, rand::random()),
             Instant::now(),
         );
+        let catalog = ServiceCatalog::new(session.servers().to_vec());
         ClientAgent {
+            catalog,
             http,
             node: Arc::new(config.node),
             data_dir: config.data_dir,
@@ -176,7 +189,17 @@ impl ClientAgent {
                 NodeStatus::Initializing
             };
             let body = wire::register_body(&node);
-            let reply = blocking(move || read_json(http.put(&url).send_json(body))).await;
+            // The node's secret is its token (under ACLs, what proves a
+            // registration comes from the node itself).
+            let secret = node.secret_id.clone();
+            let reply = blocking(move || {
+                read_json(
+                    http.put(&url)
+                        .set(wire::TOKEN_HEADER, &secret)
+                        .send_json(body),
+                )
+            })
+            .await;
             (ready, reply)
         };
         ctx.spawn(fut.into_actor(self).map(move |(ready, reply), act, ctx| {
@@ -225,6 +248,7 @@ impl ClientAgent {
                         Ok(v) => {
                             act.ready = ready;
                             act.session.heartbeat_answered(&NodeAnswer::from_json(&v), now);
+                            act.catalog.set_servers(act.session.servers().to_vec());
                         }
                         Err(e) => {
                             if matches!(e, Failure::Status(404, _)) {
@@ -460,6 +484,7 @@ impl Actor for ClientAgent {
             host_env: Arc::new(crate::task_dir::host_env()),
             updates: ctx.address().recipient(),
             ephemeral: false,
+            catalog: self.catalog.clone(),
         })
         .start();
         // Re-attach to what a previous client left running before the
@@ -510,12 +535,63 @@ impl Handler<ControlAlloc> for ClientAgent {
     }
 }
 
+impl Handler<ExecAlloc> for ClientAgent {
+    type Result = ResponseFuture<Result<crate::driver::ExecSession, ControlError>>;
+
+    fn handle(&mut self, msg: ExecAlloc, _ctx: &mut Context<Self>) -> Self::Result {
+        let id = msg.alloc_id;
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            match manager {
+                Some(m) => m
+                    .send(msg)
+                    .await
+                    .unwrap_or(Err(ControlError::UnknownAlloc(id))),
+                None => Err(ControlError::UnknownAlloc(id)),
+            }
+        })
+    }
+}
+
 impl Handler<GetAllocChecks> for ClientAgent {
     type Result = ResponseFuture<Option<Vec<crate::checks::CheckResult>>>;
 
     fn handle(&mut self, msg: GetAllocChecks, _ctx: &mut Context<Self>) -> Self::Result {
         let manager = self.manager.clone();
         Box::pin(async move { manager?.send(msg).await.ok().flatten() })
+    }
+}
+
+/// A user's collection of one finished allocation, handed to the manager.
+impl Handler<CollectAlloc> for ClientAgent {
+    type Result = ResponseFuture<Result<(), GcError>>;
+
+    fn handle(&mut self, msg: CollectAlloc, _ctx: &mut Context<Self>) -> Self::Result {
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            match manager {
+                Some(m) => m
+                    .send(msg.clone())
+                    .await
+                    .unwrap_or(Err(GcError::UnknownAlloc(msg.0))),
+                None => Err(GcError::UnknownAlloc(msg.0)),
+            }
+        })
+    }
+}
+
+/// A user's collection of every finished allocation of this node.
+impl Handler<CollectAll> for ClientAgent {
+    type Result = ResponseFuture<usize>;
+
+    fn handle(&mut self, msg: CollectAll, _ctx: &mut Context<Self>) -> Self::Result {
+        let manager = self.manager.clone();
+        Box::pin(async move {
+            match manager {
+                Some(m) => m.send(msg).await.unwrap_or(0),
+                None => 0,
+            }
+        })
     }
 }
 
@@ -529,6 +605,7 @@ impl Handler<SetServers> for ClientAgent {
     fn handle(&mut self, msg: SetServers, _ctx: &mut Context<Self>) {
         tracing::info!(servers = ?msg.0, "servers set by the operator");
         self.session.set_servers(&msg.0);
+        self.catalog.set_servers(self.session.servers().to_vec());
     }
 }
 

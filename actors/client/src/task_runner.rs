@@ -9,17 +9,25 @@
 //! stop, started again at once, not counted against the restart policy) or
 //! send it a signal ([`SignalTask`]).
 //!
+//! Before the first start, the task's artifacts are fetched and its
+//! templates rendered (`task_runner_files.rs`); while it runs, its
+//! templates are re-rendered and their `change_mode` applied.
+//!
 //! The driver handle is written to `<task_dir>/.herder-handle.json` as soon
 //! as the task runs and removed when it exits, so after a client restart a
 //! runner in restore mode finds exactly the tasks that may still be alive.
 
-use crate::driver::{Driver, DriverError, ExitResult, HandleState, TaskConfig, TaskHandle};
+use crate::driver::{
+    Driver, DriverError, ExecRequest, ExecSession, ExitResult, HandleState, TaskConfig, TaskHandle,
+};
 use crate::restart::{go_duration, RestartDecision, RestartTracker};
 use crate::task_dir::{build_task_dir, check_task_name};
+use crate::task_files::TaskFiles;
 use crate::{now_nanos, ControlError};
 use actix::prelude::*;
 use herder::structs::alloc::task_event;
 use herder::structs::{TaskEvent, TaskState};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,6 +61,9 @@ pub struct TaskStateChanged {
 #[rtype(result = "()")]
 pub struct KillTask {
     pub reason: String,
+    /// Why, as the event Nomad records on the task before its kill
+    /// (`Sibling Task Failed`, `Leader Task Dead`).
+    pub cause: Option<TaskEvent>,
 }
 
 /// A user asked for the running task to be restarted: it is killed with its
@@ -71,6 +82,11 @@ pub struct RestartTask {
 pub struct SignalTask {
     pub signal: String,
 }
+
+/// Runs a command beside the task (`alloc exec`) through its driver.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ExecSession, ControlError>")]
+pub struct ExecInTask(pub ExecRequest);
 
 /// Stop watching the task but leave it running: the client is shutting down
 /// and a restarted client will re-attach.
@@ -101,7 +117,13 @@ pub struct TaskRunnerConfig {
     pub parent: Recipient<TaskStateChanged>,
     /// No task directory and no persisted handle (simulated nodes).
     pub ephemeral: bool,
+    /// Artifacts and templates to put in the task directory first.
+    pub files: Option<TaskFiles>,
 }
+
+#[path = "task_runner_files.rs"]
+mod files;
+pub use files::TEMPLATE_RESTART_REASON;
 
 pub struct TaskRunner {
     config: TaskConfig,
@@ -129,6 +151,15 @@ pub struct TaskRunner {
     /// The pending restart timer, cancelled by a kill.
     restart_timer: Option<SpawnHandle>,
     wait_future: Option<SpawnHandle>,
+    files: Option<Arc<TaskFiles>>,
+    /// The artifacts are fetched and the templates rendered.
+    files_done: bool,
+    /// The environment without the env templates' variables, which each
+    /// re-render replaces.
+    base_env: Option<BTreeMap<String, String>>,
+    /// A re-render is in flight.
+    rendering: bool,
+    template_watch: Option<SpawnHandle>,
 }
 
 impl TaskRunner {
@@ -157,6 +188,11 @@ impl TaskRunner {
             lost: false,
             restart_timer: None,
             wait_future: None,
+            files: c.files.map(Arc::new),
+            files_done: false,
+            base_env: None,
+            rendering: false,
+            template_watch: None,
         }
     }
 
@@ -172,6 +208,10 @@ impl TaskRunner {
             ..Default::default()
         };
         fill(&mut e);
+        self.push_event(e);
+    }
+
+    fn push_event(&mut self, e: TaskEvent) {
         self.state.events.push(e);
         if self.state.events.len() > MAX_TASK_EVENTS {
             let extra = self.state.events.len() - MAX_TASK_EVENTS;
@@ -231,6 +271,9 @@ impl TaskRunner {
             self.setup_done = true;
             self.report();
         }
+        if self.prestart_files(ctx) {
+            return;
+        }
         let Some(driver) = self.driver.clone() else {
             let err = DriverError::Node(format!(
                 "driver {:?} is not available on this node",
@@ -267,6 +310,7 @@ impl TaskRunner {
             return ctx.stop();
         }
         self.watch(handle, ctx);
+        self.watch_templates(ctx);
         if self.killing {
             self.kill(ctx);
         }
@@ -411,6 +455,7 @@ impl TaskRunner {
     fn restore(&mut self, previous: TaskState, ctx: &mut Context<Self>) {
         self.state = previous;
         self.setup_done = true;
+        self.restore_files();
         if self.state.state == task_state::DEAD {
             // Finished before the restart; a handle left behind is stale
             // (the client stopped between the exit and its cleanup).
@@ -429,6 +474,7 @@ impl TaskRunner {
                         act.state.state = task_state::RUNNING.into();
                         act.report();
                         act.watch(handle, ctx);
+                        act.watch_templates(ctx);
                         if act.killing {
                             act.kill(ctx);
                         }
@@ -498,6 +544,9 @@ impl Handler<KillTask> for TaskRunner {
         }
         self.killing = true;
         tracing::debug!(task = %self.config.task_name, reason = %msg.reason, "killing task");
+        if let Some(cause) = msg.cause {
+            self.push_event(cause);
+        }
         if let Some(timer) = self.restart_timer.take() {
             // Waiting to restart: nothing runs, so it is killed at once.
             ctx.cancel_future(timer);
@@ -547,6 +596,21 @@ impl Handler<RestartTask> for TaskRunner {
                 ControlError::Driver(e)
             })
         }))
+    }
+}
+
+impl Handler<ExecInTask> for TaskRunner {
+    type Result = ResponseFuture<Result<ExecSession, ControlError>>;
+
+    fn handle(&mut self, msg: ExecInTask, _ctx: &mut Context<Self>) -> Self::Result {
+        let running = self.running_handle();
+        Box::pin(async move {
+            let (driver, handle) = running?;
+            driver
+                .exec_streaming(handle, msg.0)
+                .await
+                .map_err(ControlError::Driver)
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::alloc_runner::{AllocRunner, AllocRunnerConfig, GetAllocState, Shutdown, Stop};
 use super::driver::raw_exec::{process_start_time, RawExecDriver};
-use super::driver::{Driver, DriverSet, TaskConfig};
+use super::driver::{Driver, DriverOptions, DriverSet, TaskConfig};
 use super::logs::{read_logs, LogKind, Origin};
 use super::AllocUpdate;
 use actix::prelude::*;
@@ -54,7 +54,13 @@ impl Harness {
     }
 
     fn config(&self, alloc: &Allocation, job: &Arc<Job>) -> AllocRunnerConfig {
-        let (drivers, _) = DriverSet::from_names(&["raw_exec".into(), "mock_driver".into()]);
+        let (drivers, _) = DriverSet::from_names(
+            &["raw_exec".into(), "mock_driver".into()],
+            &DriverOptions {
+                raw_exec_enabled: true,
+                ..Default::default()
+            },
+        );
         let mut node = Node {
             datacenter: "dc1".into(),
             name: "test-node".into(),
@@ -75,6 +81,7 @@ impl Harness {
             )])),
             updates: self.sink.clone(),
             ephemeral: false,
+            catalog: Default::default(),
         }
     }
 
@@ -231,7 +238,7 @@ async fn raw_exec_reports_exit_code_and_captures_stdout() {
         "args".to_string(),
         serde_json::json!(["-c", "echo hi; echo oops >&2; exit 3"]),
     );
-    let driver = RawExecDriver::new();
+    let driver = RawExecDriver::new(true);
     let handle = driver
         .start_task(TaskConfig {
             task_name: "t".into(),
@@ -265,7 +272,7 @@ async fn raw_exec_missing_binary_is_the_jobs_fault() {
         "command".to_string(),
         serde_json::json!("/nonexistent/bin/tool"),
     );
-    let err = RawExecDriver::new()
+    let err = RawExecDriver::new(true)
         .start_task(TaskConfig {
             task_name: "t".into(),
             config,
@@ -280,7 +287,7 @@ async fn raw_exec_missing_binary_is_the_jobs_fault() {
         !err.is_node_failure(),
         "a missing binary is the job's fault: {err}"
     );
-    let err = RawExecDriver::new()
+    let err = RawExecDriver::new(true)
         .start_task(TaskConfig {
             task_name: "t".into(),
             task_dir: tmp.path().to_path_buf(),
@@ -741,6 +748,7 @@ async fn manager_follows_the_servers_and_survives_a_client_restart() {
             host_env: c.host_env,
             updates: c.updates,
             ephemeral: false,
+            catalog: Default::default(),
         }
     };
     let job = job_with(
@@ -1041,6 +1049,42 @@ async fn a_user_restart_starts_a_new_process_and_is_not_a_failure() {
 }
 
 #[actix_rt::test]
+async fn a_signal_the_agent_ignores_is_not_ignored_by_its_tasks() {
+    // `nohup herder agent` ignores SIGHUP; its tasks must not inherit it
+    // (a shell cannot even trap a signal ignored on entry).
+    // SAFETY: sets this test process's SIGHUP disposition; nothing in the
+    // test binary relies on SIGHUP.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    use super::AllocControl;
+    let h = Harness::new();
+    let trapper = sh_task(
+        "trapper",
+        "trap 'echo got >> hup' HUP; echo ready; while :; do sleep 0.1; done",
+    );
+    let job = job_with(JobType::Service, vec![trapper], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    eventually("the trap to be set", || {
+        stdout_of(&h, &alloc, "trapper") == "ready\n"
+    })
+    .await;
+    let hup = AllocControl::Signal {
+        task: Some("trapper".into()),
+        signal: "SIGHUP".into(),
+    };
+    control(&runner, hup).await.unwrap();
+    let mark = h
+        .data_dir
+        .path()
+        .join("alloc")
+        .join(alloc.id.to_string())
+        .join("trapper/hup");
+    eventually("the trap to run", || mark.is_file()).await;
+}
+
+#[actix_rt::test]
 async fn a_signal_reaches_the_tasks_process() {
     use super::{AllocControl, ControlError};
     let mut h = Harness::new();
@@ -1147,6 +1191,7 @@ async fn the_manager_routes_controls_and_knows_its_allocations() {
         host_env: c.host_env,
         updates: c.updates,
         ephemeral: false,
+        catalog: Default::default(),
     })
     .start();
     let job = job_with(
@@ -1382,5 +1427,259 @@ async fn an_in_place_update_changes_the_registered_services() {
         after.client_status,
         ClientStatus::Running,
         "the task kept running"
+    );
+}
+
+#[actix_rt::test]
+async fn shutdown_delay_withdraws_the_services_then_waits_before_the_kill() {
+    let mut h = Harness::new();
+    let service = herder::structs::Service {
+        name: "web".into(),
+        port_label: "http".into(),
+        ..Default::default()
+    };
+    let job = health_job("task_states", Duration::from_secs(60), vec![service]);
+    let mut job = (*job).clone();
+    job.task_groups[0].shutdown_delay = Some(Duration::from_millis(1500));
+    let job = Arc::new(job);
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("the service registered", |u| !u.services.is_empty())
+        .await;
+    let began = Instant::now();
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    let withdrawn = h
+        .until("the services withdrawn", |u| u.services.is_empty())
+        .await;
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "the services leave at once"
+    );
+    assert!(
+        withdrawn.task_states.values().all(|s| s.state == "running"),
+        "the tasks still run while the delay passes"
+    );
+    h.until("every task dead", |u| {
+        u.task_states.values().all(|s| s.state == "dead")
+    })
+    .await;
+    assert!(
+        began.elapsed() >= Duration::from_millis(1500),
+        "killed only after the group's shutdown_delay"
+    );
+}
+
+#[actix_rt::test]
+async fn a_tasks_own_shutdown_delay_holds_back_only_its_kill() {
+    let mut h = Harness::new();
+    let mut slow = sh_task("slow", "echo ready; exec sleep 300");
+    slow.shutdown_delay = Duration::from_millis(1200);
+    let quick = sh_task("quick", "echo ready; exec sleep 300");
+    let job = job_with(JobType::Service, vec![slow, quick], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    h.until("running", |u| {
+        u.task_states.len() == 2 && u.task_states.values().all(|s| s.state == "running")
+    })
+    .await;
+    let began = Instant::now();
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    let quick_dead = h
+        .until("quick dead", |u| {
+            u.task_states
+                .get("quick")
+                .is_some_and(|s| s.state == "dead")
+        })
+        .await;
+    assert_eq!(quick_dead.task_states.get("slow").unwrap().state, "running");
+    h.until("slow dead", |u| {
+        u.task_states.get("slow").is_some_and(|s| s.state == "dead")
+    })
+    .await;
+    assert!(began.elapsed() >= Duration::from_millis(1200));
+}
+
+fn with_hook(mut task: Task, hook: &str, sidecar: bool) -> Task {
+    task.lifecycle = Some(herder::structs::job::TaskLifecycle {
+        hook: hook.into(),
+        sidecar,
+    });
+    task
+}
+
+#[actix_rt::test]
+async fn poststart_runs_once_the_main_task_runs_and_poststop_after_it_ends() {
+    // The shared alloc/data file records the order the hooks saw.
+    let mut h = Harness::new();
+    let main = sh_task(
+        "main",
+        "echo main-start >> ../alloc/data/order; sleep 1; echo main-end >> ../alloc/data/order",
+    );
+    let after_start = with_hook(
+        sh_task("announce", "echo poststart >> ../alloc/data/order"),
+        "poststart",
+        false,
+    );
+    let cleanup = with_hook(
+        sh_task(
+            "cleanup",
+            "echo poststop >> ../alloc/data/order; cat ../alloc/data/order",
+        ),
+        "poststop",
+        false,
+    );
+    let job = job_with(
+        JobType::Batch,
+        vec![cleanup, after_start, main],
+        no_restarts(),
+    );
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let done = h
+        .until("complete", |u| u.client_status == ClientStatus::Complete)
+        .await;
+    // "Runs once the main task runs" means once main's process has started,
+    // not once main has written anything: the two first lines race.
+    let order = stdout_of(&h, &alloc, "cleanup");
+    let lines: Vec<&str> = order.lines().collect();
+    assert_eq!(lines.len(), 4, "{order}");
+    assert_eq!(&lines[2..], ["main-end", "poststop"], "{order}");
+    assert!(lines[..2].contains(&"poststart"), "{order}");
+    let started = |task: &str| {
+        let state = done.task_states.get(task).expect("task state");
+        state.started_at.expect("started")
+    };
+    assert!(started("announce") >= started("main"));
+    assert!(done
+        .task_states
+        .values()
+        .all(|s| s.state == "dead" && !s.failed));
+}
+
+#[actix_rt::test]
+async fn a_dead_leader_ends_the_other_tasks() {
+    let mut h = Harness::new();
+    let mut leader = sh_task("leader", "sleep 0.5; exit 0");
+    leader.leader = true;
+    let follower = sh_task("follower", "echo ready; exec sleep 300");
+    // Batch: the leader's exit 0 is a success (a service task that exits
+    // has failed, and a failure is told as a sibling's).
+    let job = job_with(JobType::Batch, vec![leader, follower], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let done = h
+        .until("every task dead", |u| {
+            u.task_states.len() == 2 && u.task_states.values().all(|s| s.state == "dead")
+        })
+        .await;
+    let follower = done.task_states.get("follower").unwrap();
+    let kinds: Vec<&str> = follower
+        .events
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert!(
+        kinds.ends_with(&["Leader Task Dead", "Killing", "Terminated", "Killed"]),
+        "{kinds:?}"
+    );
+    let cause = &follower.events[follower.events.len() - 4];
+    assert_eq!(cause.display_message, "Leader Task in Group dead");
+    assert_eq!(done.client_status, ClientStatus::Complete);
+}
+
+#[actix_rt::test]
+async fn kill_signal_is_what_the_task_receives_on_stop() {
+    let mut h = Harness::new();
+    let mut task = sh_task(
+        "t",
+        "trap 'echo got-int; exit 0' INT; echo ready; while :; do sleep 0.1; done",
+    );
+    task.kill_signal = "SIGINT".into();
+    // Room for a starved machine: past kill_timeout SIGKILL would cut the
+    // trap short, and the test would blame the signal.
+    task.kill_timeout = Duration::from_secs(30);
+    let job = job_with(JobType::Service, vec![task], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    eventually("the task to print", || {
+        stdout_of(&h, &alloc, "t") == "ready\n"
+    })
+    .await;
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    h.until("dead", |u| {
+        u.task_states.get("t").is_some_and(|s| s.state == "dead")
+    })
+    .await;
+    eventually("the trap's output", || {
+        stdout_of(&h, &alloc, "t") == "ready\ngot-int\n"
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn on_stop_the_leader_is_killed_before_the_others() {
+    // The follower notes when it is signalled; the leader takes a second
+    // to stop: the follower must not hear of the stop before the leader
+    // is gone.
+    let mut h = Harness::new();
+    let mut leader = sh_task(
+        "leader",
+        "trap 'sleep 1; echo leader-gone >> ../alloc/data/order; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+    );
+    leader.leader = true;
+    let follower = sh_task(
+        "follower",
+        "trap 'echo follower-signalled >> ../alloc/data/order; exit 0' TERM; echo ready; while :; do sleep 0.1; done",
+    );
+    let job = job_with(JobType::Service, vec![follower, leader], no_restarts());
+    let alloc = alloc_for(&job);
+    let runner = AllocRunner::new(h.config(&alloc, &job)).start();
+    eventually("both tasks to print", || {
+        stdout_of(&h, &alloc, "leader") == "ready\n"
+            && stdout_of(&h, &alloc, "follower") == "ready\n"
+    })
+    .await;
+    runner.do_send(Stop {
+        reason: "test".into(),
+    });
+    h.until("every task dead", |u| {
+        u.task_states.len() == 2 && u.task_states.values().all(|s| s.state == "dead")
+    })
+    .await;
+    let data = h.data_dir.path().join("alloc").join(alloc.id.to_string());
+    let order = std::fs::read_to_string(data.join("alloc/data/order")).unwrap_or_default();
+    assert_eq!(order, "leader-gone\nfollower-signalled\n");
+}
+
+#[actix_rt::test]
+async fn a_failed_task_ends_its_siblings_with_nomads_event() {
+    let mut h = Harness::new();
+    let broken = sh_task("broken", "sleep 0.3; exit 3");
+    let sibling = sh_task("sibling", "echo ready; exec sleep 300");
+    let job = job_with(JobType::Service, vec![broken, sibling], no_restarts());
+    let alloc = alloc_for(&job);
+    let _a = AllocRunner::new(h.config(&alloc, &job)).start();
+    let done = h
+        .until("every task dead", |u| {
+            u.task_states.len() == 2 && u.task_states.values().all(|s| s.state == "dead")
+        })
+        .await;
+    assert_eq!(done.client_status, ClientStatus::Failed);
+    let sibling = done.task_states.get("sibling").unwrap();
+    let cause = sibling
+        .events
+        .iter()
+        .find(|e| e.event_type == "Sibling Task Failed")
+        .expect("the sibling hears why");
+    assert_eq!(cause.display_message, "Task's sibling \"broken\" failed");
+    assert_eq!(
+        cause.details.get("failed_sibling").map(String::as_str),
+        Some("broken")
     );
 }

@@ -20,7 +20,14 @@ pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
 pub const DEV_TOML: &str = include_str!("../../../config/dev.toml");
 
 /// Environment variables the CLI reads that are not configuration keys.
-const CLI_ENV: [&str; 3] = ["ADDR", "TOKEN", "NAMESPACE"];
+const CLI_ENV: [&str; 6] = [
+    "ADDR",
+    "TOKEN",
+    "NAMESPACE",
+    "CACERT",
+    "CLIENT_CERT",
+    "CLIENT_KEY",
+];
 
 /// An agent's configuration. Every key, with its default and meaning, is
 /// documented in `config/default.toml`; start from [`AgentConfig::dev`]
@@ -48,6 +55,9 @@ pub struct AgentConfig {
     /// An embedded agent installs no log subscriber and ignores it: the
     /// application's `tracing` subscriber decides.
     pub log_level: String,
+    /// Serve the profiling endpoints (`/v1/agent/pprof/*`) to anyone who
+    /// can reach the API (Nomad's `enable_debug`; `-dev` sets it).
+    pub enable_debug: bool,
     /// Bind the HTTP API to 127.0.0.1 whatever `bind_addr` says.
     pub sidecar: bool,
     pub ports: Ports,
@@ -57,6 +67,38 @@ pub struct AgentConfig {
     pub limits: Limits,
     pub server: ServerConfig,
     pub client: ClientConfig,
+    /// TLS on the HTTP API and the RPC port (`[tls]`).
+    pub tls: TlsConfig,
+    /// Access control on the HTTP API (`[acl]`).
+    pub acl: AclConfig,
+}
+
+/// Access control (`[acl]` in `config/default.toml`; Nomad's `acl`
+/// block). Off by default: every request is then allowed, as before.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AclConfig {
+    /// Every request needs a token whose policies allow it.
+    pub enabled: bool,
+    /// How long a client-only agent keeps what a server said a token
+    /// resolves to (Nomad's `token_ttl`)...
+    #[serde(with = "humantime_serde")]
+    pub token_ttl: Duration,
+    /// ... and its policies (Nomad's `policy_ttl`): herder resolves both
+    /// in one call, so the shorter of the two applies.
+    #[serde(with = "humantime_serde")]
+    pub policy_ttl: Duration,
+}
+
+impl Default for AclConfig {
+    /// Off, with Nomad's 30 s cache lifetimes.
+    fn default() -> Self {
+        AclConfig {
+            enabled: false,
+            token_ttl: Duration::from_secs(30),
+            policy_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 /// The ports the agent listens on.
@@ -100,6 +142,7 @@ pub struct Limits {
     pub max_count_per_group: i64,
     pub max_allocs_per_job: i64,
     pub max_name_bytes: usize,
+    pub snapshot_max_bytes: usize,
 }
 
 impl Default for Limits {
@@ -118,6 +161,7 @@ impl Limits {
         let sizes = [
             ("http_max_body_bytes", l.http_max_body_bytes),
             ("json_max_nesting_depth", l.json_max_nesting_depth),
+            ("snapshot_max_bytes", l.snapshot_max_bytes),
             ("hcl_max_source_bytes", l.hcl_max_source_bytes),
             ("hcl_max_nesting_depth", l.hcl_max_nesting_depth),
             ("hcl_max_expansion_bytes", l.hcl_max_expansion_bytes),
@@ -199,6 +243,9 @@ pub struct ServerConfig {
     pub node_gc_threshold: Duration,
     #[serde(with = "humantime_serde")]
     pub deployment_gc_threshold: Duration,
+    /// How long an expired ACL token stays before the GC removes it.
+    #[serde(with = "humantime_serde")]
+    pub acl_token_gc_threshold: Duration,
     #[serde(with = "humantime_serde")]
     pub gc_interval: Duration,
     /// Servers the cluster forms with (Raft); 0 or 1 with no `retry_join`
@@ -235,6 +282,12 @@ pub struct ClientConfig {
     pub node_pool: String,
     pub meta: BTreeMap<String, String>,
     pub drivers: Vec<String>,
+    /// Offer `raw_exec` (no isolation, the agent's own user): off unless
+    /// set, as Nomad's `plugin "raw_exec" { config { enabled = true } }`.
+    pub raw_exec_enabled: bool,
+    /// Host paths the `exec` driver bind-mounts (read-only) into each task's
+    /// chroot: host path => path inside the chroot (Nomad's `chroot_env`).
+    pub chroot_env: BTreeMap<String, String>,
     pub readiness_check: String,
     pub reserved_cpu: i64,
     pub reserved_memory_mb: i64,
@@ -250,6 +303,59 @@ pub struct HostVolumeConfig {
     pub path: PathBuf,
     #[serde(default)]
     pub read_only: bool,
+}
+
+/// TLS on the agent's ports (`[tls]` in `config/default.toml`, which
+/// documents each key; Nomad's `tls` block). The rustls configurations are
+/// made from it by [`crate::tls`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub http: bool,
+    pub rpc: bool,
+    /// Empty: not given.
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub verify_server_hostname: bool,
+    pub verify_https_client: bool,
+}
+
+impl TlsConfig {
+    /// The files that make it up, empty paths left out.
+    pub fn files(&self) -> crate::tls::TlsFiles {
+        let given = |p: &PathBuf| (!p.as_os_str().is_empty()).then(|| p.clone());
+        crate::tls::TlsFiles {
+            ca_file: given(&self.ca_file),
+            cert_file: given(&self.cert_file),
+            key_file: given(&self.key_file),
+        }
+    }
+
+    /// Whether any port speaks TLS.
+    pub fn enabled(&self) -> bool {
+        self.http || self.rpc
+    }
+
+    /// Every file given and readable, the key the certificate's.
+    fn check(&self) -> Result<(), String> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let files = self.files();
+        let missing = [
+            ("tls.ca_file", &files.ca_file),
+            ("tls.cert_file", &files.cert_file),
+            ("tls.key_file", &files.key_file),
+        ];
+        if let Some((key, _)) = missing.iter().find(|(_, f)| f.is_none()) {
+            return Err(format!(
+                "{key}: required when tls.http or tls.rpc is set (`herder tls ca create` and \
+                 `herder tls cert create` make a development CA and certificates)"
+            ));
+        }
+        crate::tls::check_files(&files).map_err(|e| e.to_string())
+    }
 }
 
 /// Values given as command-line flags: the top layer. `None` leaves the
@@ -274,6 +380,8 @@ pub struct FlagOverrides {
     pub server: BTreeMap<String, serde_json::Value>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub client: BTreeMap<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub acl: BTreeMap<String, serde_json::Value>,
 }
 
 /// Where the configuration comes from.
@@ -381,6 +489,7 @@ impl AgentConfig {
             return bad("server.eval_delivery_limit: must be at least 1".into());
         }
         self.limits.check().map_err(ConfigError::Invalid)?;
+        self.tls.check().map_err(ConfigError::Invalid)?;
         if self.server.clustered() && self.server.encrypt.trim().is_empty() {
             return bad(
                 "server.encrypt: a server in a cluster (bootstrap_expect > 1 or retry_join) needs the \
@@ -780,6 +889,56 @@ mod tests {
         assert!(err.contains("not found"), "{err}");
         let err = load(ConfigSources::default()).unwrap_err();
         assert!(err.contains("-server, -client or -dev"), "{err}");
+    }
+
+    #[test]
+    fn tls_is_off_by_default_and_on_needs_readable_files_named_in_errors() {
+        let dev = load(ConfigSources {
+            dev: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(!dev.tls.enabled());
+        assert!(dev.tls.http_listener().unwrap().is_none());
+        assert!(dev.tls.rpc_client("global").unwrap().is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let with = |name: &str, text: &str| {
+            let f = write(&dir, name, text);
+            load(ConfigSources {
+                dev: true,
+                files: vec![f],
+                ..Default::default()
+            })
+            .map(|c| c.tls)
+        };
+        let err = with("a.toml", "[tls]\nhttp = true\n").unwrap_err();
+        assert!(err.contains("tls.ca_file: required"), "{err}");
+        let err = with("b.toml", "[tls]\nrcp = true\n").unwrap_err();
+        assert!(err.contains("rcp"), "{err}");
+        let junk = write(&dir, "junk.pem", "junk");
+        let missing = dir.path().join("missing.pem");
+        let text = format!(
+            "[tls]\nrpc = true\nca_file = {:?}\ncert_file = {:?}\nkey_file = {:?}\n",
+            junk.display().to_string(),
+            junk.display().to_string(),
+            missing.display().to_string()
+        );
+        let err = with("c.toml", &text).unwrap_err();
+        assert!(
+            err.contains("tls.ca_file") && err.contains("junk.pem"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_clis_tls_variables_are_not_reported_as_ignored() {
+        let names: Vec<(String, String)> =
+            ["HERDER_CACERT", "HERDER_CLIENT_CERT", "HERDER_CLIENT_KEY"]
+                .iter()
+                .map(|n| (n.to_string(), "/x.pem".to_string()))
+                .collect();
+        assert!(ignored_env_names(Some(&names)).is_empty());
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct AgentInfo {
 pub struct ClientHandle {
     pub agent: Addr<ClientAgent>,
     pub node_id: herder::structs::NodeId,
+    /// The node's `SecretID`: what this agent shows a server to resolve a
+    /// user's token under ACLs (`acl_remote`). Never logged.
+    pub node_secret: String,
     /// The first of the client's servers, `http://host:port`.
     pub server: String,
 }

@@ -9,6 +9,9 @@
 //! join that failed and a leave of an unknown member. A cluster member
 //! answers them, `members` and the Raft stats from its cluster
 //! ([`super::agent_cluster`]).
+//!
+//! `/v1/agent/schedulers/pause` and `/resume` are herder's own: they pause
+//! and resume this server's scheduling workers (the web UI's buttons).
 
 use super::agent_cluster;
 use super::body::Body;
@@ -53,6 +56,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route(
             "/v1/agent/schedulers/config",
             web::post().to(set_worker_config),
+        )
+        .service(
+            web::resource("/v1/agent/schedulers/pause")
+                .route(web::put().to(pause_workers))
+                .route(web::post().to(pause_workers)),
+        )
+        .service(
+            web::resource("/v1/agent/schedulers/resume")
+                .route(web::put().to(resume_workers))
+                .route(web::post().to(resume_workers)),
         );
 }
 
@@ -97,6 +110,23 @@ async fn set_worker_config(
         })
         .await?;
     Ok(HttpResponse::Ok().json(reply))
+}
+
+/// `PUT /v1/agent/schedulers/pause` (herder's own, Nomad has no HTTP
+/// call for it): every worker of this server finishes the evaluation in
+/// hand and takes no more until resumed; answers the workers as
+/// `GET /v1/agent/schedulers` does.
+async fn pause_workers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
+    let api = server_api(&info)?;
+    api.pause_workers().await?;
+    Ok(HttpResponse::Ok().json(api.workers().await?))
+}
+
+/// `PUT /v1/agent/schedulers/resume`: undoes the pause.
+async fn resume_workers(info: web::Data<AgentInfo>) -> Result<HttpResponse, ApiError> {
+    let api = server_api(&info)?;
+    api.resume_workers().await?;
+    Ok(HttpResponse::Ok().json(api.workers().await?))
 }
 
 /// Nomad's shape: `{"server": {"ok", "message"}, "client": {...}}`, with
@@ -270,7 +300,14 @@ async fn set_servers(
         .client
         .get()
         .ok_or_else(|| ApiError::Unavailable("the client is still starting".into()))?;
-    let servers: Vec<String> = addresses.iter().map(|a| normalize_server(a)).collect();
+    let https = info.config.tls.http;
+    let servers: Vec<String> = addresses
+        .iter()
+        .map(|a| match a.contains("://") {
+            false if https => normalize_server(&format!("https://{a}")),
+            _ => normalize_server(a),
+        })
+        .collect();
     client
         .agent
         .send(SetServers(servers))

@@ -48,44 +48,56 @@ impl FromRequest for Body {
             .and_then(|v| v.parse::<u64>().ok());
         let payload = payload.take();
         Box::pin(async move {
-            if declared.is_some_and(|n| n > limits.http_max_body_bytes as u64) {
-                return Err(too_large(&limits));
-            }
-            let read = read_all(payload, limits.http_max_body_bytes);
-            let bytes = tokio::time::timeout(limits.http_body_read_timeout, read)
-                .await
-                .map_err(|_| {
-                    ApiError::RequestTimeout(format!(
-                        "the request body did not arrive within {:?} (limits.http_body_read_timeout)",
-                        limits.http_body_read_timeout
-                    ))
-                })?
-                .map_err(|e| match e {
-                    ReadError::TooLarge => too_large(&limits),
-                    ReadError::Payload(e) => {
-                        ApiError::BadRequest(format!("could not read the request body: {e}"))
-                    }
-                })?;
+            let max = (limits.http_max_body_bytes, "http_max_body_bytes");
+            let bytes = read_within(payload, declared, max, &limits).await?;
             check_nesting(&bytes, limits.json_max_nesting_depth)?;
             Ok(Body(bytes))
         })
     }
 }
 
+/// Reads a body of at most `max.0` bytes (`max.1` names the limit),
+/// within `http_body_read_timeout`; refused from its `declared` length
+/// before anything is read when that is already too large.
+pub async fn read_within(
+    payload: Payload,
+    declared: Option<u64>,
+    max: (usize, &'static str),
+    limits: &Limits,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::PayloadTooLarge(format!(
+            "the request body is larger than {} bytes (limits.{})",
+            max.0, max.1
+        ))
+    };
+    if declared.is_some_and(|n| n > max.0 as u64) {
+        return Err(too_large());
+    }
+    let read = read_all(payload, max.0);
+    tokio::time::timeout(limits.http_body_read_timeout, read)
+        .await
+        .map_err(|_| {
+            ApiError::RequestTimeout(format!(
+                "the request body did not arrive within {:?} (limits.http_body_read_timeout)",
+                limits.http_body_read_timeout
+            ))
+        })?
+        .map_err(|e| match e {
+            ReadError::TooLarge => too_large(),
+            ReadError::Payload(e) => {
+                ApiError::BadRequest(format!("could not read the request body: {e}"))
+            }
+        })
+}
+
 /// The limits in force: the agent's, or the documented defaults for an
 /// app built without an agent (tests of single handlers).
-fn limits(req: &HttpRequest) -> Limits {
+pub fn limits(req: &HttpRequest) -> Limits {
     match req.app_data::<web::Data<AgentInfo>>() {
         Some(info) => info.config.limits.clone(),
         None => Limits::default(),
     }
-}
-
-fn too_large(limits: &Limits) -> ApiError {
-    ApiError::PayloadTooLarge(format!(
-        "the request body is larger than {} bytes (limits.http_max_body_bytes)",
-        limits.http_max_body_bytes
-    ))
 }
 
 enum ReadError {

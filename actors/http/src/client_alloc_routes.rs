@@ -4,20 +4,19 @@
 //! client that runs the allocation.
 //!
 //! Routing follows Nomad's: an agent whose client runs the allocation acts
-//! on it at once; a server finds the allocation's node and forwards the
-//! request to that node's agent; a client-only agent that does not run it
-//! asks its server (see [`super::forward`]). Answers are Nomad's: 200
+//! on it at once; otherwise the request goes where `alloc_routing` says (a
+//! server to the node's agent, a client-only agent to its server). Answers are Nomad's: 200
 //! `{"Index": 0}`; 404 `Unknown allocation "<id>"` (also for an ID that is
 //! not one); 400 for an allocation that is over, a task that is not
 //! running, a bad signal; 404 for a task the allocation does not have.
 
+use super::alloc_routing::{alloc_route, Route};
 use super::body::Body;
 use super::errors::ApiError;
-use super::forward::{forward, node_agent_address, Hop};
+use super::forward::forward;
 use super::query::{decode_json, QueryOptions};
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
-use herder::structs::NodeStatus;
 use herder_client::alloc_manager::ControlAlloc;
 use herder_client::driver::{parse_user_signal, DriverError};
 use herder_client::{AllocControl, ControlError};
@@ -126,7 +125,6 @@ async fn route(
     let Ok(alloc_id) = uuid::Uuid::parse_str(id) else {
         return Err(unknown(id));
     };
-    let hop = Hop::of(req);
     let path = format!("/v1/client/allocation/{alloc_id}/{action}");
     if let Some(client) = info.client.get() {
         let ask = client.agent.send(ControlAlloc { alloc_id, control });
@@ -141,45 +139,23 @@ async fn route(
             Ok(Ok(done)) => return answer(done),
         }
     }
-    if let Some(server) = &info.server {
-        if hop == Hop::ToNode {
-            return Err(unknown(id));
+    // Over on the servers: refused there, not sent on to its node.
+    let check = |alloc: &herder::structs::Allocation| {
+        if !alloc.is_terminal() {
+            return Ok(());
         }
-        let snap = server.store.snapshot();
-        let alloc = snap.alloc(&alloc_id).ok_or_else(|| unknown(id))?;
-        if alloc.is_terminal() {
-            let why = if alloc.client_status.is_terminal() {
-                alloc.client_status.as_str().to_string()
-            } else {
-                "being stopped".to_string()
-            };
-            return answer(Err(ControlError::Terminal { alloc_id, why }));
+        let why = if alloc.client_status.is_terminal() {
+            alloc.client_status.as_str().to_string()
+        } else {
+            "being stopped".to_string()
+        };
+        Err(control_error(ControlError::Terminal { alloc_id, why }))
+    };
+    match alloc_route(info, req, &alloc_id, false, check)? {
+        Route::There { address, hop } => {
+            forward(req, &address, hop, &path, &body, FORWARD_TIMEOUT).await
         }
-        if info.client.get().map(|c| c.node_id) == Some(alloc.node_id) {
-            // Placed here, but the client has not started it yet.
-            return Err(unknown(id));
-        }
-        let no_path = || ApiError::NotFound(format!("No path to node {}", alloc.node_id));
-        let node = snap.node(&alloc.node_id).ok_or_else(no_path)?;
-        if node.status == NodeStatus::Down {
-            return Err(no_path());
-        }
-        let address = node_agent_address(node).ok_or_else(no_path)?;
-        return forward(req, &address, Hop::ToNode, &path, &body, FORWARD_TIMEOUT).await;
-    }
-    match info.client.get() {
-        Some(client) if hop == Hop::Direct => {
-            forward(
-                req,
-                &client.server,
-                Hop::ToServer,
-                &path,
-                &body,
-                FORWARD_TIMEOUT,
-            )
-            .await
-        }
-        _ => Err(unknown(id)),
+        Route::Here => Err(unknown(id)),
     }
 }
 

@@ -78,6 +78,36 @@ pub(crate) fn token(req: &HttpRequest) -> String {
         .to_string()
 }
 
+/// Under ACLs a node registers with its own `SecretID` as its token (a
+/// node already registered: the secret it registered with), or with a
+/// `node:write` token.
+fn check_register_secret(
+    info: &AgentInfo,
+    req: &HttpRequest,
+    api: &ServerApi,
+    node: &herder::structs::Node,
+) -> Result<(), ApiError> {
+    if !info.config.acl.enabled {
+        return Ok(());
+    }
+    let secret = crate::acl_rules::request_secret(req);
+    let snap = api.snapshot();
+    let expected = snap
+        .node(&node.id)
+        .map_or(node.secret_id.as_str(), |n| n.secret_id.as_str());
+    let own = !secret.is_empty()
+        && herder_server::server_api::acl::constant_time_eq(expected.as_bytes(), secret.as_bytes());
+    let writer = || {
+        api.resolve_token(&secret, chrono::Utc::now())
+            .is_ok_and(|r| r.acl.allow_node_write())
+    };
+    if own || writer() {
+        Ok(())
+    } else {
+        Err(crate::acl_rules::denied())
+    }
+}
+
 pub(crate) fn node_id(raw: &str) -> Result<NodeId, ApiError> {
     raw.parse()
         .map_err(|_| ApiError::BadRequest(format!("node ID {raw:?} is not a UUID")))
@@ -91,13 +121,16 @@ const RPC_MINOR_VERSION: u32 = 1;
 /// The `Servers` of a register or heartbeat answer: Nomad's
 /// `NodeServerInfo` for every server whose HTTP address is known.
 fn servers_json(info: &AgentInfo) -> Vec<serde_json::Value> {
+    // The servers of a cluster share their `tls.http`: over HTTPS, the
+    // clients are told so.
+    let scheme = if info.config.tls.http { "https://" } else { "" };
     super::raft_routes::servers(info)
         .into_iter()
         .filter(|m| !m.node.http_addr.is_empty())
         .map(|m| {
             json!({
                 "RPCAdvertiseAddr": m.node.rpc_addr,
-                "HTTPAddr": m.node.http_addr,
+                "HTTPAddr": format!("{scheme}{}", m.node.http_addr),
                 "RPCMajorVersion": RPC_MAJOR_VERSION,
                 "RPCMinorVersion": RPC_MINOR_VERSION,
                 "Datacenter": m.node.datacenter,
@@ -121,12 +154,17 @@ fn node_reply(r: NodeReply, servers: Vec<serde_json::Value>) -> HttpResponse {
         }))
 }
 
-async fn register(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
+async fn register(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
     let api = api(&info)?;
     let request: RegisterRequest = decode_json(&body)?;
     let node = request
         .node
         .ok_or_else(|| ApiError::BadRequest("missing node for client registration".into()))?;
+    check_register_secret(&info, &req, &api, &node)?;
     let reply = api.register_node(node).await?;
     Ok(node_reply(reply, servers_json(&info)))
 }

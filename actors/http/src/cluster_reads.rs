@@ -33,11 +33,14 @@ use std::time::Duration;
 /// Longest a read waits for the barrier (an election takes 1-3 s).
 const BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Paths whose answers are about this agent or are not replicated state.
-const LOCAL_PREFIXES: [&str; 5] = [
+/// Paths whose answers are about this agent or are not replicated state
+/// (autopilot's health is this server's view of the others, answered
+/// without a leader too).
+const LOCAL_PREFIXES: [&str; 6] = [
     "/v1/agent/",
     "/v1/status/",
     "/v1/operator/raft/",
+    "/v1/operator/autopilot/health",
     "/v1/client/",
     "/v1/metrics",
 ];

@@ -33,6 +33,10 @@ pub enum ApiError {
     GatewayTimeout(String),
     #[error("{0}")]
     Internal(String),
+    /// The answer of the agent a request was forwarded to, passed on as
+    /// it came.
+    #[error("{body}")]
+    Forwarded { status: u16, body: String },
 }
 
 impl ResponseError for ApiError {
@@ -49,6 +53,9 @@ impl ResponseError for ApiError {
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Forwarded { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+            }
         }
     }
 

@@ -14,8 +14,10 @@ use super::stubs::node_read;
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures::StreamExt;
+use herder::acl::{Acl, Capability};
 use herder_server::events::{Event, EventFilter, EventPayload, EventStream, Events};
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Silence after which a heartbeat `{}` is sent.
@@ -54,9 +56,28 @@ fn event_json(event: &Event) -> Value {
     })
 }
 
-/// One ndjson line for a frame.
-fn frame_line(frame: &Events) -> Option<web::Bytes> {
-    let events: Vec<Value> = frame.events.iter().map(event_json).collect();
+/// Whether a token may see an event: a node's with `node:read`, any
+/// other's with `read-job` in its namespace (ACLs off: `None`, all).
+fn may_see(acl: Option<&Acl>, event: &Event) -> bool {
+    match acl {
+        None => true,
+        Some(acl) if event.namespace.is_empty() => acl.allow_node_read(),
+        Some(acl) => acl.allow_namespace_op(&event.namespace, Capability::ReadJob),
+    }
+}
+
+/// One ndjson line for a frame; `None` when the token may see none of
+/// its events.
+fn frame_line(frame: &Events, acl: Option<&Acl>) -> Option<web::Bytes> {
+    let events: Vec<Value> = frame
+        .events
+        .iter()
+        .filter(|e| may_see(acl, e))
+        .map(event_json)
+        .collect();
+    if events.is_empty() && !frame.events.is_empty() {
+        return None;
+    }
     let mut line = serde_json::to_vec(&json!({"Index": frame.index, "Events": events})).ok()?;
     line.push(b'\n');
     Some(web::Bytes::from(line))
@@ -66,6 +87,8 @@ struct StreamState {
     events: EventStream,
     opened: bool,
     heartbeat: Duration,
+    /// The request's ACL (`None` with ACLs off).
+    acl: Option<Arc<Acl>>,
 }
 
 impl StreamState {
@@ -81,7 +104,7 @@ impl StreamState {
             // `next()` is cancel-safe: a heartbeat loses no frame.
             tokio::select! {
                 frame = self.events.next() => {
-                    if let Some(line) = frame_line(&frame?) {
+                    if let Some(line) = frame_line(&frame?, self.acl.as_deref()) {
                         return Some(line);
                     }
                 }
@@ -109,6 +132,7 @@ async fn stream(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResp
         events: EventStream::subscribe(store, filter, Some(info.shutting_down.subscribe())),
         opened: false,
         heartbeat: HEARTBEAT,
+        acl: crate::acl_rules::caller(&req).map(|c| c.acl),
     };
     let body = futures::stream::unfold(state, |mut state| async move {
         let line = state.next_line().await?;
@@ -125,7 +149,6 @@ mod tests {
     use futures::channel::mpsc;
     use futures::SinkExt;
     use herder::state::{AppliedChanges, Row, RowKey};
-    use std::sync::Arc;
 
     fn state(heartbeat: Duration) -> (StreamState, mpsc::Sender<Arc<AppliedChanges>>) {
         let (sender, receiver) = mpsc::channel(8);
@@ -136,6 +159,7 @@ mod tests {
             events: EventStream::from_feed(Default::default(), receiver, filter, None),
             opened: false,
             heartbeat,
+            acl: None,
         };
         (state, sender)
     }

@@ -8,14 +8,18 @@
 //! timeout, and the other agent's status and body come back as this
 //! agent's answer. Each forwarded request carries [`FORWARDED_HEADER`],
 //! saying how far it came, so it is forwarded at most twice (client-only
-//! agent to server, server to node) and never in a loop.
+//! agent to server, server to node) and never in a loop. With `tls.http`
+//! it goes over HTTPS with this agent's certificate, accepting any agent
+//! the CA signed (the other end may be a server or a client).
 
 use super::errors::ApiError;
+use super::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::structs::Node;
 use herder_api_client::{self as api_client, ApiClient, ClientConfig};
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Marks a forwarded request; the value says who sent it.
@@ -86,6 +90,19 @@ pub async fn forward_get(
     forward_call(req, address, hop, path, timeout, call).await
 }
 
+/// The TLS this agent speaks to other agents' HTTP APIs with (its own
+/// `[tls]`: the CA's signature checked, its certificate presented), when
+/// `tls.http` is set.
+fn agents_tls(req: &HttpRequest) -> Result<Option<Arc<rustls::ClientConfig>>, ApiError> {
+    let Some(info) = req.app_data::<web::Data<AgentInfo>>() else {
+        return Ok(None);
+    };
+    info.config
+        .tls
+        .agents_client()
+        .map_err(|e| ApiError::Internal(format!("cannot forward the request: {e}")))
+}
+
 /// Sends `call` to the agent at `address` with the user's token and the
 /// hop, and answers with that agent's status and body.
 async fn forward_call(
@@ -96,18 +113,7 @@ async fn forward_call(
     timeout: Duration,
     call: impl FnOnce(ApiClient) -> Result<api_client::Answer, api_client::ApiError> + Send + 'static,
 ) -> Result<HttpResponse, ApiError> {
-    let token = req
-        .headers()
-        .get("X-Nomad-Token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let client = ApiClient::new(ClientConfig {
-        address: address.to_string(),
-        token,
-    })
-    .map_err(|e| ApiError::BadGateway(format!("cannot forward the request: {e}")))?
-    .with_timeout(timeout)
-    .with_header(FORWARDED_HEADER, hop.header_value());
+    let client = client_for(req, address, hop, timeout)?;
     let call = web::block(move || call(client));
     // ureq's own timeout ends the call; this one only guards the pool.
     let outcome = tokio::time::timeout(timeout + Duration::from_secs(5), call).await;
@@ -121,6 +127,7 @@ async fn forward_call(
         Ok(Ok(answer)) => answer,
     };
     match answer {
+        Err(e) => Err(answer_error(address, path, e)),
         Ok(answer) => {
             let mut response = HttpResponse::Ok();
             if answer.index > 0 {
@@ -131,20 +138,104 @@ async fn forward_call(
             }
             Ok(response.json(answer.body))
         }
-        Err(api_client::ApiError::Status { status, body, .. }) => {
-            let status = actix_web::http::StatusCode::from_u16(status)
-                .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
-            Ok(HttpResponse::build(status)
-                .content_type("text/plain; charset=utf-8")
-                .body(body))
-        }
-        Err(e @ api_client::ApiError::Unreachable { .. }) => Err(ApiError::BadGateway(format!(
+    }
+}
+
+/// A client for the agent at `address`, carrying the user's token and
+/// the hop.
+fn client_for(
+    req: &HttpRequest,
+    address: &str,
+    hop: Hop,
+    timeout: Duration,
+) -> Result<ApiClient, ApiError> {
+    // `X-Nomad-Token` or `Authorization: Bearer`: the next agent checks it
+    // again (under ACLs, a node's agent resolves it through a server).
+    let token = Some(super::acl_rules::request_secret(req)).filter(|t| !t.is_empty());
+    let tls = agents_tls(req)?;
+    let address = match &tls {
+        Some(_) if !address.contains("://") => format!("https://{address}"),
+        _ => address.to_string(),
+    };
+    let client = ApiClient::new(ClientConfig { address, token })
+        .map_err(|e| ApiError::BadGateway(format!("cannot forward the request: {e}")))?
+        .with_timeout(timeout)
+        .with_header(FORWARDED_HEADER, hop.header_value());
+    Ok(match tls {
+        Some(tls) => client.with_tls(tls),
+        None => client,
+    })
+}
+
+/// The other agent's error as this agent's answer: its status and text as
+/// they came, or 502 when it could not be reached or made no sense.
+fn answer_error(address: &str, path: &str, e: api_client::ApiError) -> ApiError {
+    match e {
+        api_client::ApiError::Status { status, body, .. } => ApiError::Forwarded { status, body },
+        e @ api_client::ApiError::Unreachable { .. } => ApiError::BadGateway(format!(
             "cannot reach the agent at {address}: {}",
             e.to_string().lines().next().unwrap_or_default()
-        ))),
-        Err(e) => Err(ApiError::BadGateway(format!(
+        )),
+        e => ApiError::BadGateway(format!(
             "the agent at {address} answered {path} with what is not JSON: {e}"
-        ))),
+        )),
+    }
+}
+
+/// As [`forward_get`], for an answer that is a stream (a file or a log,
+/// followed or not): the other agent's bytes are passed on as they
+/// arrive, as `content_type`, until it ends the stream or the caller
+/// hangs up. Only getting the answer's head is bounded by `timeout`.
+pub async fn forward_stream(
+    req: &HttpRequest,
+    address: &str,
+    hop: Hop,
+    path: &str,
+    content_type: &'static str,
+    timeout: Duration,
+) -> Result<HttpResponse, ApiError> {
+    let client = client_for(req, address, hop, timeout)?;
+    let path_owned = path.to_string();
+    let open = web::block(move || client.get_stream(&path_owned, &[]));
+    let reader = match tokio::time::timeout(timeout, open).await {
+        Err(_) => {
+            return Err(ApiError::GatewayTimeout(format!(
+                "the agent at {address} did not answer {path} within {timeout:?}"
+            )))
+        }
+        Ok(Err(e)) => return Err(ApiError::Internal(format!("forwarding failed: {e}"))),
+        Ok(Ok(Err(e))) => return Err(answer_error(address, path, e)),
+        Ok(Ok(Ok(reader))) => reader,
+    };
+    // A thread of its own per stream: a followed stream may wait long
+    // between pieces and must not hold one of the blocking pool's threads.
+    let (tx, rx) = tokio::sync::mpsc::channel::<actix_web::web::Bytes>(8);
+    std::thread::spawn(move || pump(reader, tx));
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, ApiError>(b), rx))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header(("Cache-Control", "no-store"))
+        .streaming(body))
+}
+
+/// Copies `reader` into `tx` until either side ends.
+fn pump(
+    mut reader: Box<dyn std::io::Read + Send + Sync>,
+    tx: tokio::sync::mpsc::Sender<actix_web::web::Bytes>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let chunk = actix_web::web::Bytes::copy_from_slice(&buf[..n]);
+                if tx.blocking_send(chunk).is_err() {
+                    return;
+                }
+            }
+        }
     }
 }
 

@@ -14,17 +14,20 @@
 //!
 //! The client's state is read from its data dir (the allocation runners
 //! persist each allocation with its job and task states), so this route
-//! needs no handle on the client actors. Nomad forwards a request for an
-//! allocation of another node to that node; herder does not, and answers
-//! 400 naming the node that holds it.
+//! needs no handle on the client actors. A request for an allocation this
+//! agent's client does not keep is routed as Nomad routes it
+//! (`alloc_routing`): a server sends it on to the agent of the node that
+//! runs it, a client-only agent to its server.
 
+use super::alloc_routing::{alloc_route, path_and_query, unknown_alloc, Route};
 use super::errors::ApiError;
 use super::eval_alloc_routes::parse_id;
+use super::forward::forward_stream;
 use super::query::QueryOptions;
+use super::stream_frame::{StreamFrame, FRAME_BYTES};
 use crate::AgentInfo;
 use actix_web::web::Bytes;
 use actix_web::{web, HttpRequest, HttpResponse};
-use base64::Engine;
 use futures::StreamExt;
 use herder::structs::{AllocId, Allocation, Job};
 use herder_client::alloc_runner::persisted_alloc;
@@ -32,16 +35,15 @@ use herder_client::logs::{
     log_file_name, log_indices, position_of, read_segment, LogKind, LogPosition, Origin,
 };
 use herder_client::task_dir::{log_dir, AllocDir};
-use serde::Serialize;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Largest piece of log one frame carries (Nomad's frame size).
-const FRAME_BYTES: usize = 64 * 1024;
 /// How often a follower looks for new output.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
 /// An idle follower sends `{}` this often, so a dead connection is noticed.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a forwarded request may wait for the other agent's first bytes.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// After the task is seen dead, output still in flight (the client drains
 /// the task's pipe after it exits) is waited for this long.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
@@ -105,7 +107,19 @@ async fn logs(
     let id = parse_id(&alloc_id, "allocation")?;
     let q = QueryOptions::from_request(&req)?;
     let request = LogsRequest::parse(&q)?;
-    let (alloc, job) = local_alloc(&info, &id)?;
+    let content_type = if request.plain {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/json"
+    };
+    let (alloc, job) = match local_alloc(&info, &req, &id)? {
+        Ok(found) => found,
+        Err(Route::There { address, hop }) => {
+            let path = path_and_query(&req);
+            return forward_stream(&req, &address, hop, &path, content_type, FORWARD_TIMEOUT).await;
+        }
+        Err(Route::Here) => return Err(unknown_alloc(&id.to_string())),
+    };
     check_task(&info, &alloc, &job, &request)?;
 
     let alloc_dir = AllocDir::new(&info.data_dir, &id).root;
@@ -117,11 +131,6 @@ async fn logs(
         request.origin,
     )
     .map_err(|e| ApiError::Internal(format!("reading the {} log: {e}", request.kind.as_str())))?;
-    let content_type = if request.plain {
-        "text/plain; charset=utf-8"
-    } else {
-        "application/json"
-    };
     let stream = LogStream {
         data_dir: info.data_dir.clone(),
         alloc_id: id,
@@ -152,33 +161,19 @@ async fn logs(
         .streaming(body))
 }
 
-/// The allocation as this node's client keeps it, or why there is none.
-fn local_alloc(info: &AgentInfo, id: &AllocId) -> Result<(Allocation, Job), ApiError> {
+/// The allocation as this node's client keeps it, or, when it does not,
+/// where the request goes instead (`alloc_routing`).
+fn local_alloc(
+    info: &AgentInfo,
+    req: &HttpRequest,
+    id: &AllocId,
+) -> Result<Result<(Allocation, Job), Route>, ApiError> {
     let local = persisted_alloc(&info.data_dir, id)
         .map_err(|e| ApiError::Internal(format!("reading allocation {id}: {e}")))?;
-    if let Some(found) = local {
-        return Ok(found);
+    match local {
+        Some(found) => Ok(Ok(found)),
+        None => Ok(Err(alloc_route(info, req, id, false, |_| Ok(()))?)),
     }
-    let elsewhere = info
-        .server
-        .as_ref()
-        .and_then(|s| s.store.snapshot().alloc(id).map(|a| a.node_id));
-    match elsewhere {
-        Some(node) if Some(node) != this_node_id(info) => Err(ApiError::BadRequest(format!(
-            "Unknown allocation \"{id}\" on this node: it runs on node {node}, \
-             whose agent serves its logs (herder does not forward client requests)"
-        ))),
-        Some(_) => Err(ApiError::NotFound(format!(
-            "allocation \"{id}\" has not started on this node yet. No logs available"
-        ))),
-        None => Err(ApiError::NotFound(format!("Unknown allocation \"{id}\""))),
-    }
-}
-
-/// This client's node ID, as kept in its data dir (never created here).
-fn this_node_id(info: &AgentInfo) -> Option<uuid::Uuid> {
-    let text = std::fs::read_to_string(info.data_dir.join("client").join("node-id")).ok()?;
-    text.trim().parse().ok()
 }
 
 /// The task must be one of the allocation's and have started (or left
@@ -213,22 +208,6 @@ fn check_task(
         )));
     }
     Ok(())
-}
-
-/// Nomad's `StreamFrame`; empty fields are left out, so a heartbeat is `{}`.
-#[derive(Serialize, Default)]
-#[serde(rename_all = "PascalCase")]
-struct StreamFrame {
-    #[serde(skip_serializing_if = "is_zero")]
-    offset: u64,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    data: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    file: String,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// One reader of one task log, producing the response body piece by piece.
@@ -299,16 +278,17 @@ impl LogStream {
         if self.plain {
             return Bytes::from(data);
         }
-        encode_frame(&StreamFrame {
-            offset: self.pos.offset,
-            data: base64::engine::general_purpose::STANDARD.encode(&data),
-            file: log_file_name(&self.task, self.kind, index),
-        })
+        StreamFrame::data(
+            log_file_name(&self.task, self.kind, index),
+            &data,
+            self.pos.offset,
+        )
+        .encode()
     }
 
     fn heartbeat(&mut self) -> Bytes {
         self.last_sent = Instant::now();
-        encode_frame(&StreamFrame::default())
+        StreamFrame::default().encode()
     }
 
     /// The task will write no more: it is dead, or its allocation is gone
@@ -325,12 +305,6 @@ impl LogStream {
             Err(_) => false,
         }
     }
-}
-
-fn encode_frame(frame: &StreamFrame) -> Bytes {
-    let mut line = serde_json::to_vec(frame).unwrap_or_else(|_| b"{}".to_vec());
-    line.push(b'\n');
-    Bytes::from(line)
 }
 
 #[cfg(test)]
@@ -377,20 +351,6 @@ mod tests {
         let d = parse("task=web&type=stdout").unwrap();
         assert!(!d.follow && !d.plain);
         assert_eq!((d.offset, d.origin), (0, Origin::Start));
-    }
-
-    #[test]
-    fn frames_are_nomads_stream_frames_and_heartbeats_are_empty() {
-        let frame = encode_frame(&StreamFrame {
-            offset: 5,
-            data: base64::engine::general_purpose::STANDARD.encode(b"hello"),
-            file: log_file_name("web", LogKind::Stdout, 0),
-        });
-        assert_eq!(
-            &frame[..],
-            b"{\"Offset\":5,\"Data\":\"aGVsbG8=\",\"File\":\"alloc/logs/web.stdout.0\"}\n"
-        );
-        assert_eq!(&encode_frame(&StreamFrame::default())[..], b"{}\n");
     }
 
     /// A server agent whose store holds one job with an allocation on this
@@ -515,11 +475,9 @@ mod tests {
             &format!("/v1/client/fs/logs/{}?task=main&type=stdout", f.remote.id),
         )
         .await;
-        assert_eq!(code, 400, "{body}");
-        assert!(
-            body.starts_with(&format!("Unknown allocation \"{}\"", f.remote.id))
-                && body.contains(&f.remote.node_id.to_string()),
-            "{body}"
+        assert_eq!(
+            (code, body),
+            (404, format!("No path to node {}", f.remote.node_id))
         );
         let unknown = herder::structs::new_id();
         let (code, body) = call(

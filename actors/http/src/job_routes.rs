@@ -261,10 +261,14 @@ async fn register(
     path_id: Option<String>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
-    let _ = QueryOptions::from_request(&req)?;
+    let q = QueryOptions::from_request(&req)?;
     let api = api(&info)?;
     let max_job_bytes = info.config.limits.max_job_bytes;
-    let (job, value) = off_worker(&info, move || parse_job_body(max_job_bytes, &body)).await?;
+    let (mut job, value) = off_worker(&info, move || parse_job_body(max_job_bytes, &body)).await?;
+    if let Some(namespace) = namespace_for_job(&value, q.param("namespace")) {
+        job.namespace = namespace;
+    }
+    crate::acl_rules::require_namespace(&req, &job.namespace, herder::acl::Capability::SubmitJob)?;
     if path_id.as_ref().is_some_and(|id| *id != job.id) {
         return Err(ApiError::BadRequest("Job ID does not match name".into()));
     }
@@ -279,6 +283,21 @@ async fn register(
         })
         .await?;
     Ok(write_answer(result.index, register_answer(&result)))
+}
+
+/// The namespace of a job whose body names none (Nomad's
+/// `namespaceForJob`): the `?namespace=` of the request, else the
+/// request body's own `Namespace`; `None` keeps the job's.
+fn namespace_for_job(value: &Value, query: Option<&str>) -> Option<String> {
+    let named = |ns: Option<&str>| {
+        ns.filter(|ns| !ns.is_empty() && *ns != "*")
+            .map(str::to_string)
+    };
+    let in_job = value.get("Job").and_then(|j| j.get("Namespace"));
+    if named(in_job.and_then(Value::as_str)).is_some() {
+        return None;
+    }
+    named(query).or_else(|| named(value.get("Namespace").and_then(Value::as_str)))
 }
 
 /// Nomad's `JobRegisterResponse` body.
@@ -597,11 +616,23 @@ fn hcl_limits(limits: &herder_common::config::Limits) -> jobspec::HclLimits {
 }
 
 /// Nomad's `JobValidateResponse`: problems are listed, not an error.
-async fn validate_job(info: web::Data<AgentInfo>, body: Body) -> Result<HttpResponse, ApiError> {
+async fn validate_job(
+    info: web::Data<AgentInfo>,
+    req: HttpRequest,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
     let value: Value = decode_json(&body)?;
     if value.get("Job").is_none_or(Value::is_null) {
         return Err(ApiError::BadRequest("Job must be specified".into()));
     }
+    // Checked before the job is decoded: a job that does not decode still
+    // names the namespace it was meant for (Nomad's default when none).
+    let namespace = value
+        .pointer("/Job/Namespace")
+        .and_then(Value::as_str)
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or("default");
+    crate::acl_rules::require_namespace(&req, namespace, herder::acl::Capability::ReadJob)?;
     let mut warnings = Vec::new();
     let errors: Vec<String> = match decode_job_body(&info, body).await {
         Ok((job, _)) => {

@@ -32,6 +32,29 @@ pub fn install_recorder() {
     });
 }
 
+/// The lines of the server's queue gauges (broker, blocked evaluations,
+/// plan queue, workers) as the recorder renders them now; none on an agent
+/// without a server or without the recorder.
+pub fn rendered_queue_gauges() -> Vec<String> {
+    const QUEUES: [&str; 4] = [
+        "herder_broker_",
+        "herder_blocked_evals_",
+        "herder_plan_queue",
+        "herder_worker",
+    ];
+    let Some(handle) = RECORDER.get().and_then(Option::as_ref) else {
+        return Vec::new();
+    };
+    let mut lines: Vec<String> = handle
+        .render()
+        .lines()
+        .filter(|l| QUEUES.iter().any(|q| l.starts_with(q)))
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
 /// Counts and times every request by method, route pattern (not the
 /// concrete path, which would make one series per job) and status.
 pub fn observe_request<S, B>(

@@ -25,6 +25,7 @@ pub async fn plan_job(
     let _ = QueryOptions::from_request(&req)?;
     let api = api(&info)?;
     let (job, value) = decode_job_body(&info, body).await?;
+    crate::acl_rules::require_namespace(&req, &job.namespace, herder::acl::Capability::SubmitJob)?;
     if job.id != *id {
         return Err(ApiError::BadRequest("Job ID does not match".into()));
     }

@@ -1,5 +1,6 @@
 //! What the replicated log carries: a versioned batch of the state store's
-//! commands, and what applying one answers.
+//! commands, or an operator's snapshot restore ([`RestoreEntry`]), and
+//! what applying one answers.
 //!
 //! Membership changes and the leader's no-op entries are openraft's own
 //! payloads (`EntryPayload::Membership`, `EntryPayload::Blank`); everything
@@ -21,17 +22,99 @@ pub enum EntryKind {
     /// A batch of `herder::state::Command`s in the encoding of
     /// `COMMAND_VERSION` 1.
     StateCommands,
+    /// A batch that holds keyring commands (variables and root keys,
+    /// `Command::is_keyring`), which servers before 0.2.0 cannot decode.
+    /// Held back until every server runs 0.2.0 (the seed's lesson from
+    /// Nomad 1.4: a keyring entry written while a 1.3 server was still a
+    /// member crashed it).
+    Keyring,
+    /// A batch that holds autopilot's configuration
+    /// (`Command::is_autopilot`), which servers before 0.3.0 cannot decode.
+    Autopilot,
+    /// An operator's snapshot restore ([`RestoreEntry`]): a server before
+    /// 0.3.0 would not know the field and apply an empty batch instead,
+    /// leaving its state apart from the others'.
+    SnapshotRestore,
 }
 
 impl EntryKind {
     /// Every kind, for the checks that must consider each one.
-    pub const ALL: [EntryKind; 1] = [EntryKind::StateCommands];
+    pub const ALL: [EntryKind; 4] = [
+        EntryKind::StateCommands,
+        EntryKind::Keyring,
+        EntryKind::Autopilot,
+        EntryKind::SnapshotRestore,
+    ];
 
     /// The oldest herder version that applies entries of this kind.
     pub fn required_version(self) -> semver::Version {
         match self {
             EntryKind::StateCommands => semver::Version::new(0, 1, 0),
+            EntryKind::Keyring => semver::Version::new(0, 2, 0),
+            EntryKind::Autopilot | EntryKind::SnapshotRestore => semver::Version::new(0, 3, 0),
         }
+    }
+
+    /// The kind a batch of commands needs: the newest any of them needs.
+    pub fn of(commands: &[Command]) -> EntryKind {
+        if commands.iter().any(Command::is_autopilot) {
+            EntryKind::Autopilot
+        } else if commands.iter().any(Command::is_keyring) {
+            EntryKind::Keyring
+        } else {
+            EntryKind::StateCommands
+        }
+    }
+}
+
+/// An operator's snapshot restore carried by the log: the state store's
+/// checkpoint, checked whole by the server that took the file, which
+/// every replica puts in place of its state at the entry's index
+/// (`state_machine`).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RestoreEntry {
+    /// The index the snapshot was saved at: the restored state lands past
+    /// it, so no row is newer than the state that holds it.
+    pub saved_index: u64,
+    /// `StateStore::encode_checkpoint`'s archive, base64 in the log's
+    /// JSON (a third more than the bytes, against four times as an
+    /// array of numbers).
+    #[serde(with = "base64_bytes")]
+    pub checkpoint: Vec<u8>,
+}
+
+impl std::fmt::Debug for RestoreEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestoreEntry")
+            .field("saved_index", &self.saved_index)
+            .field("checkpoint_bytes", &self.checkpoint.len())
+            .finish()
+    }
+}
+
+impl RestoreEntry {
+    /// The most bytes an entry carrying a checkpoint of `checkpoint_bytes`
+    /// takes in the log's JSON (base64, plus room for the envelope): what
+    /// the transport between servers must let through.
+    pub fn encoded_bound(checkpoint_bytes: usize) -> usize {
+        checkpoint_bytes.div_ceil(3) * 4 + 4096
+    }
+}
+
+mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(input)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -46,6 +129,10 @@ pub struct LogEntry {
     pub version: u32,
     pub kind: EntryKind,
     pub commands: Vec<Command>,
+    /// An operator's restore (kind `SnapshotRestore`, no commands); left
+    /// out of the encoding otherwise, so other entries read as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreEntry>,
 }
 
 impl LogEntry {
@@ -53,8 +140,19 @@ impl LogEntry {
     pub fn commands(commands: Vec<Command>) -> LogEntry {
         LogEntry {
             version: COMMAND_VERSION,
-            kind: EntryKind::StateCommands,
+            kind: EntryKind::of(&commands),
             commands,
+            restore: None,
+        }
+    }
+
+    /// An entry that replaces the whole state by a checked checkpoint.
+    pub fn restore(restore: RestoreEntry) -> LogEntry {
+        LogEntry {
+            version: COMMAND_VERSION,
+            kind: EntryKind::SnapshotRestore,
+            commands: Vec::new(),
+            restore: Some(restore),
         }
     }
 
@@ -74,7 +172,9 @@ pub enum CommandResult {
     Rejected(ApplyError),
 }
 
-/// The answer to a write: the index the entry was applied at and the
+/// The answer to a write: the state index the entry was applied at (the
+/// entry's log index, moved on by every restore that had to land past
+/// its log index, see `state_machine::Position::index_offset`) and the
 /// outcome of each of its commands, in order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -121,6 +221,47 @@ mod tests {
             }
             _ => panic!("the payload changed kind"),
         }
+    }
+
+    #[test]
+    fn a_batch_with_a_keyring_command_is_of_the_keyring_kind() {
+        let plain = LogEntry::commands(vec![Command::ReconcileJobSummaries]);
+        assert_eq!(plain.kind, EntryKind::StateCommands);
+        let keyring = LogEntry::commands(vec![
+            Command::ReconcileJobSummaries,
+            Command::RootKeyDelete { key_id: "k".into() },
+        ]);
+        assert_eq!(keyring.kind, EntryKind::Keyring);
+        assert_eq!(
+            keyring.kind.required_version(),
+            semver::Version::new(0, 2, 0)
+        );
+    }
+
+    #[test]
+    fn a_restore_entry_is_gated_and_survives_the_log_encoding() {
+        let entry = LogEntry::restore(RestoreEntry {
+            saved_index: 42,
+            checkpoint: vec![0, 1, 2, 250, 251, 252, 253],
+        });
+        assert_eq!(entry.kind.required_version(), semver::Version::new(0, 3, 0));
+        let text = serde_json::to_string(&entry).unwrap();
+        assert!(text.contains("\"Checkpoint\":\"AAEC+vv8/Q==\""), "{text}");
+        assert!(text.len() <= RestoreEntry::encoded_bound(7), "{text}");
+        let decoded: LogEntry = serde_json::from_str(&text).unwrap();
+        assert_eq!(decoded, entry);
+        let plain = serde_json::to_string(&LogEntry::commands(Vec::new())).unwrap();
+        assert!(!plain.contains("Restore"), "{plain}");
+    }
+
+    #[test]
+    fn a_batch_with_autopilots_configuration_needs_0_3_0() {
+        let entry = LogEntry::commands(vec![Command::AutopilotConfigUpdate {
+            config: Default::default(),
+            cas_index: None,
+        }]);
+        assert_eq!(entry.kind, EntryKind::Autopilot);
+        assert_eq!(entry.kind.required_version(), semver::Version::new(0, 3, 0));
     }
 
     #[test]

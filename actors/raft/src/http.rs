@@ -151,15 +151,18 @@ impl LeaderContact {
 
 /// Registers the Raft RPC routes on an actix-web app (the RPC port's);
 /// `contact` records every append a leader this server follows sent.
+/// Bodies up to `body_limit` are read (at least [`MAX_BODY_BYTES`]; more
+/// for an append that carries an operator's restore entry).
 pub fn configure(
     raft: Raft<TypeConfig>,
     key: ClusterKey,
     contact: LeaderContact,
+    body_limit: usize,
 ) -> impl FnOnce(&mut web::ServiceConfig) {
     move |config| {
         config
             .app_data(web::Data::new(RaftService { raft, key, contact }))
-            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+            .app_data(web::PayloadConfig::new(body_limit.max(MAX_BODY_BYTES)))
             .route(APPEND_PATH, web::post().to(append))
             .route(VOTE_PATH, web::post().to(vote))
             .route(SNAPSHOT_PATH, web::post().to(install_snapshot));
@@ -309,10 +312,13 @@ where
 /// The client side of every signed exchange on the RPC port (the Raft
 /// RPCs, forwarded writes, status and membership calls): posts JSON to
 /// `http://<addr><path>` from a blocking thread and checks the answer's
-/// signature before decoding it.
+/// signature before decoding it. Over TLS (`https://`, mTLS) when the
+/// servers' `tls.rpc` is set ([`SignedClient::over_tls`]).
 #[derive(Clone)]
 pub struct SignedClient {
     agent: ureq::Agent,
+    /// `https` when the RPC port speaks TLS, else `http`.
+    scheme: &'static str,
     key: Arc<ClusterKey>,
     /// Injected transport faults (tests only): none on a real server.
     faults: Option<Arc<FaultLink>>,
@@ -322,13 +328,27 @@ impl SignedClient {
     /// A client that gives up on an exchange after `timeout` (connect,
     /// send and answer each).
     pub fn new(key: ClusterKey, timeout: Duration) -> SignedClient {
-        let agent = ureq::AgentBuilder::new()
+        SignedClient::over_tls(key, timeout, None)
+    }
+
+    /// A client of RPC ports that speak TLS with `tls` (herder-common's
+    /// `TlsConfig::rpc_client`), or plain HTTP with `None`.
+    pub fn over_tls(
+        key: ClusterKey,
+        timeout: Duration,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> SignedClient {
+        let builder = ureq::AgentBuilder::new()
             .timeout_connect(timeout)
             .timeout_read(timeout)
-            .timeout_write(timeout)
-            .build();
+            .timeout_write(timeout);
+        let (agent, scheme) = match tls {
+            Some(tls) => (builder.tls_config(tls).build(), "https"),
+            None => (builder.build(), "http"),
+        };
         SignedClient {
             agent,
+            scheme,
             key: Arc::new(key),
             faults: None,
         }
@@ -352,7 +372,8 @@ impl SignedClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        self.send(addr, format!("http://{addr}{path}"), path, request)
+        let scheme = self.scheme;
+        self.send(addr, format!("{scheme}://{addr}{path}"), path, request)
             .await
     }
 
@@ -373,7 +394,7 @@ impl SignedClient {
     {
         self.send(
             addr,
-            format!("http://{addr}{path}?{TARGET_PARAM}={target}"),
+            format!("{}://{addr}{path}?{TARGET_PARAM}={target}", self.scheme),
             path,
             request,
         )

@@ -54,6 +54,12 @@
 //!   describes, and read back at open: a restarted server resumes exactly
 //!   after what its store holds (`tests/store_cluster.rs` checks nothing
 //!   is applied twice).
+//! - An operator's restore is one entry ([`entry::RestoreEntry`]): the
+//!   adapter applies the batches before it, then the target replaces its
+//!   state at the entry's state index or one past the saved index,
+//!   whichever is further. From then on every state index runs that much
+//!   ahead of its log index (`Position::index_offset`, kept in the
+//!   position and in Raft snapshots), identically on every replica.
 //! - The adapter hands every entry openraft applies at once to
 //!   `apply_batches`; the store queues them together, so its group commit
 //!   makes them durable with one sync.

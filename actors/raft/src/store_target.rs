@@ -1,7 +1,9 @@
 //! The state store as the replicated log's state machine: each committed
 //! entry is a batch applied at the entry's log index, the log position is
-//! stored in the same state store record as the rows it belongs to, and
-//! a snapshot is the store's checkpoint archive.
+//! stored in the same state store record as the rows it belongs to, a
+//! snapshot is the store's checkpoint archive, and an operator's restore
+//! entry puts its checkpoint in place at the entry's state index
+//! (`StateStore::restore_checkpoint_at`).
 
 use crate::entry::CommandResult;
 use crate::state_machine::{BatchToApply, StateMachineTarget, TargetError, TargetSnapshot};
@@ -75,5 +77,16 @@ impl StateMachineTarget for StateStore {
     fn import_snapshot(&self, snapshot: &TargetSnapshot) -> Result<(), TargetError> {
         self.import_checkpoint(&mut &snapshot.data[..], snapshot.position.clone())
             .map_err(|e| target_error("importing a checkpoint", e))
+    }
+
+    /// Decoded as strictly as the server that took the file checked it
+    /// (`decode_checkpoint`), so every replica loads the same rows or
+    /// stops.
+    fn restore(&self, index: u64, checkpoint: &[u8], position: &[u8]) -> Result<(), TargetError> {
+        let state = StateStore::decode_checkpoint(checkpoint)
+            .map_err(|e| target_error("decoding a restored checkpoint", e))?;
+        self.restore_checkpoint_at(state, index, position.to_vec())
+            .map(|_| ())
+            .map_err(|e| target_error(&format!("restoring a checkpoint at {index}"), e))
     }
 }

@@ -194,6 +194,21 @@ mod tests {
     }
 
     #[test]
+    fn keyring_entries_wait_for_every_server_at_0_2_0() {
+        let mixed = [server(1, "0.2.0"), server(2, "0.1.0"), server(3, "0.2.0")];
+        let err = can_write(EntryKind::Keyring, &mixed).unwrap_err();
+        assert!(
+            matches!(&err, GateError::ServersTooOld { older, .. } if older == &vec![server(2, "0.1.0")]),
+            "{err:?}"
+        );
+        assert_eq!(can_write(EntryKind::StateCommands, &mixed), Ok(()));
+        let upgraded = [server(1, "0.2.0"), server(2, "0.2.1"), server(3, "0.2.0")];
+        assert_eq!(can_write(EntryKind::Keyring, &upgraded), Ok(()));
+        // Once it is unlocked, a 0.1.0 server may no longer join.
+        assert!(can_join(&server(4, "0.1.0"), &upgraded).is_err());
+    }
+
+    #[test]
     fn a_server_too_old_for_what_the_members_write_may_not_join() {
         let current = [server(1, "0.1.0"), server(2, "0.2.0")];
         assert_eq!(can_join(&server(3, "0.1.0"), &current), Ok(()));

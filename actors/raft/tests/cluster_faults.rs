@@ -167,7 +167,9 @@ impl TestCluster {
                 bootstrap_expect: 3,
                 retry_join: addrs.clone(),
                 dead_server_cleanup: Duration::ZERO,
+                max_restore_bytes: 0,
                 key: ClusterKey::from_base64(KEY).expect("key"),
+                tls: None,
                 raft: fast_raft(),
                 faults: Some(faults.clone()),
             };

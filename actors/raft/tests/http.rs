@@ -57,7 +57,12 @@ async fn start_server(id: NodeId, dir: &TempDir, key: &str) -> Server {
     let contact = LeaderContact::default();
     let heard = contact.clone();
     let http = HttpServer::new(move || {
-        App::new().configure(configure(raft.clone(), key.clone(), heard.clone()))
+        App::new().configure(configure(
+            raft.clone(),
+            key.clone(),
+            heard.clone(),
+            herder_raft::http::MAX_BODY_BYTES,
+        ))
     })
     .workers(1)
     .disable_signals()

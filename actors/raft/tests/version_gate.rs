@@ -6,8 +6,9 @@
 //! version ("upgrades") it brings its new entry to the leader and the same
 //! write goes through on every replica.
 //!
-//! The one entry kind there is, `StateCommands`, needs herder 0.1.0; the
-//! old server advertises 0.0.9, a release that cannot apply it.
+//! `StateCommands` needs herder 0.1.0; the old server advertises 0.0.9, a
+//! release that cannot apply it. `Keyring` (variables and root keys) needs
+//! 0.2.0: a 0.1.0 member holds it back while plain commands go through.
 
 mod support;
 use actix_web::{App, HttpServer};
@@ -58,8 +59,10 @@ impl Member {
             bootstrap_expect: addrs.len(),
             retry_join: addrs.to_vec(),
             dead_server_cleanup: std::time::Duration::ZERO,
+            max_restore_bytes: 0,
             faults: None,
             key: ClusterKey::from_base64(KEY).unwrap(),
+            tls: None,
             raft: Arc::new(config_with(8192, 1024).unwrap()),
         };
         let cluster = Cluster::start(settings, &data_dir, store.clone())
@@ -248,6 +251,56 @@ async fn a_server_too_old_for_what_the_members_write_is_not_let_in() {
     })
     .await;
     upgraded.stop().await;
+    for member in members {
+        member.stop().await;
+    }
+}
+
+/// The seed's lesson (Nomad 1.4's keyring entry crashed the 1.3 servers
+/// still in the cluster): with a 0.1.0 server among 0.2.0 ones, plain
+/// commands are written but a keyring command is refused, naming it, and
+/// no replica gets a root key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyring_commands_wait_for_every_server_to_run_0_2_0() {
+    use herder::structs::{KeyMaterial, RootKey, RootKeyMeta};
+    let dir = tempfile::tempdir().unwrap();
+    let (listeners, addrs) = loopback_ports(3);
+    let mut members = Vec::new();
+    for (n, listener) in listeners.into_iter().enumerate() {
+        let version = if n == 1 { "0.1.0" } else { CURRENT };
+        members.push(Member::start(&dir, n, &addrs, listener, version).await);
+    }
+    wait_for_a_leader(&members).await;
+    let (plain, node_id) = register(7);
+    let deadline = Instant::now() + PATIENCE;
+    while let Err(e) = submit(&members[0].store, plain.clone()).await {
+        assert!(
+            Instant::now() < deadline,
+            "a plain write never went through: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(members[0].store.snapshot().node(&node_id).is_some());
+
+    let key = RootKey {
+        meta: RootKeyMeta {
+            key_id: "k1".into(),
+            ..Default::default()
+        },
+        key: KeyMaterial(vec![1; 32]),
+    };
+    let refused = submit(&members[2].store, Command::RootKeyInit { key }).await;
+    let Err(StoreError::NotCommitted(message)) = refused else {
+        panic!("the keyring write was not refused: {refused:?}");
+    };
+    assert!(
+        message.contains(&format!("s2.global ({}) at 0.1.0", addrs[1])),
+        "{message}"
+    );
+    assert!(message.contains("0.2.0 or newer"), "{message}");
+    for member in &members {
+        assert_eq!(member.store.snapshot().root_keys().count(), 0);
+    }
     for member in members {
         member.stop().await;
     }

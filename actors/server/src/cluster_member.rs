@@ -30,6 +30,8 @@ pub fn is_member(config: &AgentConfig, data_dir: &Path) -> bool {
 pub struct Replica {
     pub cluster: Cluster,
     pub rpc: TcpListener,
+    /// The RPC port's TLS (always mTLS) when `tls.rpc` is set.
+    pub rpc_tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Binds the RPC port, then starts the replica over `store` (whose writes
@@ -41,6 +43,9 @@ pub async fn start_replica(
 ) -> Result<Replica, ServerError> {
     let key = ClusterKey::from_base64(&config.server.encrypt)
         .map_err(|e| ServerError::Cluster(format!("server.encrypt: {e}")))?;
+    let tls_error = |e: herder_common::tls::TlsError| ServerError::Cluster(e.to_string());
+    let rpc_tls = config.tls.rpc_listener(&config.region).map_err(tls_error)?;
+    let tls = config.tls.rpc_client(&config.region).map_err(tls_error)?;
     let (host, _) = config.http_bind();
     let rpc = TcpListener::bind((host.as_str(), config.ports.rpc)).map_err(|source| {
         ServerError::RpcBind {
@@ -71,14 +76,20 @@ pub async fn start_replica(
             .map(|a| with_rpc_port(a))
             .collect(),
         dead_server_cleanup: config.server.dead_server_cleanup,
+        max_restore_bytes: config.limits.snapshot_max_bytes,
         key,
+        tls,
         raft: Arc::new(raft),
         faults: None,
     };
     let cluster = Cluster::start(settings, data_dir, store.clone())
         .await
         .map_err(|e| ServerError::Cluster(e.to_string()))?;
-    Ok(Replica { cluster, rpc })
+    Ok(Replica {
+        cluster,
+        rpc,
+        rpc_tls,
+    })
 }
 
 /// This server as the membership records it. Its HTTP address is the one
@@ -114,9 +125,10 @@ pub fn with_rpc_port(addr: &str) -> String {
 }
 
 /// Serves the RPC port: the cluster's calls and the leader's duties'
-/// forwarded writes.
+/// forwarded writes; over TLS (mTLS) only, when `tls` is given.
 pub fn serve_rpc(
     listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     cluster: Cluster,
     server: ServerHandle,
 ) -> Result<actix_web::dev::ServerHandle, ServerError> {
@@ -131,8 +143,11 @@ pub fn serve_rpc(
     })
     .workers(2)
     .disable_signals()
-    .shutdown_timeout(1)
-    .listen(listener)
+    .shutdown_timeout(1);
+    let http = match tls {
+        Some(tls) => http.listen_rustls_0_23(listener, Arc::unwrap_or_clone(tls)),
+        None => http.listen(listener),
+    }
     .map_err(|source| ServerError::RpcBind { addr, source })?
     .run();
     let handle = http.handle();
@@ -146,7 +161,12 @@ pub fn serve(
     replica: Replica,
     server: &ServerHandle,
 ) -> Result<actix_web::dev::ServerHandle, ServerError> {
-    let rpc = serve_rpc(replica.rpc, replica.cluster.clone(), server.clone())?;
+    let rpc = serve_rpc(
+        replica.rpc,
+        replica.rpc_tls,
+        replica.cluster.clone(),
+        server.clone(),
+    )?;
     actix_rt::spawn(follow_leadership(replica.cluster, server.duties.clone()));
     Ok(rpc)
 }

@@ -20,6 +20,10 @@
 //!   table, the collector notes the store's index at each pass and
 //!   takes the newest index noted before the cutoff as "old" (so a new
 //!   leader collects deployments only a threshold after it took over).
+//! - ACL tokens that expired more than `acl_token_gc_threshold` ago
+//!   (Nomad's `expiredACLTokenGC`): they are refused from the moment they
+//!   expire, and collected once the threshold has passed, so that for a
+//!   while `acl token list` still shows why a token stopped working.
 //!
 //! Deletes go in batches of at most `batch_size` IDs per command, so one GC
 //! pass never holds the single state writer for long. The scan runs off the
@@ -50,6 +54,8 @@ pub struct GcConfig {
     pub job_gc_threshold: Duration,
     pub node_gc_threshold: Duration,
     pub deployment_gc_threshold: Duration,
+    /// How long an expired ACL token stays listed before it goes.
+    pub acl_token_gc_threshold: Duration,
     pub gc_interval: Duration,
     /// The most IDs one delete command carries.
     pub batch_size: usize,
@@ -63,6 +69,7 @@ impl Default for GcConfig {
             job_gc_threshold: Duration::from_secs(4 * 3600),
             node_gc_threshold: Duration::from_secs(24 * 3600),
             deployment_gc_threshold: Duration::from_secs(3600),
+            acl_token_gc_threshold: Duration::from_secs(3600),
             gc_interval: Duration::from_secs(300),
             batch_size: 1000,
         }
@@ -91,6 +98,9 @@ pub struct GcReport {
     /// Absent from an older server's report.
     #[serde(default)]
     pub deployments: usize,
+    /// Expired ACL tokens removed (absent from an older server's report).
+    #[serde(default)]
+    pub acl_tokens: usize,
 }
 
 /// A pass with the configured thresholds now (what the timer runs).
@@ -273,6 +283,7 @@ impl GarbageCollector {
                         jobs = r.jobs,
                         nodes = r.nodes,
                         deployments = r.deployments,
+                        acl_tokens = r.acl_tokens,
                         force,
                         "garbage collected"
                     );
@@ -296,6 +307,9 @@ struct Cutoffs {
     /// The newest modify index a deployment may have to be collected
     /// (from the index times; everything when forced).
     deployment_index: u64,
+    /// An ACL token that expired at or before this goes (now when forced:
+    /// every expired token).
+    token_expired: DateTime<Utc>,
 }
 
 impl Cutoffs {
@@ -307,6 +321,7 @@ impl Cutoffs {
                 node_seconds: i64::MAX,
                 deployment: i64::MAX,
                 deployment_index: u64::MAX,
+                token_expired: now,
             };
         }
         let before = |d: Duration| {
@@ -320,6 +335,10 @@ impl Cutoffs {
             node_seconds: before(config.node_gc_threshold).div_euclid(1_000_000_000),
             deployment: before(config.deployment_gc_threshold),
             deployment_index: 0,
+            token_expired: chrono::Duration::from_std(config.acl_token_gc_threshold)
+                .ok()
+                .and_then(|d| now.checked_sub_signed(d))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC),
         }
     }
 }
@@ -334,6 +353,8 @@ struct GcPlan {
     jobs: Vec<(String, String)>,
     nodes: Vec<NodeId>,
     deployments: Vec<DeploymentId>,
+    /// Accessor IDs of expired ACL tokens.
+    acl_tokens: Vec<String>,
 }
 
 impl GcPlan {
@@ -345,6 +366,7 @@ impl GcPlan {
             jobs: self.jobs.len(),
             nodes: self.nodes.len(),
             deployments: self.deployments.len(),
+            acl_tokens: self.acl_tokens.len(),
         }
     }
 
@@ -398,6 +420,13 @@ impl GcPlan {
                 .chunks(batch_size)
                 .map(|ids| Command::NodeDeregister {
                     node_ids: ids.to_vec(),
+                }),
+        );
+        commands.extend(
+            self.acl_tokens
+                .chunks(batch_size)
+                .map(|ids| Command::AclTokenDelete {
+                    accessor_ids: ids.to_vec(),
                 }),
         );
         commands
@@ -457,6 +486,11 @@ fn plan_gc(snap: &StateSnapshot, cutoffs: &Cutoffs) -> GcPlan {
         }
     }
     plan.deployments = collectable_deployments(snap, cutoffs.deployment_index);
+    plan.acl_tokens = snap
+        .acl_tokens()
+        .filter(|t| t.is_expired(cutoffs.token_expired))
+        .map(|t| t.accessor_id.clone())
+        .collect();
     plan
 }
 

@@ -92,6 +92,10 @@ pub enum LeaderCall {
         eval: Box<Evaluation>,
         token: Token,
     },
+    /// An operator's snapshot restore taken by a follower, checked there:
+    /// the leader stops its duties, commits it and starts them again
+    /// (`server_api::snapshot`).
+    RestoreSnapshot(Box<herder_raft::entry::RestoreEntry>),
 }
 
 /// The leader's answer to a [`LeaderCall`].

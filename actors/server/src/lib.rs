@@ -17,6 +17,7 @@ pub mod eval_writer;
 pub mod events;
 pub mod feed;
 pub mod gc;
+pub mod keyring;
 pub mod leader_duties;
 pub mod leader_link;
 pub mod node_drainer;

@@ -69,6 +69,7 @@ pub fn gc_config(config: &AgentConfig) -> GcConfig {
         job_gc_threshold: config.server.job_gc_threshold,
         node_gc_threshold: config.server.node_gc_threshold,
         deployment_gc_threshold: config.server.deployment_gc_threshold,
+        acl_token_gc_threshold: config.server.acl_token_gc_threshold,
         gc_interval: config.server.gc_interval,
         ..GcConfig::default()
     }
@@ -169,6 +170,7 @@ impl Server {
             job_limits: config.limits.job_limits(),
             nomad_metrics,
             cluster,
+            started_at: std::time::SystemTime::now(),
         };
         let rpc = match replica {
             Some(replica) => Some(cluster_member::serve(replica, &handle)?),

@@ -71,6 +71,9 @@ pub struct ServerHandle {
     /// This server's place in a cluster of servers; `None` for a single
     /// server without Raft.
     pub cluster: Option<herder_raft::Cluster>,
+    /// When the server started (a single server's `StableSince` in
+    /// autopilot's health: healthy since then).
+    pub started_at: std::time::SystemTime,
 }
 
 /// The server's actors, for tests that drive one of them directly; not an

@@ -35,6 +35,7 @@ fn config() -> GcConfig {
         job_gc_threshold: Duration::from_secs(4 * HOUR as u64),
         node_gc_threshold: Duration::from_secs(24 * HOUR as u64),
         deployment_gc_threshold: Duration::from_secs(HOUR as u64),
+        acl_token_gc_threshold: Duration::from_secs(HOUR as u64),
         // The timer stays out of the way; the tests run passes themselves.
         gc_interval: Duration::from_secs(3600),
         // Small batches, so a pass needs several commands.
@@ -172,6 +173,7 @@ async fn old_finished_evals_and_allocs_go_young_and_needed_ones_stay() {
             jobs: 0,
             nodes: 0,
             deployments: 0,
+            acl_tokens: 0,
         }
     );
     assert!(!c.has_eval(&old) && !c.has_alloc(&old_alloc));
@@ -433,4 +435,52 @@ async fn terminal_deployments_go_a_threshold_after_a_pass_saw_them_unless_an_all
         "a forced collection ignores the age"
     );
     assert!(c.has_deployment(&in_use) && c.has_deployment(&running));
+}
+
+/// A client token `name` expiring `expired_secs_ago` seconds before now
+/// (`None`: never).
+fn token(name: &str, expired_secs_ago: Option<i64>) -> herder::structs::acl::AclToken {
+    herder::structs::acl::AclToken {
+        accessor_id: format!("accessor-{name}"),
+        secret_id: format!("secret-{name}"),
+        name: name.into(),
+        r#type: "client".into(),
+        policies: vec!["p".into()],
+        expiration_time: expired_secs_ago.map(|s| {
+            (now() - chrono::Duration::seconds(s))
+                .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+        }),
+        ..Default::default()
+    }
+}
+
+#[actix::test]
+async fn expired_acl_tokens_go_after_the_threshold_and_all_of_them_when_forced() {
+    let c = Cluster::new();
+    let tokens = vec![
+        token("long-expired", Some(2 * HOUR)),
+        token("just-expired", Some(60)),
+        token("not-yet", Some(-HOUR)),
+        token("forever", None),
+    ];
+    c.store
+        .apply(Command::AclTokenUpsert { tokens })
+        .expect("tokens stored");
+    let names = |c: &Cluster| {
+        let mut names: Vec<String> = c
+            .store
+            .snapshot()
+            .acl_tokens()
+            .map(|t| t.name.clone())
+            .collect();
+        names.sort();
+        names
+    };
+    let gc = c.gc();
+    let report = gc.send(RunGc).await.unwrap().unwrap();
+    assert_eq!(report.acl_tokens, 1);
+    assert_eq!(names(&c), ["forever", "just-expired", "not-yet"]);
+    let report = gc.send(ForceGc).await.unwrap().unwrap();
+    assert_eq!(report.acl_tokens, 1);
+    assert_eq!(names(&c), ["forever", "not-yet"]);
 }

@@ -41,6 +41,11 @@ pub struct PlaceRequest {
     pub reschedule: bool,
     /// A canary of the deployment (or the replacement of one).
     pub canary: bool,
+    /// Nomad's `downgradeNonCanary`: while the group's canaries wait for
+    /// promotion, what replaces (or adds to) the old version's allocations
+    /// runs the old version, not the one under trial. Holds the lowest
+    /// version acceptable (the replaced allocation's).
+    pub downgrade_from: Option<u64>,
 }
 
 /// An allocation to replace with one of the new job version.
@@ -221,7 +226,8 @@ impl Reconciler<'_> {
             canaries.holding,
         );
         let existing = (untainted.len() + migrate.len() + reschedule_now.len()) as u32;
-        let place = wanted.placements(&reschedule_now, &lost, existing, &mut names);
+        let canarying = dstate.desired_canaries > 0 && !dstate.promoted;
+        let place = wanted.placements(&reschedule_now, &lost, existing, &mut names, canarying);
         if !in_deployment {
             dstate.desired_total += place.len() as u32;
         }
@@ -237,7 +243,7 @@ impl Reconciler<'_> {
         let ready = !rollout.halted() && !canaries.holding;
         let limit = admit_placements(place, &lost, ready, rollout, limit, &mut desired, results);
         admit_destructive(tg, destructive, ready, limit, &mut desired, results);
-        migrate_all(tg, migrate, &mut desired, results);
+        migrate_all(tg, migrate, canarying, &mut desired, results);
         results.desired.insert(tg.name.clone(), desired);
 
         if !in_deployment && (!had_running || updating_spec) {
@@ -758,6 +764,7 @@ impl Wanted<'_> {
                 previous: None,
                 reschedule: false,
                 canary: true,
+                downgrade_from: None,
             });
         }
         true
@@ -772,6 +779,7 @@ impl Wanted<'_> {
         lost: &Set,
         mut existing: u32,
         names: &mut NameIndex,
+        canarying: bool,
     ) -> Vec<PlaceRequest> {
         let tg = self.tg;
         let mut place = Vec::new();
@@ -782,6 +790,7 @@ impl Wanted<'_> {
                 previous: Some(a.clone()),
                 reschedule: true,
                 canary: is_canary(a),
+                downgrade_from: downgrade(canarying, a),
             });
         }
         for a in lost {
@@ -795,6 +804,7 @@ impl Wanted<'_> {
                 previous: Some(a.clone()),
                 reschedule: false,
                 canary: is_canary(a),
+                downgrade_from: downgrade(canarying, a),
             });
         }
         if existing < self.count {
@@ -805,6 +815,7 @@ impl Wanted<'_> {
                     previous: None,
                     reschedule: false,
                     canary: false,
+                    downgrade_from: canarying.then_some(0),
                 });
             }
         }
@@ -817,6 +828,7 @@ impl Wanted<'_> {
 fn migrate_all(
     tg: &TaskGroup,
     mut migrate: Set,
+    canarying: bool,
     desired: &mut DesiredUpdates,
     results: &mut ReconcileResults,
 ) {
@@ -832,10 +844,17 @@ fn migrate_all(
             name: a.name.clone(),
             group: tg.name.clone(),
             canary: is_canary(&a),
+            downgrade_from: downgrade(canarying, &a),
             previous: Some(a),
             reschedule: false,
         });
     }
+}
+
+/// What replaces `a` runs the old version while canaries are on trial,
+/// unless `a` is itself a canary (see `PlaceRequest::downgrade_from`).
+fn downgrade(canarying: bool, a: &Allocation) -> Option<u64> {
+    (canarying && !is_canary(a)).then_some(a.job_version)
 }
 
 /// The allocation was placed as a canary (and not promoted yet).

@@ -412,3 +412,64 @@ fn job_plan_counts_canaries() {
     assert_eq!(desired.destructive_update, 0);
     assert_eq!(desired.ignore, 3, "the old allocations wait for promotion");
 }
+
+#[test]
+fn lost_old_allocation_is_replaced_with_the_old_version_while_canaries_wait() {
+    // Nomad's downgradeNonCanary: only the canaries run the version on
+    // trial until it is promoted; a replacement runs the proven version.
+    let mut s = Scenario::new();
+    s.add_nodes(4);
+    let j1 = settled(&mut s, rolling_job(3, 1, 1));
+    let d1 = s.deployment(&j1);
+    let (j2, _) = s.register(new_version(&j1, "/bin/v2"));
+    let canary = of_version(&s, &j2)[0].clone();
+    let old = s
+        .live(&j2)
+        .into_iter()
+        .find(|a| a.job_version == j1.version && a.node_id != canary.node_id)
+        .unwrap();
+    s.h.state
+        .update_node(&old.node_id, |n| n.status = NodeStatus::Down);
+    s.eval(&j2, TriggeredBy::NodeUpdate);
+    let replacement = s
+        .live(&j2)
+        .into_iter()
+        .find(|a| a.previous_allocation == Some(old.id))
+        .expect("the lost allocation is replaced");
+    assert_eq!(replacement.job_version, j1.version, "with the old version");
+    assert_eq!(replacement.deployment_id, Some(d1.id));
+    assert!(replacement.deployment_status.is_none(), "not a canary");
+    assert_eq!(of_version(&s, &j2).len(), 1, "still one canary on trial");
+    // Once promoted, the downgraded allocation is rolled like the others.
+    s.set_health(&canary.id, true);
+    promote(&mut s, &j2);
+    for _ in 0..3 {
+        s.all_healthy(&j2);
+        s.eval(&j2, TriggeredBy::DeploymentWatcher);
+    }
+    assert_eq!(of_version(&s, &j2).len(), 3);
+    assert_eq!(s.live(&j2).len(), 3);
+}
+
+#[test]
+fn failed_old_allocation_is_rescheduled_with_the_old_version_while_canaries_wait() {
+    let mut s = Scenario::new();
+    s.add_nodes(4);
+    let j1 = settled(&mut s, rolling_job(3, 1, 1));
+    let (j2, _) = s.register(new_version(&j1, "/bin/v2"));
+    let old = s
+        .live(&j2)
+        .into_iter()
+        .find(|a| a.job_version == j1.version)
+        .unwrap();
+    s.fail_at(&old.id, NOW - 3600 * SECOND);
+    s.eval(&j2, TriggeredBy::AllocFailure);
+    let replacement = s
+        .live(&j2)
+        .into_iter()
+        .find(|a| a.previous_allocation == Some(old.id))
+        .expect("the failed allocation is rescheduled");
+    assert_eq!(replacement.job_version, j1.version);
+    assert!(replacement.reschedule_tracker.is_some());
+    assert_eq!(of_version(&s, &j2).len(), 1, "still one canary on trial");
+}

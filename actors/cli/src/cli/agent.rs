@@ -53,6 +53,9 @@ pub struct AgentArgs {
     /// The cluster key (base64; `herder operator gossip keygen`).
     #[arg(long = "encrypt", value_name = "KEY")]
     pub encrypt: Option<String>,
+    /// Turn ACLs on (`[acl] enabled`).
+    #[arg(long = "acl-enabled")]
+    pub acl_enabled: bool,
     /// Log level: trace, debug, info, warn, error.
     #[arg(long = "log-level", value_name = "LEVEL")]
     pub log_level: Option<String>,
@@ -93,6 +96,9 @@ impl AgentArgs {
         if self.client {
             flags.client.insert("enabled".into(), true.into());
         }
+        if self.acl_enabled {
+            flags.acl.insert("enabled".into(), true.into());
+        }
         if !self.servers.is_empty() {
             flags
                 .client
@@ -114,18 +120,23 @@ impl AgentArgs {
 /// Loads the configuration, installs the log subscriber at its level,
 /// then warns of the `HERDER_*` variables that were ignored (they could
 /// not be logged before the subscriber existed).
-fn load_and_init_logging(args: &AgentArgs) -> anyhow::Result<AgentConfig> {
+fn load_and_init_logging(
+    args: &AgentArgs,
+) -> anyhow::Result<(AgentConfig, Option<crate::logging::LogLevel>)> {
     let (config, ignored) = AgentConfig::load_reporting_ignored(&args.sources())?;
-    crate::logging::init(&config.log_level);
+    let level = crate::logging::init(&config.log_level);
     if !ignored.is_empty() {
         tracing::warn!("{}", herder_common::config::describe_ignored_env(&ignored));
     }
-    Ok(config)
+    Ok((config, level))
 }
 
-/// Runs the agent until SIGINT or SIGTERM, then shuts it down in order.
+/// Runs the agent until SIGINT or SIGTERM, then shuts it down in order;
+/// SIGHUP reloads what can change while it runs (the log level, the TLS
+/// certificates); a second
+/// SIGINT or SIGTERM during the shutdown exits at once.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let config = load_and_init_logging(&args)?;
+    let (config, log_level) = load_and_init_logging(&args)?;
     let temp = args.dev && args.data_dir.is_none();
     // The agent runs on threads of its own; this runtime only waits for
     // the signal.
@@ -133,35 +144,110 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // Listening before the agent says it is up: a signal sent as soon
+        // as the address is printed finds its handler installed.
+        let mut signals = Signals::new()?;
         let agent = herder_actors::agent::Agent::start(config, temp).await?;
         let addr = agent.http_addr();
         println!("==> herder agent started");
-        println!("    HTTP API: http://{addr}");
+        let scheme = if agent.config().tls.http {
+            "https"
+        } else {
+            "http"
+        };
+        println!("    HTTP API: {scheme}://{addr}");
         println!("    data dir: {}", agent.data_dir().display());
         println!(
             "    roles:    server={} client={}",
             agent.config().server.enabled,
             agent.config().client.enabled
         );
-        wait_for_signal().await;
-        println!("==> caught signal, shutting down");
+        while signals.next().await == Signal::Reload {
+            reload(&args, log_level.as_ref());
+        }
+        println!("==> caught signal, shutting down (again to exit at once)");
+        exit_on_next_stop_signal();
         agent.shutdown().await;
         anyhow::Ok(())
     })
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
+/// SIGHUP: the configuration is read again and its reloadable parts
+/// applied: the log level (`RUST_LOG`, when set, wins) and the TLS
+/// certificates' files;
+/// what else changed waits for a restart, and the agent says so.
+fn reload(args: &AgentArgs, log_level: Option<&crate::logging::LogLevel>) {
+    let config = match args.load_config() {
+        Ok(config) => config,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; waiting for Ctrl-C only");
-            let _ = tokio::signal::ctrl_c().await;
+            tracing::error!(error = %e, "reload: the configuration is invalid; nothing changed");
+            return;
+        }
+    };
+    let applied = log_level.is_some_and(|l| l.set(&config.log_level));
+    if applied {
+        tracing::warn!(log_level = %config.log_level, "reloaded the configuration (other changes need a restart)");
+    } else {
+        tracing::warn!("reload: the log level is set by RUST_LOG; nothing changed");
+    }
+    reload_certificates();
+}
+
+/// Reads the TLS certificates and keys in use again from their files (the
+/// paths the agent started with), so that a renewed certificate is
+/// presented from the next connection on; one that does not read is
+/// refused and the one in use kept.
+fn reload_certificates() {
+    for (cert, outcome) in herder_common::tls::reload_identities() {
+        match outcome {
+            Ok(()) => tracing::warn!(cert_file = %cert.display(), "reloaded the TLS certificate"),
+            Err(e) => tracing::error!(error = %e, "reload: the TLS certificate was not changed"),
+        }
+    }
+}
+
+/// A second SIGINT or SIGTERM ends the process at once, whatever the
+/// shutdown is waiting for (a task's `kill_timeout`, say): their default
+/// action is restored, so the kernel ends the process without any of its
+/// threads having to notice.
+fn exit_on_next_stop_signal() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: resets the disposition of a signal to its default;
+        // nothing of ours runs in a handler.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
+
+/// What the agent is told by a signal.
+#[derive(Debug, PartialEq, Eq)]
+enum Signal {
+    Stop,
+    Reload,
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::Stop,
+            _ = self.term.recv() => Signal::Stop,
+            _ = self.hup.recv() => Signal::Reload,
         }
     }
 }

@@ -3,11 +3,14 @@
 //! [`super::alloc_logs`]). Restart and signal go to the agent the CLI
 //! talks to, which hands them to the client that runs the allocation.
 
+use super::alloc_exec::{self, AllocExecArgs};
+use super::alloc_fs::{self, AllocFsArgs};
 use super::alloc_logs::{self, AllocLogsArgs};
 use super::flags::{ApiFlags, ViewFlags};
 use super::lookup::resolve_uuid_prefix;
 use super::monitor::{monitor, MonitorOptions};
 use super::output::{self, now_nanos};
+use super::usage;
 use super::views::{AllocView, WriteResponse};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -34,6 +37,10 @@ pub enum AllocCommand {
     Signal(AllocSignalArgs),
     /// Print or follow a task's stdout or stderr.
     Logs(AllocLogsArgs),
+    /// Run a command beside a running task, in its isolation.
+    Exec(AllocExecArgs),
+    /// List, read or follow the files of an allocation's directory.
+    Fs(AllocFsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -65,6 +72,9 @@ pub struct AllocSignalArgs {
 pub struct AllocStatusArgs {
     /// An allocation ID or a unique prefix of one.
     pub id: String,
+    /// Show each task's measured resource usage.
+    #[arg(long)]
+    pub stats: bool,
     #[command(flatten)]
     pub view: ViewFlags,
 }
@@ -89,6 +99,8 @@ pub fn run(args: AllocArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
         AllocCommand::Restart(a) => restart(&client, &a),
         AllocCommand::Signal(a) => signal(&client, &a),
         AllocCommand::Logs(a) => alloc_logs::run(&client, &a, out),
+        AllocCommand::Exec(a) => alloc_exec::run(&client, &a, out),
+        AllocCommand::Fs(a) => alloc_fs::run(&client, &a, out),
     }
 }
 
@@ -109,6 +121,9 @@ fn status(client: &ApiClient, args: &AllocStatusArgs, out: &mut dyn Write) -> an
         "{}",
         output::alloc_detail(&alloc, now_nanos(), args.view.verbose)
     )?;
+    if args.stats {
+        usage::write_task_usage(client, &answer.body, out)?;
+    }
     Ok(0)
 }
 

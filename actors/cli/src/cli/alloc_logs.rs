@@ -124,6 +124,11 @@ pub fn run(client: &ApiClient, args: &AllocLogsArgs, out: &mut dyn Write) -> any
 
 /// The task asked for, or the group's only task.
 fn pick_task(alloc: &Value, args: &AllocLogsArgs) -> anyhow::Result<String> {
+    choose_task(alloc, args.task.as_deref().or(args.task_arg.as_deref()))
+}
+
+/// `wanted` when the allocation's group has it, or the group's only task.
+pub(super) fn choose_task(alloc: &Value, wanted: Option<&str>) -> anyhow::Result<String> {
     let group_name = alloc["TaskGroup"].as_str().unwrap_or_default();
     let tasks: Vec<&str> = alloc["Job"]["TaskGroups"]
         .as_array()
@@ -133,7 +138,6 @@ fn pick_task(alloc: &Value, args: &AllocLogsArgs) -> anyhow::Result<String> {
         .flat_map(|g| g["Tasks"].as_array().into_iter().flatten())
         .filter_map(|t| t["Name"].as_str())
         .collect();
-    let wanted = args.task.as_deref().or(args.task_arg.as_deref());
     match wanted {
         Some("") => bail!("Task name required"),
         Some(t) if !tasks.is_empty() && !tasks.contains(&t) => bail!(
@@ -156,7 +160,7 @@ fn pick_task(alloc: &Value, args: &AllocLogsArgs) -> anyhow::Result<String> {
 
 /// A client for the agent of the node that runs `alloc`, when the node
 /// advertises a usable HTTP address.
-fn node_client(client: &ApiClient, alloc: &Value) -> Option<ApiClient> {
+pub(super) fn node_client(client: &ApiClient, alloc: &Value) -> Option<ApiClient> {
     let node_id = alloc["NodeID"].as_str().filter(|n| !n.is_empty())?;
     let node = client
         .get(&format!("/v1/node/{}", path_segment(node_id)), &[])
@@ -193,7 +197,7 @@ struct Frame {
 
 /// Writes the frames' data as it arrives. With `keep_lines`, what arrives
 /// before the first heartbeat (the backlog) is cut to its last lines first.
-fn copy_frames(
+pub(super) fn copy_frames(
     stream: Box<dyn Read + Send + Sync>,
     keep_lines: Option<usize>,
     out: &mut dyn Write,
@@ -232,7 +236,7 @@ fn copy_frames(
 }
 
 /// The last `n` lines of `data` (a final line without newline counts).
-fn last_lines(data: &[u8], n: usize) -> &[u8] {
+pub(super) fn last_lines(data: &[u8], n: usize) -> &[u8] {
     if n == 0 {
         return &[];
     }

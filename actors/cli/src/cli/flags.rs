@@ -1,5 +1,6 @@
 //! The flags the client verbs share: how to reach the agent (address,
-//! token, namespace, region, each with its environment fallback), the
+//! token, namespace, region, the TLS files of an HTTPS agent: each with
+//! its environment fallback, Nomad's names included), the
 //! views (`-json`, `-verbose`) and `-t` templates. Apart from the verb
 //! dispatch in `cli/mod.rs` so that the verbs, which it dispatches to,
 //! need nothing of it.
@@ -7,7 +8,9 @@
 use super::output;
 use anyhow::bail;
 use clap::Args;
-use herder_api_client::{ApiClient, ApiError, ClientConfig};
+use herder_api_client::{ApiClient, ClientConfig};
+use herder_common::tls::{client_config, PeerName, TlsFiles};
+use std::path::PathBuf;
 
 /// How a client verb reaches the agent; accepted after any verb word.
 #[derive(Clone, Debug, Default, Args)]
@@ -27,11 +30,22 @@ pub struct ApiFlags {
     /// agent's].
     #[arg(long = "region", value_name = "REGION", global = true)]
     pub region: Option<String>,
+    /// The CA certificate (PEM) the agent's HTTPS certificate is checked
+    /// against [default: $HERDER_CACERT, $NOMAD_CACERT].
+    #[arg(long = "ca-cert", value_name = "FILE", global = true)]
+    pub ca_cert: Option<String>,
+    /// The certificate (PEM) presented to an agent that asks for one
+    /// (`verify_https_client`) [default: $HERDER_CLIENT_CERT, $NOMAD_CLIENT_CERT].
+    #[arg(long = "client-cert", value_name = "FILE", global = true)]
+    pub client_cert: Option<String>,
+    /// The key of -client-cert [default: $HERDER_CLIENT_KEY, $NOMAD_CLIENT_KEY].
+    #[arg(long = "client-key", value_name = "FILE", global = true)]
+    pub client_key: Option<String>,
 }
 
 impl ApiFlags {
     /// A client for the agent these flags and the environment name.
-    pub fn client(&self) -> Result<ApiClient, ApiError> {
+    pub fn client(&self) -> anyhow::Result<ApiClient> {
         self.client_with_env(|key| std::env::var(key).ok())
     }
 
@@ -39,7 +53,7 @@ impl ApiFlags {
     pub fn client_with_env(
         &self,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<ApiClient, ApiError> {
+    ) -> anyhow::Result<ApiClient> {
         let pick = |flag: &Option<String>, ours: &str, nomads: &str| {
             flag.clone()
                 .or_else(|| env(ours).filter(|v| !v.is_empty()))
@@ -48,7 +62,24 @@ impl ApiFlags {
         let namespace = pick(&self.namespace, "HERDER_NAMESPACE", "NOMAD_NAMESPACE");
         let region = pick(&self.region, "HERDER_REGION", "NOMAD_REGION");
         let config = ClientConfig::resolve(self.address.as_deref(), self.token.as_deref(), &env);
-        Ok(ApiClient::new(config)?.with_scope(namespace, region))
+        let files = TlsFiles {
+            ca_file: pick(&self.ca_cert, "HERDER_CACERT", "NOMAD_CACERT").map(PathBuf::from),
+            cert_file: pick(&self.client_cert, "HERDER_CLIENT_CERT", "NOMAD_CLIENT_CERT")
+                .map(PathBuf::from),
+            key_file: pick(&self.client_key, "HERDER_CLIENT_KEY", "NOMAD_CLIENT_KEY")
+                .map(PathBuf::from),
+        };
+        let client = ApiClient::new(config)?.with_scope(namespace, region);
+        if files == TlsFiles::default() {
+            return Ok(client);
+        }
+        let tls = client_config(&files, &PeerName::UrlHost).map_err(|e| {
+            anyhow::anyhow!(
+                "TLS (-ca-cert, -client-cert, -client-key or NOMAD_CACERT, \
+                 NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY): {e}"
+            )
+        })?;
+        Ok(client.with_tls(tls))
     }
 }
 
@@ -84,5 +115,38 @@ impl TemplateFlag {
             bail!("Both json and template formatting are not allowed");
         }
         output::go_template(template, value).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nomads_tls_variables_are_read_and_a_missing_file_is_named() {
+        let env = |key: &str| match key {
+            "NOMAD_ADDR" => Some("https://127.0.0.1:4646".to_string()),
+            "NOMAD_CACERT" => Some("/nonexistent/ca.pem".to_string()),
+            _ => None,
+        };
+        let err = ApiFlags::default()
+            .client_with_env(env)
+            .expect_err("the CA file does not exist");
+        let text = err.to_string();
+        assert!(
+            text.contains("NOMAD_CACERT") && text.contains("/nonexistent/ca.pem"),
+            "{text}"
+        );
+        let flag_wins = ApiFlags {
+            ca_cert: Some("/nonexistent/flag.pem".into()),
+            ..ApiFlags::default()
+        }
+        .client_with_env(env)
+        .expect_err("the flag's file does not exist either");
+        assert!(flag_wins.to_string().contains("flag.pem"), "{flag_wins}");
+        let plain = ApiFlags::default()
+            .client_with_env(|k| (k == "NOMAD_ADDR").then(|| "https://h:1".to_string()))
+            .expect("no TLS files: the public roots");
+        assert_eq!(plain.address(), "https://h:1");
     }
 }

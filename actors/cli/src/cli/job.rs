@@ -235,18 +235,15 @@ pub fn run(args: JobArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
         JobCommand::Run(run) => register(&args.api.client()?, &run, out),
         // Nomad's plan exits 255 on any error so scripts can tell an error
         // from "changes" (1).
-        JobCommand::Plan(plan_args) => match args
-            .api
-            .client()
-            .map_err(anyhow::Error::from)
-            .and_then(|c| plan(&c, &plan_args, out))
-        {
-            Ok(code) => Ok(code),
-            Err(e) => {
-                eprintln!("Error: {e:#}");
-                Ok(EXIT_PLAN_ERROR)
+        JobCommand::Plan(plan_args) => {
+            match args.api.client().and_then(|c| plan(&c, &plan_args, out)) {
+                Ok(code) => Ok(code),
+                Err(e) => {
+                    eprintln!("Error: {e:#}");
+                    Ok(EXIT_PLAN_ERROR)
+                }
             }
-        },
+        }
         JobCommand::Status(status_args) => status(&args.api.client()?, &status_args, out),
         JobCommand::Stop(stop_args) => stop(&args.api.client()?, &stop_args, out),
         JobCommand::Inspect(inspect_args) => inspect(&args.api.client()?, &inspect_args, out),
@@ -262,6 +259,12 @@ pub fn run(args: JobArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
 
 /// Reads, parses and validates a job file, with `file:line:column` errors.
 pub fn load_job(args: &JobFileArgs) -> anyhow::Result<Job> {
+    load_job_noting_namespace(args).map(|(job, _)| job)
+}
+
+/// [`load_job`], and whether the file names the job's namespace itself
+/// (when it does not, the `-namespace` flag or `NOMAD_NAMESPACE` decides).
+pub fn load_job_noting_namespace(args: &JobFileArgs) -> anyhow::Result<(Job, bool)> {
     let name = args.file.display().to_string();
     let text = if name == "-" {
         let mut text = String::new();
@@ -276,7 +279,9 @@ pub fn load_job(args: &JobFileArgs) -> anyhow::Result<Job> {
     if !vars.is_empty() && is_json_job(&text, &name) {
         bail!("{name}: -var applies to HCL job files; a JSON job has no variables");
     }
-    parse_job_text(&text, &name, &vars).map_err(|e| anyhow::anyhow!("{e}"))
+    let job = parse_job_text(&text, &name, &vars).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let names_namespace = jobspec::job_text_names_namespace(&text, is_json_job(&text, &name));
+    Ok((job, names_namespace))
 }
 
 /// Parses job text (HCL with variables, or JSON) and validates the job.
@@ -346,9 +351,15 @@ pub fn register_body(job: &Job, check_index: Option<u64>) -> anyhow::Result<Valu
 }
 
 fn register(client: &ApiClient, args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let job = load_job(&args.job)?;
+    let (job, names_namespace) = load_job_noting_namespace(&args.job)?;
+    let mut body = register_body(&job, args.check_index)?;
+    if !names_namespace {
+        // The agent takes the request's `?namespace=` (the -namespace
+        // flag's), or `default`, for a job that names none.
+        body["Job"]["Namespace"] = json!("");
+    }
     let answer = client
-        .put("/v1/jobs", &[], &register_body(&job, args.check_index)?)
+        .put("/v1/jobs", &[], &body)
         .context("could not submit the job")?;
     if args.view.json {
         write!(out, "{}", output::json(&answer.body))?;

@@ -8,8 +8,12 @@
 //! (see [`herder_api_client`]); each returns the process exit status Nomad
 //! would use for the same outcome.
 
+pub mod acl;
 pub mod agent;
+pub mod agent_monitor;
 pub mod alloc;
+pub mod alloc_exec;
+pub mod alloc_fs;
 pub mod alloc_logs;
 pub mod bench;
 pub mod deployment;
@@ -18,14 +22,23 @@ pub mod flags;
 pub mod job;
 pub mod lookup;
 pub mod monitor;
+pub mod namespace;
 pub mod node;
 pub mod operator;
+pub mod operator_autopilot;
+pub mod operator_debug;
+pub mod operator_keyring;
 pub mod operator_raft;
+pub mod operator_snapshot;
 pub mod output;
 pub mod server;
 pub mod service;
 pub mod sim;
+pub mod stats_output;
 pub mod system;
+pub mod tls;
+pub mod usage;
+pub mod var;
 pub mod views;
 
 #[cfg(test)]
@@ -53,10 +66,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// ACLs: bootstrap, policies, tokens and roles.
+    Acl(acl::AclArgs),
     /// Run a herder agent (server, client, or both with -dev).
     Agent(agent::AgentArgs),
     /// Submit, plan, inspect and stop jobs.
     Job(job::JobArgs),
+    /// List, inspect, create, update and delete namespaces.
+    Namespace(namespace::NamespaceArgs),
     /// List nodes, drain them, set their scheduling eligibility.
     Node(node::NodeArgs),
     /// List and inspect evaluations.
@@ -73,18 +90,25 @@ pub enum Command {
     Server(server::ServerArgs),
     /// The native service catalog (`service list`, `service info NAME`).
     Service(service::ServiceArgs),
+    /// Variables (`var list|get|put|purge`).
+    Var(var::VarArgs),
     /// Cluster-wide maintenance (`system gc`).
     System(system::SystemArgs),
     /// Simulated nodes for scale tests (`sim nodes -count N -servers ADDR`).
     Sim(sim::SimArgs),
     /// Load generators (`bench cluster`).
     Bench(bench::BenchArgs),
+    /// A development CA and certificates (`tls ca create`, `tls cert create`).
+    Tls(tls::TlsArgs),
+    /// Stream an agent's log at a level of your choosing (`-log-level`,
+    /// `-json`, `-node-id`), as `nomad monitor`.
+    Monitor(agent_monitor::MonitorArgs),
     /// Print the version and the commit it was built from.
     Version,
 }
 
 /// `herder version`'s line, as `nomad version` prints its own:
-/// `Herder v0.1.0 (<commit>)`; the commit is recorded at build time
+/// `Herder v0.3.0 (<commit>)`; the commit is recorded at build time
 /// (`actors/build.rs`), "unknown" when built outside git.
 pub fn version_line() -> String {
     format!(
@@ -97,8 +121,10 @@ pub fn version_line() -> String {
 /// Runs a parsed command and returns the process exit status.
 pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8> {
     match command {
+        Command::Acl(args) => acl::run(args, out),
         Command::Agent(args) => agent::run(args).map(|()| 0),
         Command::Job(args) => job::run(args, out),
+        Command::Namespace(args) => namespace::run(args, out),
         Command::Node(args) => node::run(args, out),
         Command::Eval(args) => eval::run(args, out),
         Command::Deployment(args) => deployment::run(args, out),
@@ -106,9 +132,12 @@ pub fn run(command: Command, out: &mut dyn std::io::Write) -> anyhow::Result<u8>
         Command::Operator(args) => operator::run(args, out),
         Command::Server(args) => server::run(args, out),
         Command::Service(args) => service::run(args, out),
+        Command::Var(args) => var::run(args, out),
         Command::System(args) => system::run(args, out),
         Command::Sim(args) => sim::run(args),
         Command::Bench(args) => bench::run(args, out),
+        Command::Tls(args) => tls::run(args, out),
+        Command::Monitor(args) => agent_monitor::run(args, out),
         Command::Version => {
             writeln!(out, "{}", version_line())?;
             Ok(0)

@@ -35,6 +35,12 @@ pub enum NodeCommand {
 pub struct NodeStatusArgs {
     /// A node ID or a unique prefix of one; all nodes when left out.
     pub id: Option<String>,
+    /// The node of the agent the CLI talks to.
+    #[arg(long = "self", conflicts_with = "id")]
+    pub this_node: bool,
+    /// Show the host's measured CPU, memory and disk usage.
+    #[arg(long)]
+    pub stats: bool,
     #[command(flatten)]
     pub view: ViewFlags,
 }
@@ -105,8 +111,28 @@ fn node_id(client: &ApiClient, given: &str) -> anyhow::Result<String> {
     resolve_uuid_prefix(client, "/v1/nodes", "node", given)
 }
 
+/// The node of the agent the CLI talks to (Nomad's `getLocalNodeID`).
+fn local_node_id(client: &ApiClient) -> anyhow::Result<String> {
+    let info = client
+        .get("/v1/agent/self", &[])
+        .map_err(|e| anyhow::anyhow!("Error querying agent info: {e}"))?
+        .body;
+    let Some(stats) = info["stats"]["client"].as_object() else {
+        bail!("Nomad not running in client mode");
+    };
+    match stats.get("node_id").and_then(Value::as_str) {
+        Some(id) => Ok(id.to_string()),
+        None => bail!("Failed to determine node ID"),
+    }
+}
+
 fn status(client: &ApiClient, args: &NodeStatusArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
-    let Some(given) = &args.id else {
+    let own = if args.this_node {
+        Some(local_node_id(client)?)
+    } else {
+        None
+    };
+    let Some(given) = own.as_ref().or(args.id.as_ref()) else {
         let answer = client.get("/v1/nodes", &[])?;
         if args.view.json {
             write!(out, "{}", output::json(&answer.body))?;
@@ -123,6 +149,7 @@ fn status(client: &ApiClient, args: &NodeStatusArgs, out: &mut dyn Write) -> any
         write!(out, "{}", output::json(&node.body))?;
         return Ok(0);
     }
+    let raw_node = node.body.clone();
     let node: NodeView = node.decode().context("reading the node")?;
     let allocs = client.get(&format!("{base}/allocations"), &[])?;
     let mut allocs: Vec<AllocView> = allocs.decode().context("reading the node's allocations")?;
@@ -132,6 +159,9 @@ fn status(client: &ApiClient, args: &NodeStatusArgs, out: &mut dyn Write) -> any
         "{}",
         output::node_detail(&node, &allocs, now_nanos(), args.view.verbose)
     )?;
+    if args.stats {
+        super::usage::write_host_usage(client, &raw_node, out)?;
+    }
     Ok(0)
 }
 

@@ -1,10 +1,16 @@
 //! `herder operator scheduler get-config|set-config`: the cluster-wide
 //! scheduler configuration (algorithm, preemption, broker pause, job
-//! registration), with check-and-set; and the `raft` and `gossip` verbs
-//! ([`super::operator_raft`]).
+//! registration), with check-and-set; the `raft` and `gossip` verbs
+//! ([`super::operator_raft`]); `autopilot` ([`super::operator_autopilot`]);
+//! `debug`, a bundle for a bug report ([`super::operator_debug`]); and
+//! `snapshot` ([`super::operator_snapshot`]).
 
 use super::flags::ApiFlags;
+use super::operator_autopilot::{self, AutopilotCommand};
+use super::operator_debug;
+use super::operator_keyring::{self, RootCommand};
 use super::operator_raft::{self, GossipCommand, RaftCommand};
+use super::operator_snapshot::{self, SnapshotCommand};
 use super::output;
 use super::views::SchedulerConfigView;
 use anyhow::{bail, Context};
@@ -31,11 +37,23 @@ pub enum OperatorCommand {
     /// The servers of the Raft configuration.
     #[command(subcommand)]
     Raft(RaftCommand),
+    /// Autopilot's configuration (dead server cleanup, server health).
+    #[command(subcommand)]
+    Autopilot(AutopilotCommand),
     /// The cluster key (`server { encrypt }`).
     #[command(subcommand)]
     Gossip(GossipCommand),
     /// Print a new cluster key (Nomad 1.1's `operator keygen`).
     Keygen,
+    /// Gather logs, profiles, metrics and state into one archive for a
+    /// bug report, secrets redacted.
+    Debug(operator_debug::DebugArgs),
+    /// Save, restore and inspect snapshots of the whole state.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+    /// The keyring that seals variables (`root keyring list|rotate|remove`).
+    #[command(subcommand)]
+    Root(RootCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -95,9 +113,15 @@ pub fn run(args: OperatorArgs, out: &mut dyn Write) -> anyhow::Result<u8> {
         OperatorCommand::Raft(RaftCommand::RemovePeer(a)) => {
             operator_raft::remove_peer(&client()?, &a, out)
         }
+        OperatorCommand::Autopilot(command) => {
+            operator_autopilot::run(&client()?, &command, out, &mut std::io::stderr())
+        }
         OperatorCommand::Keygen | OperatorCommand::Gossip(GossipCommand::Keygen) => {
             operator_raft::keygen(out)
         }
+        OperatorCommand::Debug(a) => operator_debug::run(a, &client()?, out),
+        OperatorCommand::Snapshot(command) => operator_snapshot::run(command, client, out),
+        OperatorCommand::Root(command) => operator_keyring::run(&client()?, &command, out),
     }
 }
 

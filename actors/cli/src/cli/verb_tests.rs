@@ -1838,3 +1838,62 @@ fn job_run_follows_the_new_deployment_to_its_end() {
         .iter()
         .all(|r| !r.path.contains("deployment")));
 }
+
+#[test]
+fn namespace_verbs_print_and_write_as_nomad() {
+    let server = FakeServer::start(|seen| match (seen.method.as_str(), seen.path.as_str()) {
+        ("GET", "/v1/namespaces")
+            if seen.query.get("prefix").map(String::as_str) == Some("api") =>
+        {
+            Reply::ok(
+                r#"[{"Name":"api-prod","Description":"Production API Servers","Quota":"","Meta":{"owner":"me"},"CreateIndex":5,"ModifyIndex":5}]"#,
+                5,
+            )
+        }
+        ("GET", "/v1/namespaces") => Reply::ok(
+            r#"[{"Name":"default","Description":"Default shared namespace","CreateIndex":1,"ModifyIndex":1},
+                {"Name":"api-prod","Description":"Production API Servers","CreateIndex":5,"ModifyIndex":5}]"#,
+            5,
+        ),
+        ("GET", "/v1/namespace/new") => Reply::status(404, "Namespace not found"),
+        ("PUT", "/v1/namespace") => Reply::ok("", 6),
+        ("DELETE", "/v1/namespace/default") => {
+            Reply::status(400, "can not delete default namespace")
+        }
+        _ => Reply::status(404, "not found"),
+    });
+    let (result, out) = run_against(&server, &["namespace", "list"]);
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(
+        out,
+        "Name      Description\napi-prod  Production API Servers\ndefault   Default shared namespace\n"
+    );
+
+    let (result, out) = run_against(&server, &["namespace", "status", "api"]);
+    assert_eq!(result.unwrap(), 0);
+    assert!(
+        out.starts_with(
+            "Name        = api-prod\nDescription = Production API Servers\nQuota       = <none>\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("owner = me"), "{out}");
+
+    let (result, out) = run_against(
+        &server,
+        &["namespace", "apply", "-description", "fresh", "new"],
+    );
+    assert_eq!(result.unwrap(), 0);
+    assert_eq!(out, "Successfully applied namespace \"new\"!\n");
+    let put = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "PUT")
+        .expect("the namespace was written");
+    assert_eq!(put.json()["Name"], "new");
+    assert_eq!(put.json()["Description"], "fresh");
+
+    let (result, _) = run_against(&server, &["namespace", "delete", "default"]);
+    let err = format!("{:#}", result.unwrap_err());
+    assert!(err.contains("can not delete default namespace"), "{err}");
+}

@@ -238,6 +238,20 @@ impl Driver for MockDriver {
             Ok(())
         })
     }
+
+    /// A timer has no process to run a command beside: refused, so a
+    /// user learns the driver cannot do it rather than seeing nothing.
+    fn exec_streaming(
+        &self,
+        _handle: TaskHandle,
+        _request: super::ExecRequest,
+    ) -> BoxFuture<'_, Result<super::ExecSession, DriverError>> {
+        Box::pin(async {
+            Err(DriverError::task(
+                "mock_driver tasks run no process: alloc exec is not supported by this driver",
+            ))
+        })
+    }
 }
 
 async fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {

@@ -7,11 +7,14 @@
 //! task directory so a restarted client can `recover` it, plus the driver's
 //! live, in-memory part.
 
+pub mod exec;
+mod exec_session;
 pub mod mock;
 pub mod raw_exec;
 mod set;
 
-pub use set::DriverSet;
+pub use exec_session::{ExecInput, ExecOutput, ExecRequest, ExecSession};
+pub use set::{DriverOptions, DriverSet};
 
 use herder::structs::{DriverInfo, LogConfig};
 use serde::{Deserialize, Serialize};
@@ -80,8 +83,25 @@ pub struct TaskConfig {
     pub log_config: LogConfig,
     pub cpu_mhz: i64,
     pub memory_mb: i64,
-    /// Run as this user; empty means the client's own user.
+    /// The hard memory limit (`memory_max`); 0 means `memory_mb`.
+    pub memory_max_mb: i64,
+    /// Run as this user; empty means the driver's default (the client's
+    /// own user for `raw_exec`, `nobody` for `exec`).
     pub user: String,
+    /// The directory the group's tasks share (`<alloc_dir>/alloc`).
+    pub shared_dir: PathBuf,
+    /// The task's host volumes, resolved to host paths.
+    pub volume_mounts: Vec<TaskMount>,
+}
+
+/// A host volume a task mounts (`volume_mount` of a `host` volume).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskMount {
+    /// The volume's path on the host.
+    pub host_path: PathBuf,
+    /// Where it appears to the task (inside its chroot).
+    pub destination: String,
+    pub read_only: bool,
 }
 
 /// How a task ended.
@@ -168,6 +188,17 @@ pub trait Driver: Send + Sync + 'static {
     /// react. A signal no table knows, or a task that already exited, is
     /// an error of the task (`DriverError::Task`).
     fn signal(&self, handle: TaskHandle, signal: String) -> BoxFuture<'_, Result<(), DriverError>>;
+
+    /// Runs `request.command` beside the running task, as `nomad alloc
+    /// exec` asks: in the task's isolation (its namespaces and chroot for
+    /// `exec`, its directory for `raw_exec`), as the task's user. The
+    /// session's input and output go through the returned channels; the
+    /// command is killed when the session is dropped.
+    fn exec_streaming(
+        &self,
+        handle: TaskHandle,
+        request: ExecRequest,
+    ) -> BoxFuture<'_, Result<ExecSession, DriverError>>;
 }
 
 /// The signals a task may be sent by name, as Nomad's signal table names
@@ -206,6 +237,24 @@ pub const SIGNALS: &[(&str, i32)] = &[
     ("SIGXCPU", libc::SIGXCPU),
     ("SIGXFSZ", libc::SIGXFSZ),
 ];
+
+/// In a task's child just before exec: every signal back to its default
+/// action. A signal the agent ignores (`nohup herder agent` ignores
+/// SIGHUP; a shell's background job ignores SIGINT) would otherwise stay
+/// ignored in every task, and a task's `trap` on it silently does nothing
+/// (a non-interactive shell may not trap a signal ignored on entry).
+/// Handlers are reset by exec itself; only "ignore" survives it.
+///
+/// # Safety
+/// Only async-signal-safe calls: for a `pre_exec` hook.
+pub unsafe fn reset_ignored_signals() {
+    // The standard signals, 1 to 31 (the real-time ones are left alone).
+    for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
 
 /// Parses a signal name as Nomad's `kill_signal` (`SIGINT`, `INT`, `2`);
 /// empty is SIGTERM, the default kill signal.

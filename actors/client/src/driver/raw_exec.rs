@@ -7,12 +7,16 @@
 //! restarted client re-attaches only when both match, so a recycled pid is
 //! never mistaken for the task.
 
-use super::{BoxFuture, Driver, DriverError, ExitResult, HandleState, TaskConfig, TaskHandle};
+use super::exec_session::run_session;
+use super::{
+    BoxFuture, Driver, DriverError, ExecRequest, ExecSession, ExitResult, HandleState, TaskConfig,
+    TaskHandle,
+};
 use crate::logs::{make_fifo, open_fifo_reader, pump_fifo, LogKind, RotatingLog};
 use herder::structs::{DriverInfo, LogConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,32 +30,47 @@ const REATTACHED_POLL: Duration = Duration::from_millis(200);
 /// How long a process may take to die after SIGKILL before stop gives up.
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
+/// `raw_exec`; `enabled` is the client's `raw_exec_enabled`: off, the
+/// driver is not detected (so no job is placed here for it) and refuses
+/// to start tasks.
 #[derive(Default)]
-pub struct RawExecDriver;
+pub struct RawExecDriver {
+    enabled: bool,
+}
 
 impl RawExecDriver {
-    pub fn new() -> Self {
-        RawExecDriver
+    pub fn new(enabled: bool) -> Self {
+        RawExecDriver { enabled }
     }
 }
 
-/// What is persisted for `recover`.
+/// What is persisted for `recover` (shared with `exec`, whose process is
+/// handled the same way once started).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct PidState {
-    pid: i32,
-    start_time: u64,
-    log_dir: PathBuf,
-    log_max_files: i32,
-    log_max_file_size_mb: i32,
+pub(super) struct PidState {
+    pub(super) pid: i32,
+    pub(super) start_time: u64,
+    pub(super) log_dir: PathBuf,
+    pub(super) log_max_files: i32,
+    pub(super) log_max_file_size_mb: i32,
+    /// What `alloc exec` runs beside the task with (absent in handles of
+    /// older clients: exec then runs with an empty environment).
+    #[serde(default)]
+    pub(super) task_dir: PathBuf,
+    #[serde(default)]
+    pub(super) user: String,
+    #[serde(default)]
+    pub(super) env: BTreeMap<String, String>,
 }
 
 /// The live part of a handle: the process and its exit, once known.
-struct Live {
-    pid: i32,
+pub(super) struct Live {
+    pub(super) pid: i32,
     /// The process's start time (`/proc/<pid>/stat`), 0 when unknown: a
     /// signal goes to the pid only while it still names this process.
-    start_time: u64,
-    exit: watch::Receiver<Option<ExitResult>>,
+    pub(super) start_time: u64,
+    pub(super) exit: watch::Receiver<Option<ExitResult>>,
+    pub(super) state: PidState,
 }
 
 impl Driver for RawExecDriver {
@@ -60,6 +79,15 @@ impl Driver for RawExecDriver {
     }
 
     fn fingerprint(&self) -> DriverInfo {
+        if !self.enabled {
+            return DriverInfo {
+                detected: false,
+                healthy: false,
+                health_description: "disabled (client.raw_exec_enabled is false)".into(),
+                update_time: Some(crate::clock::now_nanos()),
+                ..Default::default()
+            };
+        }
         let sh_present = Path::new("/bin/sh").exists();
         DriverInfo {
             attributes: BTreeMap::from([(format!("driver.{NAME}"), "1".to_string())]),
@@ -75,19 +103,18 @@ impl Driver for RawExecDriver {
     }
 
     fn start_task(&self, config: TaskConfig) -> BoxFuture<'_, Result<TaskHandle, DriverError>> {
-        Box::pin(async move { start(config) })
+        Box::pin(async move {
+            if !self.enabled {
+                return Err(DriverError::Node(
+                    "raw_exec is disabled on this client (client.raw_exec_enabled)".into(),
+                ));
+            }
+            start(config)
+        })
     }
 
     fn wait(&self, handle: TaskHandle) -> BoxFuture<'_, ExitResult> {
-        Box::pin(async move {
-            match handle.live::<Live>() {
-                Some(live) => wait_exit(live.exit.clone()).await,
-                None => ExitResult {
-                    err: Some("not a raw_exec handle".into()),
-                    ..Default::default()
-                },
-            }
-        })
+        Box::pin(wait_handle(handle))
     }
 
     fn stop(
@@ -96,12 +123,7 @@ impl Driver for RawExecDriver {
         kill_timeout: Duration,
         signal: String,
     ) -> BoxFuture<'_, Result<(), DriverError>> {
-        Box::pin(async move {
-            let live = handle
-                .live::<Live>()
-                .ok_or_else(|| DriverError::task("not a raw_exec handle"))?;
-            stop(&live, kill_timeout, &signal).await
-        })
+        Box::pin(async move { stop(&*live_of(&handle)?, kill_timeout, &signal).await })
     }
 
     fn recover(&self, state: HandleState) -> BoxFuture<'_, Result<TaskHandle, DriverError>> {
@@ -109,31 +131,86 @@ impl Driver for RawExecDriver {
     }
 
     fn signal(&self, handle: TaskHandle, signal: String) -> BoxFuture<'_, Result<(), DriverError>> {
+        Box::pin(async move { send_signal(&*live_of(&handle)?, &signal) })
+    }
+
+    fn exec_streaming(
+        &self,
+        handle: TaskHandle,
+        request: ExecRequest,
+    ) -> BoxFuture<'_, Result<ExecSession, DriverError>> {
         Box::pin(async move {
-            let live = handle
-                .live::<Live>()
-                .ok_or_else(|| DriverError::task("not a raw_exec handle"))?;
-            send_signal(&live, &signal)
+            let live = live_of(&handle)?;
+            if exited(&live) {
+                return Err(DriverError::task("Task not running"));
+            }
+            let state = &live.state;
+            let (program, args) = request
+                .command
+                .split_first()
+                .ok_or_else(|| DriverError::task("command is empty"))?;
+            let mut cmd = std::process::Command::new(program);
+            cmd.args(args).env_clear().envs(&state.env);
+            if state.task_dir.is_dir() {
+                cmd.current_dir(&state.task_dir);
+            }
+            if !state.user.is_empty() {
+                let (uid, gid) = lookup_user(&state.user)?;
+                cmd.uid(uid).gid(gid);
+            }
+            run_session(cmd, request.tty)
         })
+    }
+}
+
+/// The live part of a handle this module's processes have (`raw_exec`'s
+/// and `exec`'s).
+pub(super) fn live_of(handle: &TaskHandle) -> Result<Arc<Live>, DriverError> {
+    handle
+        .live::<Live>()
+        .ok_or_else(|| DriverError::task(format!("not a {} handle", handle.state.driver)))
+}
+
+pub(super) async fn wait_handle(handle: TaskHandle) -> ExitResult {
+    match handle.live::<Live>() {
+        Some(live) => wait_exit(live.exit.clone()).await,
+        None => ExitResult {
+            err: Some(format!("not a {} handle", handle.state.driver)),
+            ..Default::default()
+        },
     }
 }
 
 fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
     let (command, args) = command_and_args(&config.config)?;
     let program = resolve_command(&command, &config.task_dir, config.env.get("PATH"))?;
+    start_process(&config, NAME, &program.display().to_string(), |out, err| {
+        build_command(&program, &args, &config, out, err)
+    })
+}
+
+/// Starts the process `build` makes (given the task's stdout and stderr)
+/// with its logs pumped and its exit watched: the part `raw_exec` and
+/// `exec` share.
+pub(super) fn start_process(
+    config: &TaskConfig,
+    driver: &'static str,
+    program: &str,
+    build: impl FnOnce(std::fs::File, std::fs::File) -> Result<tokio::process::Command, DriverError>,
+) -> Result<TaskHandle, DriverError> {
     let node_err = |what: &str, e: std::io::Error| DriverError::Node(format!("{what}: {e}"));
     std::fs::create_dir_all(&config.log_dir).map_err(|e| node_err("creating the log dir", e))?;
-    let (stdout_fifo, stdout_pump) = open_log(&config, LogKind::Stdout)?;
-    let (stderr_fifo, stderr_pump) = open_log(&config, LogKind::Stderr)?;
+    let (stdout_fifo, stdout_pump) = open_log(config, LogKind::Stdout)?;
+    let (stderr_fifo, stderr_pump) = open_log(config, LogKind::Stderr)?;
     // The task's end is opened read-write too: a pipe with a reader never
     // raises SIGPIPE, even while no client drains it.
     let rw = |p: &Path| std::fs::OpenOptions::new().read(true).write(true).open(p);
     let out = rw(&stdout_fifo).map_err(|e| node_err("opening the stdout pipe", e))?;
     let err = rw(&stderr_fifo).map_err(|e| node_err("opening the stderr pipe", e))?;
 
-    let mut cmd = build_command(&program, &args, &config, out, err)?;
+    let mut cmd = build(out, err)?;
     let child = cmd.spawn().map_err(|e| {
-        let message = format!("failed to start {}: {e}", program.display());
+        let message = format!("failed to start {program}: {e}");
         // A program that is missing, not executable or not a program is
         // the job's to fix; anything else (no memory, no processes) is
         // the node's.
@@ -160,10 +237,13 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
         log_dir: config.log_dir.clone(),
         log_max_files: config.log_config.max_files,
         log_max_file_size_mb: config.log_config.max_file_size_mb,
+        task_dir: config.task_dir.clone(),
+        user: config.user.clone(),
+        env: config.env.clone(),
     };
     Ok(TaskHandle::new(
         HandleState {
-            driver: NAME.into(),
+            driver: driver.into(),
             task_name: config.task_name.clone(),
             data: serde_json::to_value(&state).unwrap_or_default(),
         },
@@ -171,6 +251,7 @@ fn start(config: TaskConfig) -> Result<TaskHandle, DriverError> {
             pid,
             start_time,
             exit: rx,
+            state,
         }),
     ))
 }
@@ -197,12 +278,14 @@ fn build_command(
         let (uid, gid) = lookup_user(&config.user)?;
         cmd.uid(uid).gid(gid);
     }
-    // SAFETY: setsid is async-signal-safe; the closure touches nothing else.
+    // SAFETY: setsid and signal are async-signal-safe; the closure touches
+    // nothing else.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            super::reset_ignored_signals();
             Ok(())
         });
     }
@@ -231,12 +314,12 @@ fn spawn_reaper(mut child: tokio::process::Child, pid: i32) -> watch::Receiver<O
     rx
 }
 
-fn command_and_args(
+pub(super) fn command_and_args(
     config: &BTreeMap<String, serde_json::Value>,
 ) -> Result<(String, Vec<String>), DriverError> {
     let command = match config.get("command") {
         Some(serde_json::Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        _ => return Err(DriverError::task("raw_exec: config.command is required")),
+        _ => return Err(DriverError::task("config.command is required")),
     };
     let args = match config.get("args") {
         None | Some(serde_json::Value::Null) => Vec::new(),
@@ -247,7 +330,7 @@ fn command_and_args(
                 other => other.to_string(),
             })
             .collect(),
-        Some(_) => return Err(DriverError::task("raw_exec: config.args must be a list")),
+        Some(_) => return Err(DriverError::task("config.args must be a list")),
     };
     Ok((command, args))
 }
@@ -319,7 +402,7 @@ fn spawn_pumps(exit: &watch::Receiver<Option<ExitResult>>, pumps: Vec<Pump>) {
     }
 }
 
-async fn wait_exit(mut exit: watch::Receiver<Option<ExitResult>>) -> ExitResult {
+pub(super) async fn wait_exit(mut exit: watch::Receiver<Option<ExitResult>>) -> ExitResult {
     match exit.wait_for(|v| v.is_some()).await {
         Ok(v) => v.clone().unwrap_or_default(),
         Err(_) => ExitResult {
@@ -329,11 +412,15 @@ async fn wait_exit(mut exit: watch::Receiver<Option<ExitResult>>) -> ExitResult 
     }
 }
 
-fn exited(live: &Live) -> bool {
+pub(super) fn exited(live: &Live) -> bool {
     live.exit.borrow().is_some()
 }
 
-async fn stop(live: &Live, kill_timeout: Duration, signal: &str) -> Result<(), DriverError> {
+pub(super) async fn stop(
+    live: &Live,
+    kill_timeout: Duration,
+    signal: &str,
+) -> Result<(), DriverError> {
     if exited(live) {
         kill_group(live.pid, libc::SIGKILL);
         return Ok(());
@@ -362,7 +449,7 @@ async fn stop(live: &Live, kill_timeout: Duration, signal: &str) -> Result<(), D
 /// Sends a user's signal to the task's main process, as Nomad's executor
 /// does (not to its group: a `SIGHUP` meant for a supervisor must not
 /// reach, and perhaps end, the workers it manages).
-fn send_signal(live: &Live, signal: &str) -> Result<(), DriverError> {
+pub(super) fn send_signal(live: &Live, signal: &str) -> Result<(), DriverError> {
     let sig = super::parse_user_signal(signal).map_err(DriverError::task)?;
     let same = live.start_time == 0 || same_process_alive(live.pid, live.start_time);
     if exited(live) || !same || live.pid <= 1 {
@@ -380,7 +467,7 @@ fn send_signal(live: &Live, signal: &str) -> Result<(), DriverError> {
 }
 
 /// Signals the task's whole process group.
-fn kill_group(pgid: i32, signal: i32) {
+pub(super) fn kill_group(pgid: i32, signal: i32) {
     if pgid > 1 {
         // SAFETY: kill has no memory effects; a gone group yields ESRCH.
         unsafe {
@@ -389,9 +476,9 @@ fn kill_group(pgid: i32, signal: i32) {
     }
 }
 
-fn recover(state: HandleState) -> Result<TaskHandle, DriverError> {
+pub(super) fn recover(state: HandleState) -> Result<TaskHandle, DriverError> {
     let saved: PidState = serde_json::from_value(state.data.clone())
-        .map_err(|e| DriverError::task(format!("unreadable raw_exec handle: {e}")))?;
+        .map_err(|e| DriverError::task(format!("unreadable {} handle: {e}", state.driver)))?;
     if !same_process_alive(saved.pid, saved.start_time) {
         return Err(DriverError::task(format!(
             "process {} is no longer running",
@@ -436,6 +523,7 @@ fn recover(state: HandleState) -> Result<TaskHandle, DriverError> {
             pid,
             start_time,
             exit: rx,
+            state: saved,
         }),
     ))
 }
@@ -454,12 +542,12 @@ pub fn process_start_time(pid: i32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
-fn same_process_alive(pid: i32, start_time: u64) -> bool {
+pub(super) fn same_process_alive(pid: i32, start_time: u64) -> bool {
     process_start_time(pid).is_some_and(|t| t == start_time)
 }
 
 /// A user's uid and gid, for `user = "..."`.
-fn lookup_user(name: &str) -> Result<(u32, u32), DriverError> {
+pub(super) fn lookup_user(name: &str) -> Result<(u32, u32), DriverError> {
     let c = std::ffi::CString::new(name)
         .map_err(|_| DriverError::task(format!("invalid user name {name:?}")))?;
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };

@@ -253,6 +253,14 @@ impl Cluster {
 
     /// This server's status, as [`super::rpc::STATUS_PATH`] answers it.
     pub fn status(&self) -> ServerStatus {
+        let contact = self.millis_since_leader_contact();
+        ServerStatus {
+            leader_contact_millis: contact,
+            ..self.status_from_metrics()
+        }
+    }
+
+    fn status_from_metrics(&self) -> ServerStatus {
         let metrics = self.metrics();
         let m = metrics.borrow();
         let initialized = m
@@ -274,6 +282,7 @@ impl Cluster {
             leader,
             last_applied: m.last_applied.map_or(0, |l| l.index),
             term: m.current_term,
+            leader_contact_millis: None,
         }
     }
 

@@ -8,7 +8,7 @@ use super::status::{Member, ServerStatus};
 use crate::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// What this server last heard from one member.
 #[derive(Clone, Debug)]
@@ -26,6 +26,9 @@ pub struct MemberHealth {
 #[derive(Clone, Default)]
 pub struct Liveness {
     seen: Arc<Mutex<BTreeMap<NodeId, MemberHealth>>>,
+    /// Each member's last health verdict and since when it holds
+    /// (autopilot's `StableSince`).
+    verdicts: Arc<Mutex<BTreeMap<NodeId, (bool, SystemTime)>>>,
 }
 
 impl Liveness {
@@ -51,9 +54,24 @@ impl Liveness {
         let mut seen = self.lock();
         let current: BTreeSet<NodeId> = members.iter().map(|m| m.id).collect();
         seen.retain(|id, _| current.contains(id));
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|id, _| current.contains(id));
         for (id, answer) in answers {
             note(&mut seen, id, answer, now);
         }
+    }
+
+    /// Records member `id`'s health verdict at `now` and answers since when
+    /// it has held (`now` when it just changed, or on the first verdict).
+    pub fn stable_since(&self, id: NodeId, healthy: bool, now: SystemTime) -> SystemTime {
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = verdicts.entry(id).or_insert((healthy, now));
+        if entry.0 != healthy {
+            *entry = (healthy, now);
+        }
+        entry.1
     }
 
     /// Records one answer (or silence) of member `id` heard outside the
@@ -119,6 +137,7 @@ mod tests {
             leader: None,
             last_applied: 1,
             term: 1,
+            leader_contact_millis: None,
         }
     }
 

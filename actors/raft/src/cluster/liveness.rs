@@ -10,7 +10,7 @@
 //! when it last answered; and the leader's dead server cleanup
 //! ([`super::autopilot`]) reads how long each member has been silent.
 
-use super::{autopilot, rpc, Cluster};
+use super::{autopilot, autopilot_health, rpc, Cluster};
 use std::time::{Duration, Instant};
 
 // Kept in a module of their own, which the handle holds without naming
@@ -29,6 +29,9 @@ pub async fn watch(cluster: Cluster) {
     let mut cleanup = autopilot::Cleanup::default();
     loop {
         probe_round(&cluster).await;
+        // Keeps each member's health verdict current, so `StableSince`
+        // is when it changed and not when someone last asked.
+        autopilot_health::report(&cluster);
         cleanup.round(&cluster).await;
         tokio::select! {
             _ = tokio::time::sleep(POLL_INTERVAL) => {}

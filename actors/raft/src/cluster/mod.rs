@@ -13,9 +13,11 @@
 //! background tasks ([`Cluster::start`]); the task modules (election,
 //! leadership, bootstrap, liveness, autopilot, replicator, rpc) hold the
 //! handle; the handle (`handle.rs`) and the plain types it keeps
-//! (`settings.rs`, `status.rs`, `health.rs`) name none of the tasks.
+//! (`settings.rs`, `status.rs`, `health.rs`) name none of the tasks;
+//! `autopilot_health` reads the handle to answer autopilot's health.
 
 pub mod autopilot;
+pub mod autopilot_health;
 pub mod bootstrap;
 pub mod election;
 mod handle;

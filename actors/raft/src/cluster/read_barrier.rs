@@ -31,15 +31,18 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         };
-        let store = self.store().clone();
-        let waited =
-            tokio::task::spawn_blocking(move || store.snapshot_min_index(index, timeout)).await;
+        // The leader names a log index; the state's index may run ahead of
+        // it (after a restore, `state_machine::Position::index_offset`), so
+        // the wait is for the replica to have applied that log entry. An
+        // entry is visible in the store once openraft counts it applied.
+        let waited = self
+            .node()
+            .raft()
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "read barrier")
+            .await;
         match waited {
-            Ok(Ok(_)) => Ok(index),
-            Ok(Err(e)) => Err(HttpError::Lost {
-                url: "local replica".into(),
-                reason: e.to_string(),
-            }),
+            Ok(_) => Ok(index),
             Err(e) => Err(HttpError::Lost {
                 url: "local replica".into(),
                 reason: e.to_string(),

@@ -10,7 +10,7 @@ use super::{election, Cluster, Member};
 // is its home for callers (`rpc::ServerStatus`).
 pub use super::status::ServerStatus;
 use crate::entry::{LogEntry, WriteResponse};
-use crate::http::{serve_signed, HttpError, SignedClient, MAX_BODY_BYTES};
+use crate::http::{serve_signed, HttpError, SignedClient};
 use crate::node::ProposeError;
 use crate::{NodeId, ServerNode};
 use actix_web::{web, HttpRequest};
@@ -70,10 +70,11 @@ pub fn configure(cluster: Cluster) -> impl FnOnce(&mut web::ServiceConfig) {
     move |config| {
         let raft = cluster.node().raft().clone();
         let key = cluster.settings().key.clone();
-        crate::http::configure(raft, key, cluster.leader_contact())(config);
+        let body_limit = cluster.settings().rpc_body_limit();
+        crate::http::configure(raft, key, cluster.leader_contact(), body_limit)(config);
         config
             .app_data(web::Data::new(cluster))
-            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES));
+            .app_data(web::PayloadConfig::new(body_limit));
         serve_call(config, STATUS_PATH, |c, ()| async move {
             Ok::<_, Refusal>(c.status())
         });

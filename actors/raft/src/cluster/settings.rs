@@ -33,20 +33,43 @@ pub struct ClusterSettings {
     pub bootstrap_expect: usize,
     /// Other servers' RPC addresses to contact.
     pub retry_join: Vec<String>,
-    /// The leader removes a server unreachable this long from the Raft
-    /// configuration ([`super::autopilot`]); zero never.
+    /// How long a server must have been unreachable to count as dead for
+    /// autopilot's cleanup ([`super::autopilot`], which the replicated
+    /// `CleanupDeadServers` switches on or off); zero: never, unless an
+    /// operator switched the cleanup on (then [`DEFAULT_DEAD_AFTER`]).
     pub dead_server_cleanup: Duration,
+    /// The largest checkpoint an operator's restore entry may carry
+    /// (`limits.snapshot_max_bytes`): the RPC port lets an append of one
+    /// through ([`Self::rpc_body_limit`]). Set alike on every server.
+    pub max_restore_bytes: usize,
     pub key: ClusterKey,
+    /// TLS towards the other servers' RPC ports (mTLS; herder-common's
+    /// `TlsConfig::rpc_client`); `None` speaks plain HTTP.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     pub raft: Arc<Config>,
     /// Transport faults injected into this server's exchanges (tests
     /// only; `None` on a real server).
     pub faults: Option<Faults>,
 }
 
+/// How long a server must be unreachable to count as dead when an
+/// operator switched the cleanup on but `server.dead_server_cleanup` is
+/// zero (its default, `config/default.toml`).
+pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(300);
+
 impl ClusterSettings {
+    /// The largest body the RPC port reads: a batch of entries or a
+    /// snapshot chunk (`http::MAX_BODY_BYTES`), and room for one restore
+    /// entry of [`Self::max_restore_bytes`].
+    pub fn rpc_body_limit(&self) -> usize {
+        crate::http::MAX_BODY_BYTES.saturating_add(crate::entry::RestoreEntry::encoded_bound(
+            self.max_restore_bytes,
+        ))
+    }
+
     /// The signed client of this server, giving up after `timeout`.
     pub(super) fn client(&self, timeout: Duration) -> SignedClient {
-        let client = SignedClient::new(self.key.clone(), timeout);
+        let client = SignedClient::over_tls(self.key.clone(), timeout, self.tls.clone());
         match &self.faults {
             Some(faults) => client.with_faults(faults, &self.node.rpc_addr),
             None => client,

@@ -48,4 +48,9 @@ pub struct ServerStatus {
     pub leader: Option<Member>,
     pub last_applied: u64,
     pub term: u64,
+    /// Milliseconds since it last heard from its leader (its own leader
+    /// contact, for autopilot's health); `None` while it knows no leader,
+    /// and from a server before 0.3.0, which does not say.
+    #[serde(default)]
+    pub leader_contact_millis: Option<u64>,
 }

@@ -35,12 +35,18 @@ pub fn store_error(e: StoreError) -> ServerApiError {
         StoreError::Rejected(ApplyError::NodeNotFound(_)) => {
             ServerApiError::NotFound("node not found".into())
         }
+        StoreError::Rejected(ApplyError::KeyringNotFound(text)) => ServerApiError::NotFound(text),
         StoreError::Rejected(ApplyError::DeploymentNotFound(_)) => {
             ServerApiError::NotFound("deployment not found".into())
         }
         // Nomad's deployment refusals are plain RPC errors, which its HTTP
         // agent answers with 500 and the bare text; clients match on it.
         StoreError::Rejected(ApplyError::DeploymentRefused(text)) => ServerApiError::Internal(text),
+        StoreError::Rejected(ApplyError::AclBootstrapDone { reset_index }) => {
+            ServerApiError::Invalid(format!(
+                "ACL bootstrap already done (reset index: {reset_index})"
+            ))
+        }
         StoreError::Rejected(r) => {
             let message = r.to_string();
             // Nomad's check-and-set refusal reads "Enforcing job modify

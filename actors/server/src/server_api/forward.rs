@@ -1,7 +1,8 @@
 //! The writes only the leader's duties can do, carried from a follower to
 //! the leader: node registration, heartbeats and allocation updates (the
 //! node tracker's TTL timers run on the leader alone), a forced periodic
-//! launch and a forced garbage collection. Store commands need none of
+//! launch, a forced garbage collection and an operator's snapshot restore
+//! (the leader's duties stop around it). Store commands need none of
 //! this: on a cluster member `StateStore::submit` already goes through the
 //! replicated log to the leader (herder-raft's `LogReplicator`).
 //!
@@ -46,6 +47,12 @@ async fn serve_call(
         |call: LeaderCall| async move {
             if !cluster.is_leader() {
                 return Err(Refused::NotLeader);
+            }
+            if let LeaderCall::RestoreSnapshot(entry) = call {
+                return super::snapshot::restore_as_leader(&server.duties, &cluster, *entry)
+                    .await
+                    .map(LeaderAnswer::Index)
+                    .map_err(Refused::Api);
             }
             answer_here(&server, call).await
         },

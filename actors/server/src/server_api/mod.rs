@@ -23,8 +23,10 @@
 //!   resume, and allocation health set by hand;
 //! - [`operator`]: the scheduler configuration (with check-and-set),
 //!   forced garbage collection, job summary reconciliation;
+//! - [`namespaces`]: namespace create, update and delete;
 //! - [`services`]: the native service catalog (a client's registrations,
 //!   an operator's delete);
+//! - [`snapshot`]: operator snapshots, the whole state saved and restored;
 //! - [`workers`]: this server's pool of scheduling workers (size and
 //!   scheduler types), as `/v1/agent/schedulers` shows and sets it.
 //!
@@ -34,15 +36,19 @@
 //! from the local store's snapshot and never cross it. The worker pool is
 //! this process's own and does not cross it either.
 
+pub mod acl;
 pub mod allocs_evals;
 pub mod deployments;
 mod error;
 pub mod forward;
 pub mod jobs;
+pub mod namespaces;
 pub mod nodes;
 pub mod operator;
 pub mod plan;
 pub mod services;
+pub mod snapshot;
+pub mod variables;
 pub mod workers;
 mod write_path;
 
@@ -54,8 +60,13 @@ pub use jobs::{
     DISPATCH_PAYLOAD_SIZE_LIMIT,
 };
 pub use nodes::{DrainNode, DrainSpec, NodeReply, NodeWriteResult};
-pub use operator::{GcReport, SchedulerConfigRead, SchedulerConfigWrite, SetSchedulerConfig};
+pub use operator::{
+    AutopilotConfigWrite, GcReport, SchedulerConfigRead, SchedulerConfigWrite, SetAutopilotConfig,
+    SetSchedulerConfig,
+};
 pub use plan::JobPlan;
+pub use snapshot::{RestoredSnapshot, SavedSnapshot};
+pub use variables::{LockRequest, PutVariable, VariableWrite};
 pub use workers::{SetWorkerConfig, WorkerConfigInfo, WorkerInfo, WorkerStatus, WorkersInfo};
 
 use crate::server_handle::ServerHandle;
@@ -77,6 +88,12 @@ pub struct ServerApi {
     workers: actix::Addr<WorkerSupervisor>,
     /// Where every write goes.
     writes: WritePath,
+    /// The leader's duties, restarted over a restored snapshot.
+    duties: crate::leader_duties::LeaderDuties,
+    /// This server's cluster (`None`: a single server without Raft).
+    cluster: Option<herder_raft::Cluster>,
+    /// When the server started.
+    started_at: std::time::SystemTime,
 }
 
 impl std::fmt::Debug for ServerApi {
@@ -102,6 +119,9 @@ impl ServerApi {
             store: server.store.clone(),
             job_limits: server.job_limits,
             workers: server.workers.clone(),
+            duties: server.duties.clone(),
+            cluster: server.cluster.clone(),
+            started_at: server.started_at,
         }
     }
 

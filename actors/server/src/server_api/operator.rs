@@ -1,14 +1,18 @@
 //! Cluster-wide operator calls: the scheduler configuration (Nomad's
 //! `Operator.SchedulerGetConfiguration` / `SchedulerSetConfiguration`,
-//! with check-and-set), a forced garbage collection (`System.GarbageCollect`)
-//! and job summary reconciliation (`System.ReconcileJobSummaries`).
+//! with check-and-set), autopilot's (`Operator.AutopilotGetConfiguration`
+//! / `AutopilotSetConfiguration`, the same way) and its health
+//! (`Operator.ServerHealth`), a forced garbage collection
+//! (`System.GarbageCollect`) and job summary reconciliation
+//! (`System.ReconcileJobSummaries`).
 //!
 //! Pausing scheduling cluster-wide is a scheduler configuration setting,
 //! as in Nomad: `PauseEvalBroker` (see [`ServerApi::pause_eval_broker`]).
 
 use super::{store_error, ServerApi, ServerApiError};
 use herder::state::{ApplyError, Command, StoreError, Table};
-use herder::structs::SchedulerConfiguration;
+use herder::structs::{AutopilotConfiguration, SchedulerConfiguration};
+use herder_raft::cluster::autopilot_health::{self, HealthReport, ServerHealth};
 use std::sync::Arc;
 
 pub use crate::gc::GcReport;
@@ -42,7 +46,102 @@ pub struct SchedulerConfigWrite {
     pub index: u64,
 }
 
+/// An autopilot configuration write (`PUT
+/// /v1/operator/autopilot/configuration`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SetAutopilotConfig {
+    /// Replaces the whole configuration.
+    pub config: AutopilotConfiguration,
+    /// Check-and-set: write only if the stored configuration's
+    /// `ModifyIndex` is still this (0: none stored).
+    pub cas_index: Option<u64>,
+}
+
+/// What an autopilot configuration write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutopilotConfigWrite {
+    /// `false`: a check-and-set found another index, nothing changed.
+    pub updated: bool,
+    /// The index of the write, or the table's index when nothing changed.
+    pub index: u64,
+    /// The settings written that herder keeps but does not act on.
+    pub warnings: Vec<String>,
+}
+
 impl ServerApi {
+    /// Autopilot's configuration in effect and the index it was read at:
+    /// the one an operator set, else (in a cluster) Nomad's defaults with
+    /// the dead server cleanup as this agent's configuration has it, and
+    /// Nomad's defaults on a single server.
+    pub fn autopilot_config(&self) -> (AutopilotConfiguration, u64) {
+        let snap = self.snapshot();
+        let index = snap.table_index(Table::AutopilotConfig).max(1);
+        let config = match (&self.cluster, snap.stored_autopilot_config()) {
+            (_, Some(stored)) => (**stored).clone(),
+            (Some(cluster), None) => autopilot_health::effective_config(cluster),
+            (None, None) => AutopilotConfiguration::default(),
+        };
+        (config, index)
+    }
+
+    /// Replaces autopilot's configuration (replicated to every server);
+    /// with a `cas_index`, only if it is still the stored one's modify
+    /// index.
+    pub async fn set_autopilot_config(
+        &self,
+        request: SetAutopilotConfig,
+    ) -> Result<AutopilotConfigWrite, ServerApiError> {
+        let SetAutopilotConfig { config, cas_index } = request;
+        let warnings = config.unhonoured_fields();
+        let outcome = self
+            .writes
+            .submit_raw(Command::AutopilotConfigUpdate { config, cas_index })
+            .await?;
+        match outcome {
+            Ok(applied) => {
+                for warning in &warnings {
+                    tracing::warn!("autopilot configuration: {warning}");
+                }
+                Ok(AutopilotConfigWrite {
+                    updated: true,
+                    index: applied.index,
+                    warnings,
+                })
+            }
+            Err(StoreError::Rejected(ApplyError::CasMismatch { .. })) => Ok(AutopilotConfigWrite {
+                updated: false,
+                index: self.autopilot_config().1,
+                warnings: Vec::new(),
+            }),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// The servers' health as autopilot judges it (see
+    /// `herder_raft::cluster::autopilot_health`). A single server without
+    /// Raft is one healthy voter that leads, as Nomad answers for one
+    /// server: healthy, no failure tolerance. `me` describes it then.
+    pub fn autopilot_health(&self, me: &herder_raft::Member) -> HealthReport {
+        match &self.cluster {
+            Some(cluster) => autopilot_health::report(cluster),
+            None => autopilot_health::summarise(vec![ServerHealth {
+                id: me.addr.clone(),
+                raft_id: me.id,
+                name: me.node.name.clone(),
+                address: me.addr.clone(),
+                serf_status: "alive",
+                version: me.node.version.clone(),
+                leader: true,
+                last_contact: std::time::Duration::ZERO,
+                last_term: 0,
+                last_index: self.store.latest_index(),
+                healthy: true,
+                voter: true,
+                stable_since: self.started_at,
+            }]),
+        }
+    }
+
     /// The scheduler configuration in effect.
     pub fn scheduler_config(&self) -> SchedulerConfigRead {
         let snap = self.snapshot();

@@ -278,7 +278,10 @@ fn node_error(e: NodeError) -> ServerApiError {
 }
 
 /// Sends a duty's write to the leader and returns its answer.
-async fn call_duty(cluster: &Cluster, call: LeaderCall) -> Result<LeaderAnswer, ServerApiError> {
+pub(super) async fn call_duty(
+    cluster: &Cluster,
+    call: LeaderCall,
+) -> Result<LeaderAnswer, ServerApiError> {
     call_leader(cluster, &call).await.map_err(|e| match e {
         CallError::NoLeader => ServerApiError::Internal("No cluster leader".into()),
         CallError::Refused(Refused::Api(e)) => e,

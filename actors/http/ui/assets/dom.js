@@ -1,0 +1,80 @@
+// Building DOM nodes from data: text goes in as text (never as HTML), so
+// whatever a job or node name holds, it cannot become markup.
+
+/** An element: `attrs` keys starting with `on` are listeners; `true` sets
+ *  a boolean attribute, `false`/null/undefined leaves it out. */
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === false || value === null || value === undefined) continue;
+    if (key.startsWith('on') && typeof value === 'function') {
+      el.addEventListener(key.slice(2), value);
+    } else if (key === 'value') {
+      el.value = value;
+    } else {
+      el.setAttribute(key, value === true ? '' : String(value));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+/** Appends strings, numbers, nodes and (nested) arrays of them. */
+export function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+/** Replaces `el`'s children. */
+export function replace(el, ...children) {
+  el.replaceChildren();
+  return append(el, children);
+}
+
+/** A table: `columns` are [heading, cell(row), {num}] triples; `rowAttrs`
+ *  gives each row's attributes (a data- key for tests and links). */
+export function table({ caption, columns, rows, empty, id, rowAttrs }) {
+  const head = h('thead', null, h('tr', null, columns.map(([title, , opts]) =>
+    h('th', { scope: 'col', class: opts && opts.num ? 'num' : null }, title))));
+  const body = h('tbody');
+  if (rows.length === 0) {
+    body.append(h('tr', null, h('td', { colspan: columns.length, class: 'empty' }, empty || 'None')));
+  }
+  const fragment = document.createDocumentFragment();
+  for (const row of rows) {
+    fragment.append(h('tr', rowAttrs ? rowAttrs(row) : null, columns.map(([, cell, opts]) =>
+      h('td', { class: opts && opts.num ? 'num' : null }, cell(row)))));
+  }
+  body.append(fragment);
+  return h('table', { id }, caption ? h('caption', null, caption) : null, head, body);
+}
+
+/** A labelled form field: the label is tied to the control by its id. */
+export function field(label, control) {
+  return h('div', { class: 'field' }, h('label', { for: control.id }, label), control);
+}
+
+/** A definition list of [term, value] pairs, shown as a row of facts. */
+export function facts(pairs) {
+  return h('dl', { class: 'meta' }, pairs.map(([term, value]) =>
+    h('div', null, h('dt', null, term), h('dd', null, value))));
+}
+
+/** A button that asks once more before it acts (no modal dialog). */
+export function confirmButton(label, confirmLabel, action, cls = 'danger') {
+  const wrap = h('span', { class: 'confirm' });
+  const first = h('button', { type: 'button', onclick: () => {
+    replace(wrap,
+      h('button', { type: 'button', class: cls, onclick: async (e) => {
+        e.target.disabled = true;
+        try { await action(); } finally { replace(wrap, first); }
+      } }, confirmLabel),
+      h('button', { type: 'button', onclick: () => { replace(wrap, first); first.focus(); } }, 'Cancel'));
+    wrap.querySelector('button').focus();
+  } }, label);
+  wrap.append(first);
+  return wrap;
+}
