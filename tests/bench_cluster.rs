@@ -4,7 +4,9 @@
 //! allocation must be placed, no node over-committed, and all of them
 //! still there after the server restarts on its data dir. The same for a
 //! system job fanned out onto every node, and with 5% of the nodes failing
-//! and returning mid-run (every lost allocation replaced).
+//! and returning mid-run (every lost allocation replaced), and for the user
+//! mix an outside client submits, followed by job summaries, with the
+//! latency probe.
 
 use herder_tests::herder_bin;
 use serde_json::Value;
@@ -63,4 +65,40 @@ fn churn_loses_allocations_that_are_all_replaced_without_overcommit() {
         report["allocs_after_restart"],
         report["allocs_before_restart"]
     );
+}
+
+/// An outside client's way: the user mix (a quarter spread over 25 racks
+/// with a kernel-version constraint), one submitter, progress from the
+/// job summaries, and the latency probe: a small job sent once the burst
+/// is registered is placed too, and its figures are in the report.
+#[test]
+fn the_user_mix_followed_by_summaries_places_everything_and_the_probe() {
+    let report = bench(&[
+        "-preset",
+        "ci",
+        "-mix",
+        "user",
+        "-racks",
+        "25",
+        "-submitters",
+        "1",
+        "-progress",
+        "summaries",
+        "-probe",
+        "-no-restart",
+        "-timeout",
+        "3m",
+    ]);
+    assert_eq!(report["expected_allocs"], 20_001, "the burst and the probe");
+    assert_eq!(report["placed_allocs"], 20_001);
+    assert_eq!(report["all_placed"], true);
+    assert_eq!(report["overcommitted_nodes"], 0);
+    assert_eq!(report["evals_complete"], 101);
+    assert_eq!(report["evals_failed"], 0);
+    let probe = &report["probe"];
+    assert!(
+        probe["placed_ms"].as_f64().is_some(),
+        "the probe was placed: {report}"
+    );
+    assert!(report["probe_eval_ms"].as_f64().is_some(), "{report}");
 }

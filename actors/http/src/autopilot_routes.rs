@@ -51,12 +51,7 @@ async fn write_config(
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
     let config: AutopilotConfiguration = decode_json(&body)?;
-    let cas_index = match q.param("cas") {
-        None => None,
-        Some(v) => Some(v.parse::<u64>().map_err(|_| {
-            ApiError::BadRequest(format!("Error parsing cas value: {v:?} is not a number"))
-        })?),
-    };
+    let cas_index = q.cas_index()?;
     let written = api(&info)?
         .set_autopilot_config(SetAutopilotConfig { config, cas_index })
         .await?;

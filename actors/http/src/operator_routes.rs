@@ -70,12 +70,7 @@ async fn write_config(
     let q = QueryOptions::from_request(&req)?;
     let api = api(&info)?;
     let config: SchedulerConfiguration = decode_json(&body)?;
-    let cas_index = match q.param("cas") {
-        None => None,
-        Some(v) => Some(v.parse::<u64>().map_err(|_| {
-            ApiError::BadRequest(format!("Error parsing cas value: {v:?} is not a number"))
-        })?),
-    };
+    let cas_index = q.cas_index()?;
     let r = api
         .set_scheduler_config(SetSchedulerConfig { config, cas_index })
         .await?;

@@ -125,6 +125,18 @@ impl QueryOptions {
         }
     }
 
+    /// `?cas=N` of a check-and-set write: `None` when absent, Nomad's
+    /// words when it is not a number.
+    pub fn cas_index(&self) -> Result<Option<u64>, ApiError> {
+        self.param("cas")
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    ApiError::BadRequest(format!("Error parsing cas value: {v:?} is not a number"))
+                })
+            })
+            .transpose()
+    }
+
     /// Whether an object of `namespace` is in the asked namespace.
     pub fn in_namespace(&self, namespace: &str) -> bool {
         self.namespace == "*" || self.namespace == namespace

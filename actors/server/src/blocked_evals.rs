@@ -23,6 +23,7 @@
 use crate::broker::{
     BrokerConfig, Enqueue, EvalBroker, EvalWrites, JobEvalAcked, JobKey, SetEnabled, Token,
 };
+use crate::ready_queue::EvalCost;
 use actix::prelude::*;
 use herder::structs::{EvalId, EvalStatus, Evaluation, NodeId, TriggeredBy};
 use std::collections::{HashMap, VecDeque};
@@ -535,6 +536,7 @@ pub fn start_with_blocked_evals(
     config: BrokerConfig,
     blocked_config: BlockedEvalsConfig,
     sink: Recipient<EvalWrites>,
+    cost: EvalCost,
 ) -> (Addr<EvalBroker>, Addr<BlockedEvals>) {
     // The broker's mailbox exists before the broker, so the tracker can
     // hold its address and the broker the tracker's.
@@ -545,10 +547,7 @@ pub fn start_with_blocked_evals(
         sink.clone(),
     )
     .start();
-    let broker = broker_ctx.run(EvalBroker::new(
-        config,
-        sink,
-        Some(tracker.clone().recipient()),
-    ));
+    let broker = broker_ctx
+        .run(EvalBroker::new(config, sink, Some(tracker.clone().recipient())).with_cost(cost));
     (broker, tracker)
 }

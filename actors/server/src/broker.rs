@@ -3,7 +3,10 @@
 //!
 //! Evaluations arrive with [`Enqueue`] once they are durable. The broker
 //! keeps one ready queue per scheduler type, ordered by priority (higher
-//! first) and then by creation index (FIFO), and lets at most one evaluation
+//! first) and then, where Nomad is first come first served, by a fair share
+//! among jobs weighted by each evaluation's cost (`ready_queue`: a small job
+//! is not stuck behind a backlog of large ones; equal costs keep Nomad's
+//! creation order), and lets at most one evaluation
 //! per (namespace, job) be ready or in flight: the others wait in that job's
 //! pending set, where the newest of the highest priority wins when the job's
 //! slot frees and the rest become cancelable (handed to `BlockedEvals`,
@@ -29,10 +32,11 @@
 //! one heap and one armed actix timer, so the cost of a timer is a heap push
 //! and the actor's context never holds thousands of sleeping futures.
 
+use crate::ready_queue::{EvalCost, ReadyQueue};
 use actix::prelude::*;
 use herder::structs::{new_id, EvalId, EvalStatus, Evaluation, JobType, TriggeredBy};
 use rand::Rng;
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -286,40 +290,6 @@ pub struct SchedulerStats {
     pub unacked: usize,
 }
 
-/// A ready evaluation, ordered for a max-heap: higher priority first, then
-/// lower create index (FIFO), then earlier arrival.
-struct ReadyEntry {
-    seq: u64,
-    eval: Arc<Evaluation>,
-}
-
-impl ReadyEntry {
-    fn key(&self) -> (i32, Reverse<u64>, Reverse<u64>) {
-        (
-            self.eval.priority,
-            Reverse(self.eval.create_index),
-            Reverse(self.seq),
-        )
-    }
-}
-
-impl PartialEq for ReadyEntry {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-impl Eq for ReadyEntry {}
-impl PartialOrd for ReadyEntry {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for ReadyEntry {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.key().cmp(&other.key())
-    }
-}
-
 /// An evaluation waiting for its job's slot, ordered for a max-heap: higher
 /// priority first, then the newest (it covers the older ones' changes).
 struct PendingEntry {
@@ -446,7 +416,9 @@ pub struct EvalBroker {
     /// Every evaluation the broker holds, with its delivery count.
     tracked: HashMap<EvalId, u32>,
     jobs: HashMap<JobKey, JobSlot>,
-    ready: HashMap<JobType, BinaryHeap<ReadyEntry>>,
+    ready: HashMap<JobType, ReadyQueue>,
+    /// Each evaluation's expected scheduling work, for the ready queues' fair share.
+    cost: EvalCost,
     unacked: HashMap<EvalId, Unacked>,
     delayed: HashMap<EvalId, Delayed>,
     failed: HashMap<EvalId, Failed>,
@@ -489,6 +461,7 @@ impl EvalBroker {
             tracked: HashMap::new(),
             jobs: HashMap::new(),
             ready: HashMap::new(),
+            cost: EvalCost::uniform(),
             unacked: HashMap::new(),
             delayed: HashMap::new(),
             failed: HashMap::new(),
@@ -499,6 +472,13 @@ impl EvalBroker {
             timers: BinaryHeap::new(),
             armed: None,
         }
+    }
+
+    /// Weigh evaluations by `cost` in the ready queues (see
+    /// `ready_queue`); without it every evaluation costs the same.
+    pub fn with_cost(mut self, cost: EvalCost) -> Self {
+        self.cost = cost;
+        self
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -569,10 +549,11 @@ impl EvalBroker {
 
     fn push_ready(&mut self, eval: Arc<Evaluation>, ctx: &mut Context<Self>) {
         let seq = self.next_seq();
+        let cost = self.cost.of(&eval);
         self.ready
             .entry(eval.eval_type.clone())
             .or_default()
-            .push(ReadyEntry { seq, eval });
+            .push(eval, cost, seq);
         self.dispatch(ctx);
     }
 
@@ -633,10 +614,13 @@ impl EvalBroker {
         let mut best: Vec<&JobType> = Vec::new();
         let mut best_priority = i32::MIN;
         for scheduler in schedulers {
-            let Some(head) = self.ready.get(scheduler).and_then(|queue| queue.peek()) else {
+            let Some(priority) = self
+                .ready
+                .get(scheduler)
+                .and_then(ReadyQueue::head_priority)
+            else {
                 continue;
             };
-            let priority = head.eval.priority;
             if best.is_empty() || priority > best_priority {
                 best.clear();
                 best.push(scheduler);
@@ -654,7 +638,7 @@ impl EvalBroker {
 
     /// Deliver the head of `scheduler`'s ready queue, if it has one.
     fn take_ready(&mut self, scheduler: &JobType, ctx: &mut Context<Self>) -> Option<Delivery> {
-        let eval = self.ready.get_mut(scheduler)?.pop()?.eval;
+        let eval = self.ready.get_mut(scheduler)?.pop()?;
         let token = new_id();
         let deadline = Instant::now() + self.config.nack_timeout;
         *self.tracked.entry(eval.id).or_insert(0) += 1;

@@ -25,6 +25,7 @@ pub mod node_lifecycle;
 pub mod node_tracker;
 pub mod periodic;
 pub mod plan_applier;
+pub mod ready_queue;
 pub mod server;
 pub mod server_api;
 pub mod server_handle;

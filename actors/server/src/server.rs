@@ -23,12 +23,14 @@ use crate::node_lifecycle::LifecycleConfig;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::periodic::{self, PeriodicLauncher, StopLauncher};
 use crate::plan_applier::{self, InFlightView, PlanApplier};
+use crate::ready_queue::EvalCost;
 pub use crate::server_handle::{ServerError, ServerHandle};
 use crate::server_metrics::{ServerMetrics, StopMetrics};
 use crate::worker::{CoreSchedulers, WorkerDeps, WorkerTiming};
 use crate::worker_supervisor::{self, WorkerPoolConfig, WorkerSupervisor};
 use actix::prelude::*;
 use herder::state::{StateStore, StoreOptions};
+use herder::structs::JobType;
 use herder_common::config::AgentConfig;
 use herder_common::nomad_metrics::Board;
 use std::path::{Path, PathBuf};
@@ -255,6 +257,7 @@ async fn start_queues(
         broker_config(config),
         BlockedEvalsConfig::default(),
         writer.recipient(),
+        eval_cost(store),
     );
     let plan_applier = PlanApplier::new(store.clone(), Some(broker.clone().recipient()));
     let in_flight_view = plan_applier.in_flight_view();
@@ -266,6 +269,29 @@ async fn start_queues(
         plan_applier,
     };
     (queues, in_flight_view)
+}
+
+/// An evaluation's expected scheduling work, for the broker's fair share
+/// among jobs (`ready_queue`): its job's allocation count in the newest
+/// state. Every system or sysbatch job places one allocation per eligible
+/// node, the same work for each, so they cost alike; an evaluation whose
+/// job is gone (a purge) has next to nothing to do.
+fn eval_cost(store: &StateStore) -> EvalCost {
+    let store = store.clone();
+    EvalCost::new(move |eval| {
+        let snapshot = store.snapshot();
+        let Some(job) = snapshot.job(&eval.namespace, &eval.job_id) else {
+            return 1;
+        };
+        match job.job_type {
+            JobType::Service | JobType::Batch => job
+                .task_groups
+                .iter()
+                .map(|group| u64::try_from(group.count).unwrap_or(0))
+                .fold(0u64, u64::saturating_add),
+            _ => 1,
+        }
+    })
 }
 
 /// This server's scheduling workers, reaching the leader's queues through

@@ -13,6 +13,7 @@ use herder_server::broker::{
     EvalWrites, Nack, Outstanding, OutstandingReset, PauseNackTimeout, ResumeNackTimeout,
     SchedulerStats, SetEnabled, SetPaused, Stats,
 };
+use herder_server::ready_queue::EvalCost;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -115,8 +116,12 @@ async fn start_pair(
     blocked: BlockedEvalsConfig,
 ) -> (Addr<EvalBroker>, Addr<BlockedEvals>, Sink) {
     let sink = Sink::start();
-    let (broker, tracker) =
-        start_with_blocked_evals(config, blocked, sink.addr.clone().recipient());
+    let (broker, tracker) = start_with_blocked_evals(
+        config,
+        blocked,
+        sink.addr.clone().recipient(),
+        EvalCost::uniform(),
+    );
     broker.send(SetEnabled(true)).await.unwrap();
     tracker.send(SetEnabled(true)).await.unwrap();
     (broker, tracker, sink)
@@ -220,6 +225,43 @@ async fn equal_priorities_come_out_in_index_order() {
         order.push(d.eval.id);
     }
     assert_eq!(order, vec![first.id, second.id, third.id]);
+}
+
+/// The server weighs an evaluation by its job's allocation count: a job of
+/// one allocation submitted behind a backlog of large jobs is next, not
+/// last, while large jobs of equal size keep their order.
+#[actix::test]
+async fn a_small_job_is_not_queued_behind_a_backlog_of_large_ones() {
+    let sink = Sink::start();
+    let cost = EvalCost::new(|e| {
+        if e.job_id.starts_with("large") {
+            1000
+        } else {
+            1
+        }
+    });
+    let broker = EvalBroker::new(test_config(), sink.addr.clone().recipient(), None)
+        .with_cost(cost)
+        .start();
+    broker.send(SetEnabled(true)).await.unwrap();
+    let large: Vec<Evaluation> = (0..200)
+        .map(|i| eval(&format!("large-{i:03}"), 50, i + 1))
+        .collect();
+    for e in &large {
+        enqueue(&broker, e).await;
+    }
+    let first = dequeue(&broker, 10).await.expect("a large job");
+    let second = dequeue(&broker, 10).await.expect("a large job");
+    assert_eq!((first.eval.id, second.eval.id), (large[0].id, large[1].id));
+    let small = eval("small", 50, 1000);
+    enqueue(&broker, &small).await;
+    let next = dequeue(&broker, 10).await.expect("the small job");
+    assert_eq!(
+        next.eval.job_id, "small",
+        "the small job waits behind the backlog"
+    );
+    let after = dequeue(&broker, 10).await.expect("the backlog resumes");
+    assert_eq!(after.eval.id, large[2].id);
 }
 
 #[actix::test]

@@ -14,6 +14,7 @@ use herder_server::broker::{
 };
 use herder_server::leader_link::{LeaderLink, LeaderQueues};
 use herder_server::plan_applier::PlanApplier;
+use herder_server::ready_queue::EvalCost;
 use herder_server::worker::{
     CoreSchedulers, Pause, Resume, SchedulerFactory, SharedInfo, Stop, Worker, WorkerDeps,
     WorkerStatus, WorkerTiming, WorkloadStatus,
@@ -132,6 +133,7 @@ impl Cluster {
             broker_config,
             BlockedEvalsConfig::default(),
             sink.recipient(),
+            EvalCost::uniform(),
         );
         broker.send(SetEnabled(true)).await.unwrap();
         blocked_evals.send(SetEnabled(true)).await.unwrap();

@@ -297,7 +297,10 @@ fn template_node(config: &SimConfig) -> Node {
         disk_total_bytes: u64::try_from(config.disk_mb.max(0)).unwrap_or(0) * 1024 * 1024,
         hostname: "sim".into(),
         kernel_name: "linux".into(),
-        kernel_version: "6.1.0-sim".into(),
+        // A release number: a `version` constraint without a pre-release
+        // clause (`>= 5.4`) never matches a pre-release such as "6.1.0-sim",
+        // in Nomad as in herder, and benchmarks constrain on it.
+        kernel_version: "6.1.0".into(),
         arch: "amd64".into(),
         os_name: "ubuntu".into(),
         os_version: "22.04".into(),

@@ -17,12 +17,14 @@
 //! benchmark.
 
 pub mod observe;
+pub mod probe;
 pub mod server_process;
 pub mod workload;
 
 use herder_api_client::{ApiClient, ClientConfig};
 use herder_sim::{SimConfig, SimNodes};
 use observe::{MetricsView, Percentiles};
+use probe::Probe;
 use serde::Serialize;
 use server_process::ServerProcess;
 use std::path::PathBuf;
@@ -30,6 +32,30 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workload::ClusterShape;
+
+/// Which jobs a placement run submits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mix {
+    /// `workload::mixed_job`: a fifth each unconstrained, kernel name,
+    /// node class, spread over racks, one datacenter.
+    #[default]
+    Mixed,
+    /// `workload::user_job`: a quarter spread over racks with a
+    /// kernel-version constraint, the rest unconstrained.
+    User,
+}
+
+/// How the placement loop follows progress.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressSource {
+    /// The server's allocation-count gauge in `/v1/metrics`.
+    #[default]
+    Metrics,
+    /// Every job's summary in `/v1/jobs`, as a user's tooling reads it.
+    Summaries,
+}
 
 /// What to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -75,6 +101,11 @@ pub struct BenchConfig {
     /// allocations are placed and come back once the server has marked
     /// them down (0: none).
     pub churn_percent: u32,
+    /// Submit one small job once the burst is registered and time its
+    /// placement (`probe`).
+    pub probe: bool,
+    pub mix: Mix,
+    pub progress: ProgressSource,
 }
 
 impl BenchConfig {
@@ -91,9 +122,13 @@ impl BenchConfig {
 
     fn expected_allocs(&self) -> usize {
         match self.scenario {
-            Scenario::Placement => self.jobs * self.count,
+            Scenario::Placement => self.jobs * self.count + usize::from(self.probe),
             Scenario::System => self.nodes,
         }
+    }
+
+    fn probing(&self) -> bool {
+        self.probe && self.scenario == Scenario::Placement
     }
 }
 
@@ -144,6 +179,10 @@ pub struct Report {
     /// Rows in the allocations table when the run ended (lost ones too).
     pub allocs_before_restart: u64,
     pub allocs_after_restart: Option<u64>,
+    /// The small job submitted behind the burst (`-probe`).
+    pub probe: Option<probe::ProbeReport>,
+    /// The probe's evaluation, created -> complete (server clock).
+    pub probe_eval_ms: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -416,7 +455,10 @@ impl Churn {
 fn job_bodies(config: &BenchConfig) -> Vec<serde_json::Value> {
     match config.scenario {
         Scenario::Placement => (0..config.jobs)
-            .map(|i| workload::mixed_job(i, config.count, &config.shape))
+            .map(|i| match config.mix {
+                Mix::Mixed => workload::mixed_job(i, config.count, &config.shape),
+                Mix::User => workload::user_job(i, config.count, &config.shape),
+            })
             .collect(),
         Scenario::System => vec![workload::system_job(
             "bench-system",
@@ -440,16 +482,35 @@ fn place(
     let already = base.gauge("herder_state_allocs") as u64;
     let started = Instant::now();
     let submitted = submit_all(client, bodies, config.submitters, config.rate, started);
+    let probe = config.probing().then(|| {
+        let metrics = client.clone();
+        let burst = expected.saturating_sub(1);
+        Probe::start(
+            client.clone(),
+            workload::probe_job(probe::PROBE_JOB, &config.shape.datacenters),
+            submitted.done.clone(),
+            bodies.len(),
+            started,
+            config.timeout,
+            move || {
+                MetricsView::read(&metrics).map_or(0, |view| {
+                    let placed = (view.gauge("herder_state_allocs") as u64).saturating_sub(already);
+                    burst.saturating_sub(placed)
+                })
+            },
+        )
+    });
     let mut queue_max: f64 = 0.0;
     let mut placed;
     loop {
         let view = MetricsView::read(client)?;
         let sent = submitted.done.load(Ordering::Relaxed);
-        placed = if churn.is_empty() {
+        placed = if churn.is_empty() && config.progress == ProgressSource::Metrics {
             (view.gauge("herder_state_allocs") as u64).saturating_sub(already)
         } else {
             // Lost allocations and their replacements both count in the
-            // table: count what runs (or is starting) instead.
+            // table: count what runs (or is starting) instead. (Also the
+            // way a user's tooling follows a burst: job summaries.)
             observe::live_allocs(client)?
         };
         churn.step(placed, expected, client)?;
@@ -470,6 +531,9 @@ fn place(
         std::thread::sleep(Duration::from_millis(50));
     }
     let elapsed = started.elapsed().as_secs_f64();
+    if let Some(probe) = probe {
+        report.probe = Some(probe.finish().map_err(BenchError::Setup)?);
+    }
     let (sent, register_secs, errors) = submitted.finish();
     if let Some(e) = errors.first() {
         return Err(BenchError::Setup(format!("job registration failed: {e}")));
@@ -585,7 +649,11 @@ fn read_evaluations(client: &ApiClient, report: &mut Report) -> Result<(), Bench
             _ => {}
         }
         if e.triggered_by == "job-register" && e.status == "complete" {
-            latencies.push((e.modify_time - e.create_time) as f64 / 1e6);
+            let latency = (e.modify_time - e.create_time) as f64 / 1e6;
+            latencies.push(latency);
+            if e.job_id == probe::PROBE_JOB {
+                report.probe_eval_ms = Some(latency);
+            }
         }
     }
     report.eval_latency_ms = Percentiles::of(&mut latencies);

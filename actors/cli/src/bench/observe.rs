@@ -158,6 +158,8 @@ pub fn lost_allocs(client: &ApiClient) -> Result<u64, ApiError> {
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct EvalView {
+    #[serde(rename = "JobID", default)]
+    pub job_id: String,
     pub status: String,
     pub triggered_by: String,
     #[serde(default)]

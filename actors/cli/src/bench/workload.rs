@@ -50,6 +50,39 @@ pub fn mixed_job(index: usize, count: usize, shape: &ClusterShape) -> Value {
     job_body(&id, job_type, &datacenters, count, constraints, spreads)
 }
 
+/// Job `index` of the user mix, the shape of an outside load generator's
+/// workload (issue 23): seven in ten services, the rest batch, and every
+/// fourth job spread over `${meta.rack}` with a kernel-version
+/// constraint every node meets.
+pub fn user_job(index: usize, count: usize, shape: &ClusterShape) -> Value {
+    let id = format!("bench-{index:05}");
+    let job_type = if index % 10 < 7 { "service" } else { "batch" };
+    let (constraints, spreads) = if index.is_multiple_of(4) && shape.racks > 0 {
+        (
+            vec![json!({
+                "LTarget": "${attr.kernel.version}", "RTarget": ">= 5.4", "Operand": "version"
+            })],
+            vec![json!({"Attribute": "${meta.rack}", "Weight": 50, "SpreadTarget": null})],
+        )
+    } else {
+        (vec![], vec![])
+    };
+    job_body(
+        &id,
+        job_type,
+        &shape.datacenters,
+        count,
+        constraints,
+        spreads,
+    )
+}
+
+/// The latency probe's job: one service allocation anywhere, no
+/// constraint, the default priority (the burst's).
+pub fn probe_job(id: &str, datacenters: &[String]) -> Value {
+    job_body(id, "service", datacenters, 1, vec![], vec![])
+}
+
 /// One system job, for the fan-out scenario: an allocation on every node.
 pub fn system_job(id: &str, datacenters: &[String]) -> Value {
     job_body(id, "system", datacenters, 1, vec![], vec![])
@@ -104,6 +137,33 @@ mod tests {
             datacenters: vec!["dc1".into(), "dc2".into()],
             classes: vec!["small".into(), "large".into()],
             racks: 4,
+        }
+    }
+
+    #[test]
+    fn every_fourth_user_job_spreads_with_a_kernel_constraint_the_sim_meets() {
+        let node = &herder_sim::build_nodes(&herder_sim::SimConfig {
+            count: 1,
+            racks: 4,
+            ..herder_sim::SimConfig::default()
+        })[0];
+        let kernel = node
+            .attributes
+            .get("kernel.version")
+            .expect("fingerprinted");
+        for i in 0..8 {
+            let job = jobspec::parse_json(&user_job(i, 3, &shape()).to_string()).expect("parses");
+            job.validate().expect("valid");
+            assert_eq!(
+                job.spreads.len(),
+                usize::from(i.is_multiple_of(4)),
+                "job {i}"
+            );
+            for c in &job.constraints {
+                let spec = herder::structs::version::VersionConstraint::parse(&c.r_target, false)
+                    .expect("a version constraint");
+                assert!(spec.matches(kernel), "{kernel} meets {}", c.r_target);
+            }
         }
     }
 

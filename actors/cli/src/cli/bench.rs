@@ -3,7 +3,7 @@
 //! `-json` at the end.
 
 use crate::bench::workload::ClusterShape;
-use crate::bench::{self, BenchConfig, Report, Scenario};
+use crate::bench::{self, BenchConfig, Mix, ProgressSource, Report, Scenario};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::{IsTerminal, Write};
@@ -27,6 +27,23 @@ pub enum BenchCommand {
 pub enum ScenarioArg {
     Placement,
     System,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MixArg {
+    /// A fifth each: unconstrained, kernel name, node class, spread over
+    /// racks, one datacenter.
+    Mixed,
+    /// A quarter spread over racks with a kernel-version constraint.
+    User,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ProgressArg {
+    /// The server's allocation-count gauge.
+    Metrics,
+    /// Job summaries from /v1/jobs, as a user's tooling reads them.
+    Summaries,
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +93,10 @@ pub struct ClusterArgs {
     /// Target a running server instead of starting one.
     #[arg(long)]
     pub address: Option<String>,
+    /// The herder binary to start the server from [default: this one]:
+    /// another build, to compare two builds in one sitting.
+    #[arg(long = "server-binary")]
+    pub server_binary: Option<PathBuf>,
     /// Data dir of the started server [default: a new temporary one].
     #[arg(long = "data-dir")]
     pub data_dir: Option<PathBuf>,
@@ -92,6 +113,17 @@ pub struct ClusterArgs {
     /// return once the server has marked them down.
     #[arg(long, default_value_t = 0)]
     pub churn: u32,
+    /// Which jobs a placement run submits.
+    #[arg(long, value_enum, default_value = "mixed")]
+    pub mix: MixArg,
+    /// How progress is followed (`summaries`: `/v1/jobs`, as an outside
+    /// client does).
+    #[arg(long, value_enum, default_value = "metrics")]
+    pub progress: ProgressArg,
+    /// Once every job is registered, submit one small job and time its
+    /// placement behind the burst (the fair share's figure).
+    #[arg(long)]
+    pub probe: bool,
     /// Do not restart the server on its data dir at the end.
     #[arg(long = "no-restart")]
     pub no_restart: bool,
@@ -140,7 +172,10 @@ fn config_of(args: &ClusterArgs) -> anyhow::Result<BenchConfig> {
     let Some((nodes, jobs, count)) = BenchConfig::preset(&args.preset) else {
         bail!("-preset {:?}: use full, medium or ci", args.preset);
     };
-    let binary = std::env::current_exe().context("locating the herder binary")?;
+    let binary = match &args.server_binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe().context("locating the herder binary")?,
+    };
     Ok(BenchConfig {
         scenario: match args.scenario {
             ScenarioArg::Placement => Scenario::Placement,
@@ -166,6 +201,15 @@ fn config_of(args: &ClusterArgs) -> anyhow::Result<BenchConfig> {
         verify: args.verify,
         restart: !args.no_restart,
         churn_percent: args.churn.min(100),
+        probe: args.probe,
+        mix: match args.mix {
+            MixArg::Mixed => Mix::Mixed,
+            MixArg::User => Mix::User,
+        },
+        progress: match args.progress {
+            ProgressArg::Metrics => ProgressSource::Metrics,
+            ProgressArg::Summaries => ProgressSource::Summaries,
+        },
     })
 }
 
@@ -198,6 +242,20 @@ fn workload_rows(r: &Report) -> Vec<(&'static str, String)> {
                 "{:.1} / {:.1} / {:.1} ms",
                 r.eval_latency_ms.p50, r.eval_latency_ms.p99, r.eval_latency_ms.max
             ),
+        ),
+        (
+            "Probe: placed after (backlog)",
+            r.probe.as_ref().map_or("-".into(), |p| {
+                format!(
+                    "{} ({} allocations unplaced when sent at {:.2}s; its eval {})",
+                    p.placed_ms
+                        .map_or("not placed".into(), |ms| format!("{ms:.0} ms")),
+                    p.backlog_allocs,
+                    p.sent_at_secs,
+                    r.probe_eval_ms
+                        .map_or("-".into(), |ms| format!("{ms:.0} ms"))
+                )
+            }),
         ),
         (
             "Evals complete/blocked/failed",
