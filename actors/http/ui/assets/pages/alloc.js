@@ -63,7 +63,7 @@ async function sampleStats(section, alloc, signal, stillLive) {
       memory.push([at, (mem.RSS || mem.Usage || 0) / (1024 * 1024)]);
       if (cpu.length > SAMPLES) { cpu.shift(); memory.shift(); }
       replace(cpuBox, lineChart({ title: 'CPU', unit: 'MHz', points: cpu, max: limits.cpu, format: (v) => `${Math.round(v)} MHz` }));
-      replace(memBox, lineChart({ title: 'Memory', unit: 'MiB', points: memory, max: limits.memory, format: (v) => `${v.toFixed(1)} MiB` }));
+      replace(memBox, lineChart({ title: 'Memory', unit: 'MiB', points: memory, max: limits.memory, format: (v) => `${v >= 10 ? Math.round(v) : v.toFixed(1)} MiB` }));
       state.textContent = `${cpu.length} samples, one every ${SAMPLE_MS / 1000} s; last at ${new Date(at).toLocaleTimeString()}.`;
     } catch (e) {
       if (signal.aborted) return;

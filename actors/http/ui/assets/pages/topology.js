@@ -49,11 +49,11 @@ function clusterTotals(nodes, usage) {
   }
   const pct = (a, b) => (b ? `${Math.round((a / b) * 100)}%` : '—');
   return h('dl', { class: 'meta' },
-    [['Clients', String(nodes.length)],
-      ['Live allocations', usage ? String(allocs) : '…'],
-      ['Memory allocated', usage ? `${mib(usedMem)} of ${mib(memory)} (${pct(usedMem, memory)})` : '…'],
-      ['CPU allocated', usage ? `${mhz(usedCpu)} of ${mhz(cpu)} (${pct(usedCpu, cpu)})` : '…'],
-    ].map(([t, v]) => h('div', null, h('dt', null, t), h('dd', null, v))));
+    [['Clients', String(nodes.length), 'topo-nodes'],
+      ['Live allocations', usage ? String(allocs) : '…', 'topo-allocs'],
+      ['Memory allocated', usage ? `${mib(usedMem)} of ${mib(memory)} (${pct(usedMem, memory)})` : '…', 'topo-memory'],
+      ['CPU allocated', usage ? `${mhz(usedCpu)} of ${mhz(cpu)} (${pct(usedCpu, cpu)})` : '…', 'topo-cpu'],
+    ].map(([t, v, id]) => h('div', null, h('dt', null, t), h('dd', { id }, v))));
 }
 
 function datacenters(nodes, usage) {
