@@ -464,6 +464,7 @@ fn deployments_scale_and_revert_from_the_job_page() {
         (browser.count("#versions tr[data-version='3']") == 1).then_some(())
     });
     browser.wait_text(running, "for version 3", SLOW);
+    browser.script("document.getElementById('scale-form').scrollIntoView();", json!([]));
     browser.screenshot("job-actions");
     browser.click_button("Fail deployment");
     browser.click_button("Yes, fail deployment");
@@ -580,6 +581,7 @@ fn an_allocations_files_and_resource_charts() {
     let memory = browser.wait_text("#memory-chart", "of 32 MiB", QUICK);
     assert!(memory.starts_with("Memory: "), "{memory}");
     browser.wait_text("#cpu-chart", "of 50 MHz", QUICK);
+    browser.screenshot("allocation-charts");
 
     // Files: the task's directory, then its local/ and the file.
     browser.wait_text("#files", "t/", SLOW);
@@ -589,6 +591,7 @@ fn an_allocations_files_and_resource_charts() {
     browser.click_button("greeting.txt");
     browser.wait_text("#file-text", "greetings from a file", SLOW);
     browser.wait_text("#file-path", "local", QUICK);
+    browser.script("document.getElementById('files-title').scrollIntoView();", json!([]));
     browser.screenshot("allocation-files");
     browser.click("#file-path button");
     browser.wait_text("#files", "alloc/", QUICK);

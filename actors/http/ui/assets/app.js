@@ -79,9 +79,9 @@ function render() {
 document.addEventListener('click', (e) => {
   const link = e.target.closest && e.target.closest('a[href]');
   if (!link || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-  // An SVG link's href is not a string: read the attribute.
+  // An SVG link's href and target are not strings: read the attributes.
   const url = new URL(link.getAttribute('href'), location.href);
-  if (url.origin !== location.origin || !url.pathname.startsWith('/ui/') || link.target) return;
+  if (url.origin !== location.origin || !url.pathname.startsWith('/ui/') || link.getAttribute('target')) return;
   e.preventDefault();
   navigate(url.pathname + url.search);
 });

@@ -128,13 +128,15 @@ function blockedReason(e) {
   const classes = Object.entries(e.ClassEligibility || {});
   const eligible = classes.filter(([, ok]) => ok).map(([c]) => c || '(no class)');
   const ineligible = classes.filter(([, ok]) => !ok).map(([c]) => c || '(no class)');
-  let text = 'Blocked: some allocations could not be placed, and this evaluation waits for the cluster to change. ';
-  if (e.EscapedComputedClass) text += 'The job\'s constraints depend on values unique to each node, so any node change unblocks it.';
-  else if (classes.length) {
-    text += `It runs again when a node of an eligible class changes${eligible.length ? ` (eligible: ${eligible.join(', ')})` : ''}`;
-    text += ineligible.length ? `; nodes of class ${ineligible.join(', ')} cannot run it.` : '.';
+  const parts = ['Blocked: some allocations could not be placed, and this evaluation waits for the cluster to change.'];
+  if (e.EscapedComputedClass) {
+    parts.push('The job\'s constraints read values unique to each node, so any node that changes re-runs it.');
+  } else {
+    if (eligible.length) parts.push(`A node of an eligible class (${eligible.join(', ')}) freeing resources re-runs it.`);
+    if (ineligible.length) parts.push(`Nodes of computed class ${ineligible.join(', ')} cannot run it.`);
+    parts.push('A node of a class not seen yet joining re-runs it.');
   }
-  return text;
+  return parts.join(' ');
 }
 
 /** One group's AllocMetric as sentences and small tables. */

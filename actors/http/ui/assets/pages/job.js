@@ -26,6 +26,7 @@ export async function render(main, [namespace, id], ctx) {
   replace(main, h('h1', { tabindex: -1 }, id), header, forms, groups, deployments, allocs, evals, versions);
   let shownVersion = null;
   let formsFor = null;
+  let latest = null;
 
   const refreshJob = async () => {
     const [job, summary, evaluations, deploys] = await Promise.all([
@@ -34,7 +35,8 @@ export async function render(main, [namespace, id], ctx) {
       get(`${base}/evaluations?${q}`, { signal: ctx.signal }),
       get(`${base}/deployments?${q}`, { signal: ctx.signal }),
     ]);
-    const env = { base, q, ctx, refresh: refreshJob };
+    latest = job;
+    const env = { base, q, ctx, refresh: refreshJob, latest: () => latest };
     replaceIfChanged(evals, evaluations, () => [
       h('h2', { id: 'evals-title' }, 'Evaluations'),
       evalTable(evaluations),
@@ -229,13 +231,15 @@ function deploymentList(list, { ctx, refresh }) {
 }
 
 /** Sets a group's count (Nomad's scaling request: a new job version). */
-function scaleForm(job, { base, q, ctx, refresh }) {
+function scaleForm(job, { base, q, ctx, refresh, latest }) {
   const groups = job.TaskGroups || [];
   if (!groups.length || job.Type === 'system' || job.Type === 'sysbatch') return null;
   const group = h('select', { id: 'scale-group' }, groups.map((g) => h('option', { value: g.Name }, g.Name)));
   const count = h('input', { id: 'scale-count', type: 'number', min: 0, step: 1, required: true, value: String(groups[0].Count), size: 5 });
   group.addEventListener('change', () => {
-    count.value = String(groups.find((g) => g.Name === group.value)?.Count ?? 0);
+    // The count as it is now, not as it was when the form was built.
+    const now = latest().TaskGroups || groups;
+    count.value = String(now.find((g) => g.Name === group.value)?.Count ?? 0);
   });
   const form = h('form', { id: 'scale-form', class: 'toolbar', 'aria-labelledby': 'scale-title', onsubmit: async (e) => {
     e.preventDefault();
