@@ -426,7 +426,11 @@ fn deployments_scale_and_revert_from_the_job_page() {
     assert!(row.contains("no"), "not promoted yet: {row}");
     browser.screenshot("job-deployment");
     browser.click_button("Promote canaries");
-    browser.wait_text("#deployments [data-status=successful]", "for version 1", SLOW);
+    browser.wait_text(
+        "#deployments [data-status=successful]",
+        "for version 1",
+        SLOW,
+    );
     let deployments = json_of(&agent, "/v1/job/ui-canary/deployments");
     let promoted = deployments
         .as_array()
@@ -464,7 +468,10 @@ fn deployments_scale_and_revert_from_the_job_page() {
         (browser.count("#versions tr[data-version='3']") == 1).then_some(())
     });
     browser.wait_text(running, "for version 3", SLOW);
-    browser.script("document.getElementById('scale-form').scrollIntoView();", json!([]));
+    browser.script(
+        "document.getElementById('scale-form').scrollIntoView();",
+        json!([]),
+    );
     browser.screenshot("job-actions");
     browser.click_button("Fail deployment");
     browser.click_button("Yes, fail deployment");
@@ -532,16 +539,28 @@ fn dispatch_and_evaluations_explain_a_blocked_placement() {
         let blocked = browser.count("#evaluations tbody tr[data-status=blocked]");
         (rows >= 1 && rows == blocked).then_some(())
     });
-    assert!(browser.current_url().ends_with("/ui/evaluations?status=blocked"));
+    assert!(browser
+        .current_url()
+        .ends_with("/ui/evaluations?status=blocked"));
     browser.wait_text("#evaluations tr[data-status=blocked]", "nowhere", QUICK);
 
     // Its page explains why: the constraint filtered the one node, and
     // what the blocked evaluation waits for.
     browser.click("#evaluations tr[data-status=blocked] a");
     browser.wait_text("#eval-status-badge", "blocked", SLOW);
-    let why = browser.wait_text("#failed-groups [data-group=g]", "${attr.kernel.name} = plan9", QUICK);
-    assert!(why.contains("2 allocations of group g could not be placed"), "{why}");
-    assert!(why.contains("constraint\t${attr.kernel.name} = plan9\t1\tfiltered"), "{why}");
+    let why = browser.wait_text(
+        "#failed-groups [data-group=g]",
+        "${attr.kernel.name} = plan9",
+        QUICK,
+    );
+    assert!(
+        why.contains("2 allocations of group g could not be placed"),
+        "{why}"
+    );
+    assert!(
+        why.contains("constraint\t${attr.kernel.name} = plan9\t1\tfiltered"),
+        "{why}"
+    );
     assert!(why.contains("1 nodes evaluated"), "{why}");
     browser.wait_text("#blocked-reason", "waits for the cluster to change", QUICK);
     browser.screenshot("evaluation");
@@ -549,7 +568,11 @@ fn dispatch_and_evaluations_explain_a_blocked_placement() {
     // The job's page links its evaluations to the same pages.
     browser.click("a[href='/ui/jobs/default/nowhere']");
     browser.click("#evaluations tr[data-status=complete] a");
-    browser.wait_text("main", "The placements that failed wait in the blocked evaluation", SLOW);
+    browser.wait_text(
+        "main",
+        "The placements that failed wait in the blocked evaluation",
+        SLOW,
+    );
     assert!(browser.same_page(), "the page was reloaded");
 }
 
@@ -591,7 +614,10 @@ fn an_allocations_files_and_resource_charts() {
     browser.click_button("greeting.txt");
     browser.wait_text("#file-text", "greetings from a file", SLOW);
     browser.wait_text("#file-path", "local", QUICK);
-    browser.script("document.getElementById('files-title').scrollIntoView();", json!([]));
+    browser.script(
+        "document.getElementById('files-title').scrollIntoView();",
+        json!([]),
+    );
     browser.screenshot("allocation-files");
     browser.click("#file-path button");
     browser.wait_text("#files", "alloc/", QUICK);
@@ -640,7 +666,11 @@ fn usage_bars_and_the_topology_show_what_each_node_holds() {
     // What the views read: Nomad's stub fields, resources in, task states out.
     let allocs = json_of(&agent, "/v1/allocations?resources=true&task_states=false");
     let first = &allocs[0];
-    assert_eq!(first["AllocatedResources"]["Tasks"]["t"]["Memory"]["MemoryMB"], json!(64), "{first}");
+    assert_eq!(
+        first["AllocatedResources"]["Tasks"]["t"]["Memory"]["MemoryMB"],
+        json!(64),
+        "{first}"
+    );
     assert_eq!(first["TaskStates"], Value::Null, "{first}");
     let plain = json_of(&agent, "/v1/allocations");
     assert_eq!(plain[0]["AllocatedResources"], Value::Null);
@@ -658,7 +688,10 @@ fn usage_bars_and_the_topology_show_what_each_node_holds() {
         );
         assert_eq!(
             labels,
-            json!([format!("CPU {cpu}% allocated"), format!("Memory {mem}% allocated")]),
+            json!([
+                format!("CPU {cpu}% allocated"),
+                format!("Memory {mem}% allocated")
+            ]),
             "{row}"
         );
     }
@@ -677,7 +710,11 @@ fn usage_bars_and_the_topology_show_what_each_node_holds() {
             "const a = document.querySelector(`a.topo-node[data-node='${arguments[0]}']`); return [a.dataset.memPct, a.dataset.cpuPct];",
             json!([id]),
         );
-        assert_eq!(shown, json!([mem.to_string(), cpu.to_string()]), "node {id}");
+        assert_eq!(
+            shown,
+            json!([mem.to_string(), cpu.to_string()]),
+            "node {id}"
+        );
     }
     browser.screenshot("topology");
     // A box is a link to its node's page, by keyboard too.
@@ -692,7 +729,10 @@ fn usage_bars_and_the_topology_show_what_each_node_holds() {
         json!([]),
     );
     browser.wait("the node's page", QUICK, || {
-        browser.current_url().ends_with(&format!("/ui/nodes/{first}")).then_some(())
+        browser
+            .current_url()
+            .ends_with(&format!("/ui/nodes/{first}"))
+            .then_some(())
     });
     assert!(browser.same_page(), "the page was reloaded");
 }
