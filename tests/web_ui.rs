@@ -2,7 +2,13 @@
 //! `support::browser`) against a real agent: a job run from the UI comes
 //! alive on the page without a reload and its task's log line shows; a
 //! node drained from the UI sees its allocations move; the scheduling
-//! workers pause and resume from the servers page. Each test saves its
+//! workers pause and resume from the servers page; a canary deployment is
+//! promoted, a group scaled, a version reverted to and a deployment failed
+//! from the job's page; a parameterized job is dispatched; the evaluations
+//! list and an evaluation's page explain a blocked placement; an
+//! allocation's files are browsed and its CPU and memory charted (and the
+//! sampling stops when the page is left); the clients list's usage bars
+//! and the topology view show what each node holds. Each test saves its
 //! pages' screenshots in `docs/ui/`.
 
 use herder_actors::sim::{SimConfig, SimNodes};
@@ -358,4 +364,375 @@ fn a_job_that_cannot_be_placed_says_why_on_its_page() {
     assert!(blocked.contains("1 nodes evaluated"), "{blocked}");
     browser.wait_text("#groups", "1 queued", QUICK);
     browser.screenshot("job-blocked");
+}
+
+/// A service of `count` raw_exec sleepers whose env carries `version`
+/// (changing it is a destructive update), with one canary per update and
+/// health from task states after 1 s.
+fn canary_job(version: &str, count: u32) -> Value {
+    json!({"Job": {
+        "ID": "ui-canary", "Name": "ui-canary", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "web", "Count": count,
+            "Update": {
+                "MaxParallel": 1, "Canary": 1, "HealthCheck": "task_states",
+                "MinHealthyTime": 1_000_000_000u64, "HealthyDeadline": 60_000_000_000u64,
+                "ProgressDeadline": 120_000_000_000u64, "AutoRevert": false, "AutoPromote": false
+            },
+            "Tasks": [{
+                "Name": "t", "Driver": "raw_exec", "Env": {"VERSION": version},
+                "Config": {"command": "/bin/sh", "args": ["-c", "exec sleep 600"]},
+                "Resources": {"CPU": 20, "MemoryMB": 16}
+            }]}]
+    }})
+}
+
+/// The job's stored version `version`'s group count and VERSION env.
+fn count_and_env(agent: &TestAgent, job: &str) -> (u64, String) {
+    let job = json_of(agent, &format!("/v1/job/{job}"));
+    let group = &job["TaskGroups"][0];
+    (
+        group["Count"].as_u64().unwrap_or(0),
+        group["Tasks"][0]["Env"]["VERSION"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+#[test]
+fn deployments_scale_and_revert_from_the_job_page() {
+    let agent = TestAgent::start(dev_config(), true);
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &canary_job("v1", 1));
+    assert_eq!(code, 200, "{body}");
+    let browser = Browser::start();
+    browser.goto(&agent.url("/ui/jobs/default/ui-canary"));
+    browser.wait("the first version running", SLOW, || {
+        (browser.count("#allocations tr[data-status=running]") == 1).then_some(())
+    });
+    browser.mark_page();
+
+    // Version 1 places a canary beside the old allocation and waits.
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &canary_job("v2", 1));
+    assert_eq!(code, 200, "{body}");
+    let running = "#deployments [data-status=running]";
+    browser.wait_text(running, "for version 1", SLOW);
+    // The canary placed and healthy: the row reads web, 1 desired, 1
+    // placed, 1 healthy, 0 unhealthy, 1 of 1 canaries, not promoted.
+    let row = browser.wait_text(&format!("{running} tr[data-group=web]"), "1 of 1", SLOW);
+    browser.wait("the canary healthy", SLOW, || {
+        let row = browser.text(&format!("{running} tr[data-group=web]"))?;
+        row.contains("web\t1\t1\t1\t0").then_some(())
+    });
+    assert!(row.contains("no"), "not promoted yet: {row}");
+    browser.screenshot("job-deployment");
+    browser.click_button("Promote canaries");
+    browser.wait_text(
+        "#deployments [data-status=successful]",
+        "for version 1",
+        SLOW,
+    );
+    let deployments = json_of(&agent, "/v1/job/ui-canary/deployments");
+    let promoted = deployments
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["JobVersion"] == 1)
+        .map(|d| d["TaskGroups"]["web"]["Promoted"].clone());
+    assert_eq!(promoted, Some(json!(true)), "{deployments}");
+
+    // Scale the group to 2: a new version, two running allocations.
+    browser.fill("#scale-count", "2");
+    browser.click_button("Scale group");
+    browser.wait("two running allocations of the new version", SLOW, || {
+        (browser.count("#allocations tr[data-status=running]") == 2).then_some(())
+    });
+    browser.wait_text("#groups tr[data-group=web]", "2 running", SLOW);
+    assert_eq!(count_and_env(&agent, "ui-canary"), (2, "v2".to_string()));
+
+    // Revert to version 0: the job as it was (one allocation, v1) comes
+    // back as a new version; its canary waits in a new deployment, which
+    // the page fails.
+    browser.wait("version 0 listed with a revert button", QUICK, || {
+        (browser.count("#versions tr[data-version='0'] button") == 1).then_some(())
+    });
+    browser.click_button("Revert to 0");
+    browser.click_button("Yes, revert to version 0");
+    browser.wait("the reverted job", SLOW, || {
+        (count_and_env(&agent, "ui-canary") == (1, "v1".to_string())).then_some(())
+    });
+    let version = json_of(&agent, "/v1/job/ui-canary")["Version"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(version, 3, "scaled to 2, then reverted");
+    browser.wait("the new version listed", SLOW, || {
+        (browser.count("#versions tr[data-version='3']") == 1).then_some(())
+    });
+    browser.wait_text(running, "for version 3", SLOW);
+    browser.script(
+        "document.getElementById('scale-form').scrollIntoView();",
+        json!([]),
+    );
+    browser.screenshot("job-actions");
+    browser.click_button("Fail deployment");
+    browser.click_button("Yes, fail deployment");
+    let failed = browser.wait_text("#deployments [data-status=failed]", "for version 3", SLOW);
+    assert!(failed.contains("failed"), "{failed}");
+    let status = json_of(&agent, "/v1/job/ui-canary/deployment")["Status"].clone();
+    assert_eq!(status, json!("failed"));
+    assert!(browser.same_page(), "the page was reloaded");
+}
+
+#[test]
+fn dispatch_and_evaluations_explain_a_blocked_placement() {
+    let agent = TestAgent::start(dev_config(), true);
+    let param = json!({"Job": {
+        "ID": "ui-param", "Name": "ui-param", "Type": "batch", "Datacenters": ["dc1"],
+        "ParameterizedJob": {"Payload": "optional", "MetaRequired": ["who"]},
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sh", "args": ["-c", "echo hi $NOMAD_META_who"]},
+            "Resources": {"CPU": 20, "MemoryMB": 16}
+        }]}]
+    }});
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &param);
+    assert_eq!(code, 200, "{body}");
+    let nowhere = json!({"Job": {
+        "ID": "nowhere", "Name": "nowhere", "Type": "service", "Datacenters": ["dc1"],
+        "Constraints": [{"LTarget": "${attr.kernel.name}", "RTarget": "plan9", "Operand": "="}],
+        "TaskGroups": [{"Name": "g", "Count": 2, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"},
+            "Resources": {"CPU": 20, "MemoryMB": 16}
+        }]}]
+    }});
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &nowhere);
+    assert_eq!(code, 200, "{body}");
+
+    // Dispatch with a payload and meta from the job's page.
+    let browser = Browser::start();
+    browser.goto(&agent.url("/ui/jobs/default/ui-param"));
+    browser.fill("#dispatch-payload", "payload from the ui");
+    browser.fill("#dispatch-meta", "who=browser");
+    browser.screenshot("job-dispatch");
+    browser.click_button("Dispatch job");
+    let result = browser.wait_text("#dispatch-result", "ui-param/dispatch-", SLOW);
+    let child = result
+        .trim_start_matches("Dispatched ")
+        .trim_end_matches('.')
+        .to_string();
+    let dispatched = json_of(&agent, &format!("/v1/job/{}", child.replace('/', "%2F")));
+    assert_eq!(dispatched["Meta"]["who"], json!("browser"), "{dispatched}");
+    assert_eq!(dispatched["ParentID"], json!("ui-param"));
+    browser.mark_page();
+    browser.click("#dispatch-result a");
+    browser.wait_text("h1", &child, QUICK);
+
+    // The evaluations list, narrowed to blocked ones, shows nowhere's.
+    browser.click("nav a[data-nav=evaluations]");
+    browser.wait_text("#evaluations", "ui-param", SLOW);
+    browser.screenshot("evaluations");
+    browser.script(
+        "const s = document.getElementById('eval-status'); s.value = 'blocked'; s.dispatchEvent(new Event('change'));",
+        json!([]),
+    );
+    browser.wait("only blocked evaluations", SLOW, || {
+        let rows = browser.count("#evaluations tbody tr[data-eval]");
+        let blocked = browser.count("#evaluations tbody tr[data-status=blocked]");
+        (rows >= 1 && rows == blocked).then_some(())
+    });
+    assert!(browser
+        .current_url()
+        .ends_with("/ui/evaluations?status=blocked"));
+    browser.wait_text("#evaluations tr[data-status=blocked]", "nowhere", QUICK);
+
+    // Its page explains why: the constraint filtered the one node, and
+    // what the blocked evaluation waits for.
+    browser.click("#evaluations tr[data-status=blocked] a");
+    browser.wait_text("#eval-status-badge", "blocked", SLOW);
+    let why = browser.wait_text(
+        "#failed-groups [data-group=g]",
+        "${attr.kernel.name} = plan9",
+        QUICK,
+    );
+    assert!(
+        why.contains("2 allocations of group g could not be placed"),
+        "{why}"
+    );
+    assert!(
+        why.contains("constraint\t${attr.kernel.name} = plan9\t1\tfiltered"),
+        "{why}"
+    );
+    assert!(why.contains("1 nodes evaluated"), "{why}");
+    browser.wait_text("#blocked-reason", "waits for the cluster to change", QUICK);
+    browser.screenshot("evaluation");
+
+    // The job's page links its evaluations to the same pages.
+    browser.click("a[href='/ui/jobs/default/nowhere']");
+    browser.click("#evaluations tr[data-status=complete] a");
+    browser.wait_text(
+        "main",
+        "The placements that failed wait in the blocked evaluation",
+        SLOW,
+    );
+    assert!(browser.same_page(), "the page was reloaded");
+}
+
+#[test]
+fn an_allocations_files_and_resource_charts() {
+    let agent = TestAgent::start(dev_config(), true);
+    let job = json!({"Job": {
+        "ID": "ui-files", "Name": "ui-files", "Type": "service", "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": 1, "Tasks": [{
+            "Name": "t", "Driver": "raw_exec",
+            "Config": {"command": "/bin/sh", "args": ["-c",
+                "echo greetings from a file > \"$NOMAD_TASK_DIR/greeting.txt\"; exec sleep 600"]},
+            "Resources": {"CPU": 50, "MemoryMB": 32}
+        }]}]
+    }});
+    let (code, body) = send_json("PUT", &agent.url("/v1/jobs"), None, &job);
+    assert_eq!(code, 200, "{body}");
+    let alloc = wait_for(SLOW, || running(&agent, "ui-files").into_iter().next())
+        .expect("a running allocation");
+
+    let browser = Browser::start();
+    browser.goto(&agent.url(&format!("/ui/allocations/{}", alloc.0)));
+    browser.mark_page();
+    // Charts: a line once two samples are in, against the 32 MiB given.
+    browser.wait("two samples charted", SLOW, || {
+        (browser.count("#memory-chart polyline") == 1 && browser.count("#cpu-chart polyline") == 1)
+            .then_some(())
+    });
+    let memory = browser.wait_text("#memory-chart", "of 32 MiB", QUICK);
+    assert!(memory.starts_with("Memory: "), "{memory}");
+    browser.wait_text("#cpu-chart", "of 50 MHz", QUICK);
+    browser.screenshot("allocation-charts");
+
+    // Files: the task's directory, then its local/ and the file.
+    browser.wait_text("#files", "t/", SLOW);
+    browser.click_button("t/");
+    browser.wait_text("#file-path", "t", QUICK);
+    browser.click_button("local/");
+    browser.click_button("greeting.txt");
+    browser.wait_text("#file-text", "greetings from a file", SLOW);
+    browser.wait_text("#file-path", "local", QUICK);
+    browser.script(
+        "document.getElementById('files-title').scrollIntoView();",
+        json!([]),
+    );
+    browser.screenshot("allocation-files");
+    browser.click("#file-path button");
+    browser.wait_text("#files", "alloc/", QUICK);
+
+    // Leaving the page ends the sampling: no stats request after it.
+    let stats_requests = "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/stats')).length;";
+    browser.click("nav a[data-nav=jobs]");
+    browser.wait_text("#jobs", "ui-files", SLOW);
+    let before = browser.script(stats_requests, json!([]));
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(browser.script(stats_requests, json!([])), before);
+    assert!(browser.same_page(), "the page was reloaded");
+}
+
+#[test]
+fn usage_bars_and_the_topology_show_what_each_node_holds() {
+    let (_dir, agent, _sim) = server_with_sim_nodes();
+    let placed = wait_for(SLOW, || {
+        let r = running(&agent, "spread");
+        (r.len() == 3).then_some(r)
+    })
+    .expect("three running allocations");
+    // What each node offers, and the percentage its allocations (100 MHz
+    // and 64 MiB each) take of it.
+    let nodes = json_of(&agent, "/v1/nodes?resources=true");
+    let expected: Vec<(String, u64, u64)> = nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            let id = n["ID"].as_str().unwrap_or_default().to_string();
+            let here = placed.iter().filter(|(_, node)| *node == id).count() as f64;
+            let offered = |key: &str, field: &str| {
+                n["NodeResources"][key][field].as_f64().unwrap_or(0.0)
+                    - n["ReservedResources"][key][field].as_f64().unwrap_or(0.0)
+            };
+            let pct = |used: f64, total: f64| (used / total * 100.0).round() as u64;
+            (
+                id,
+                pct(64.0 * here, offered("Memory", "MemoryMB")),
+                pct(100.0 * here, offered("Cpu", "CpuShares")),
+            )
+        })
+        .collect();
+    assert_eq!(expected.len(), 3);
+    // What the views read: Nomad's stub fields, resources in, task states out.
+    let allocs = json_of(&agent, "/v1/allocations?resources=true&task_states=false");
+    let first = &allocs[0];
+    assert_eq!(
+        first["AllocatedResources"]["Tasks"]["t"]["Memory"]["MemoryMB"],
+        json!(64),
+        "{first}"
+    );
+    assert_eq!(first["TaskStates"], Value::Null, "{first}");
+    let plain = json_of(&agent, "/v1/allocations");
+    assert_eq!(plain[0]["AllocatedResources"], Value::Null);
+
+    let browser = Browser::start();
+    browser.goto(&agent.url("/ui/nodes"));
+    browser.wait("every node's bars", SLOW, || {
+        (browser.count("#nodes tbody meter") == 6).then_some(())
+    });
+    for (id, mem, cpu) in &expected {
+        let row = browser.wait_text(&format!("#nodes tr[data-node='{id}']"), "%", QUICK);
+        let labels = browser.script(
+            "return [...document.querySelectorAll(`#nodes tr[data-node='${arguments[0]}'] meter`)].map((m) => m.getAttribute('aria-label'));",
+            json!([id]),
+        );
+        assert_eq!(
+            labels,
+            json!([
+                format!("CPU {cpu}% allocated"),
+                format!("Memory {mem}% allocated")
+            ]),
+            "{row}"
+        );
+    }
+    browser.screenshot("nodes");
+    browser.mark_page();
+
+    browser.click("nav a[data-nav=topology]");
+    browser.wait("three node boxes", SLOW, || {
+        (browser.count("#topology section[data-dc=dc1] a.topo-node") == 3).then_some(())
+    });
+    browser.wait("three live allocations in the totals", SLOW, || {
+        (browser.text("#topo-allocs")?.trim() == "3").then_some(())
+    });
+    for (id, mem, cpu) in &expected {
+        let shown = browser.script(
+            "const a = document.querySelector(`a.topo-node[data-node='${arguments[0]}']`); return [a.dataset.memPct, a.dataset.cpuPct];",
+            json!([id]),
+        );
+        assert_eq!(
+            shown,
+            json!([mem.to_string(), cpu.to_string()]),
+            "node {id}"
+        );
+    }
+    browser.screenshot("topology");
+    // A box is a link to its node's page, by keyboard too.
+    let first = &expected[0].0;
+    let focused = browser.script(
+        "const a = document.querySelector(`a.topo-node[data-node='${arguments[0]}']`); a.focus(); return document.activeElement === a;",
+        json!([first]),
+    );
+    assert_eq!(focused, json!(true), "a node box takes the keyboard focus");
+    browser.script(
+        "document.activeElement.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true, button: 0}));",
+        json!([]),
+    );
+    browser.wait("the node's page", QUICK, || {
+        browser
+            .current_url()
+            .ends_with(&format!("/ui/nodes/{first}"))
+            .then_some(())
+    });
+    assert!(browser.same_page(), "the page was reloaded");
 }

@@ -90,10 +90,24 @@ async fn list_allocs(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
+    // Nomad's stub fields: `resources=true` adds each allocation's
+    // AllocatedResources (the web UI's node usage and topology add them
+    // up), `task_states=false` leaves out TaskStates.
+    let resources = q.param("resources") == Some("true");
+    let task_states = q.param("task_states") != Some("false");
     let store = &server(&info)?.store;
     let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
         let items = snap.allocs().map(|a| (a.id.to_string(), &*a.namespace, a));
-        Ok(paginate(&q, items, |a| alloc_stub(snap, a)))
+        Ok(paginate(&q, items, |a| {
+            let mut stub = alloc_stub(snap, a);
+            if resources {
+                stub["AllocatedResources"] = json!(a.allocated_resources);
+            }
+            if !task_states {
+                stub["TaskStates"] = serde_json::Value::Null;
+            }
+            stub
+        }))
     })
     .await?;
     Ok(list_response(index, page, next))

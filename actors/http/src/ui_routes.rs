@@ -85,6 +85,7 @@ static ASSETS: &[Asset] = assets![
     ("assets/api.js", JS),
     ("assets/dom.js", JS),
     ("assets/format.js", JS),
+    ("assets/chart.js", JS),
     ("assets/pages/jobs.js", JS),
     ("assets/pages/job.js", JS),
     ("assets/pages/run.js", JS),
@@ -92,6 +93,8 @@ static ASSETS: &[Asset] = assets![
     ("assets/pages/nodes.js", JS),
     ("assets/pages/node.js", JS),
     ("assets/pages/servers.js", JS),
+    ("assets/pages/evals.js", JS),
+    ("assets/pages/topology.js", JS),
     ("assets/favicon.svg", "image/svg+xml"),
 ];
 

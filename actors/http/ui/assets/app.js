@@ -11,6 +11,8 @@ import * as alloc from './pages/alloc.js';
 import * as nodes from './pages/nodes.js';
 import * as node from './pages/node.js';
 import * as servers from './pages/servers.js';
+import * as evals from './pages/evals.js';
+import * as topology from './pages/topology.js';
 
 /** [pattern, page module, nav section]; the first match wins. */
 const ROUTES = [
@@ -22,6 +24,9 @@ const ROUTES = [
   [/^\/ui\/nodes\/?$/, nodes, 'nodes'],
   [/^\/ui\/nodes\/([^/]+)\/?$/, node, 'nodes'],
   [/^\/ui\/servers\/?$/, servers, 'servers'],
+  [/^\/ui\/evaluations\/?$/, { render: evals.renderList }, 'evaluations'],
+  [/^\/ui\/evaluations\/([^/]+)\/?$/, evals, 'evaluations'],
+  [/^\/ui\/topology\/?$/, topology, 'topology'],
 ];
 
 const main = document.getElementById('main');
@@ -74,8 +79,9 @@ function render() {
 document.addEventListener('click', (e) => {
   const link = e.target.closest && e.target.closest('a[href]');
   if (!link || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
-  const url = new URL(link.href, location.href);
-  if (url.origin !== location.origin || !url.pathname.startsWith('/ui/') || link.target) return;
+  // An SVG link's href and target are not strings: read the attributes.
+  const url = new URL(link.getAttribute('href'), location.href);
+  if (url.origin !== location.origin || !url.pathname.startsWith('/ui/') || link.getAttribute('target')) return;
   e.preventDefault();
   navigate(url.pathname + url.search);
 });

@@ -78,3 +78,15 @@ export function confirmButton(label, confirmLabel, action, cls = 'danger') {
   wrap.append(first);
   return wrap;
 }
+
+const shown = new WeakMap();
+/** Redraws `el` from `build()` only when `data` differs from what it was
+ *  last drawn from: a refresh that brings nothing new leaves the section
+ *  (and a half-clicked confirm button in it) alone. */
+export function replaceIfChanged(el, data, build) {
+  const key = JSON.stringify(data ?? null);
+  if (shown.get(el) === key) return false;
+  shown.set(el, key);
+  replace(el, build());
+  return true;
+}

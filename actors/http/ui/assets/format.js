@@ -68,3 +68,12 @@ export function parseDuration(text) {
   }
   return consumed && consumed === text.trim() ? Math.round(total) : null;
 }
+
+/** A byte count as B, KiB, MiB or GiB. */
+export function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = Number(n) || 0;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${value} B`;
+}

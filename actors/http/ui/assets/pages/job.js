@@ -1,13 +1,15 @@
 // One job: its facts, task groups with counts and resources, the
 // allocations table kept live by one blocking query on the job's
 // allocations (each change, and each 10 s wait that ends quiet, also
-// re-reads the job, its summary and evaluations), its
-// versions with what changed, its evaluations with why a placement
-// failed (which constraint filtered how many nodes, what was exhausted),
-// and stop/start.
+// re-reads the job, its summary, deployments and evaluations), its
+// deployments with promote and fail, its versions with what changed and
+// a revert button, its evaluations with why a placement failed (which
+// constraint filtered how many nodes, what was exhausted), and the
+// actions: stop/start, scale a group, dispatch a parameterized job.
 import { get, put, del, watch, enc } from '../api.js';
-import { h, replace, table, facts, confirmButton } from '../dom.js';
+import { h, replace, table, facts, field, confirmButton, replaceIfChanged } from '../dom.js';
 import { badge, summaryCounts, shortId, ago, time, mhz, mib } from '../format.js';
+import { placementFailures } from './evals.js';
 
 export async function render(main, [namespace, id], ctx) {
   const q = `namespace=${enc(namespace)}`;
@@ -17,22 +19,41 @@ export async function render(main, [namespace, id], ctx) {
   const allocs = h('section', { 'aria-labelledby': 'allocs-title' });
   const versions = h('section', { 'aria-labelledby': 'versions-title' });
   const evals = h('section', { 'aria-labelledby': 'evals-title' });
-  replace(main, h('h1', { tabindex: -1 }, id), header, groups, allocs, evals, versions);
+  const deployments = h('section', { 'aria-labelledby': 'deployments-title' });
+  // Forms are built once per page and never redrawn by a refresh, so a
+  // refresh cannot wipe what is being typed.
+  const forms = h('div');
+  replace(main, h('h1', { tabindex: -1 }, id), header, forms, groups, deployments, allocs, evals, versions);
   let shownVersion = null;
+  let formsFor = null;
+  let latest = null;
 
   const refreshJob = async () => {
-    const [job, summary, evaluations] = await Promise.all([
+    const [job, summary, evaluations, deploys] = await Promise.all([
       get(`${base}?${q}`, { signal: ctx.signal }),
       get(`${base}/summary?${q}`, { signal: ctx.signal }),
       get(`${base}/evaluations?${q}`, { signal: ctx.signal }),
+      get(`${base}/deployments?${q}`, { signal: ctx.signal }),
     ]);
-    replace(evals, h('h2', { id: 'evals-title' }, 'Evaluations'), evalTable(evaluations));
-    replace(header, jobHeader(job, { base, q, ctx, refresh: refreshJob }));
-    replace(groups, h('h2', { id: 'groups-title' }, 'Task groups'), groupTable(job, summary));
+    latest = job;
+    const env = { base, q, ctx, refresh: refreshJob, latest: () => latest };
+    replaceIfChanged(evals, evaluations, () => [
+      h('h2', { id: 'evals-title' }, 'Evaluations'),
+      evalTable(evaluations),
+      h('p', null, h('a', { href: `/ui/evaluations?job=${enc(job.ID)}&namespace=${enc(job.Namespace)}` }, 'All evaluations of this job')),
+    ]);
+    replaceIfChanged(header, [job.Stop, job.Status, job.Version], () => jobHeader(job, env));
+    replaceIfChanged(groups, [job.TaskGroups, summary?.Summary], () => [h('h2', { id: 'groups-title' }, 'Task groups'), groupTable(job, summary)]);
+    replaceIfChanged(deployments, deploys, () => [h('h2', { id: 'deployments-title' }, 'Deployments'), deploymentList(deploys, env)]);
+    const groupNames = (job.TaskGroups || []).map((g) => g.Name).join('\n');
+    if (formsFor !== groupNames) {
+      formsFor = groupNames;
+      replace(forms, scaleForm(job, env), job.ParameterizedJob && !job.Dispatched ? dispatchForm(job, env) : null);
+    }
     if (job.Version !== shownVersion) {
       shownVersion = job.Version;
       const answer = await get(`${base}/versions?${q}&diffs=true`, { signal: ctx.signal });
-      replace(versions, h('h2', { id: 'versions-title' }, 'Versions'), versionTable(answer));
+      replace(versions, h('h2', { id: 'versions-title' }, 'Versions'), versionTable(answer, job, env));
     }
   };
   await watch(`${base}/allocations?${q}`, async (list) => {
@@ -127,7 +148,7 @@ function evalTable(list) {
     rows,
     rowAttrs: (e) => ({ 'data-eval': e.ID, 'data-status': e.Status }),
     columns: [
-      ['ID', (e) => h('span', { class: 'mono' }, shortId(e.ID))],
+      ['ID', (e) => h('a', { href: `/ui/evaluations/${enc(e.ID)}`, class: 'mono' }, shortId(e.ID))],
       ['Triggered by', (e) => e.TriggeredBy],
       ['Status', (e) => [badge(e.Status), e.StatusDescription ? ` ${e.StatusDescription}` : '']],
       ['Placement failures', (e) => placementFailures(e)],
@@ -136,36 +157,155 @@ function evalTable(list) {
   });
 }
 
-/** Why an evaluation could not place a group's allocations, in words. */
-function placementFailures(evaluation) {
-  const groups = Object.entries(evaluation.FailedTGAllocs || {});
-  if (!groups.length) return h('span', { class: 'empty' }, 'none');
-  return h('ul', { class: 'failures' }, groups.map(([group, m]) => {
-    const lines = [`${m.NodesEvaluated || 0} nodes evaluated`];
-    if (!m.NodesEvaluated) lines.push('no node in the job\'s datacenters is ready');
-    for (const [what, n] of Object.entries(m.ConstraintFiltered || {})) lines.push(`constraint ${what} filtered ${n}`);
-    for (const [what, n] of Object.entries(m.ClassFiltered || {})) lines.push(`class ${what} filtered ${n}`);
-    if (m.NodesExhausted) lines.push(`${m.NodesExhausted} exhausted`);
-    for (const [what, n] of Object.entries(m.DimensionExhausted || {})) lines.push(`${what} exhausted on ${n}`);
-    for (const [what, n] of Object.entries(m.QuotaExhausted || {})) lines.push(`quota ${what}: ${n}`);
-    if (m.CoalescedFailures) lines.push(`${m.CoalescedFailures} more allocations failed the same way`);
-    return h('li', null, h('strong', null, `group ${group}: `), lines.join('; '));
-  }));
-}
-
-function versionTable(answer) {
+function versionTable(answer, job, { base, q, ctx, refresh }) {
   const versions = answer?.Versions || [];
   const diffs = answer?.Diffs || [];
+  // Nomad's revert: the job as it was at that version becomes the next
+  // version; EnforcePriorVersion refuses it if someone changed the job
+  // since this page read it.
+  const revert = (v) => confirmButton(`Revert to ${v.Version}`, `Yes, revert to version ${v.Version}`, async () => {
+    try {
+      await put(`${base}/revert?${q}`, { JobID: job.ID, JobVersion: v.Version, EnforcePriorVersion: job.Version });
+      ctx.say(`Job ${job.ID} reverted to version ${v.Version}.`, true);
+      await refresh();
+    } catch (e) {
+      ctx.say(`Revert: ${e.message}`);
+    }
+  }, 'primary');
   return table({
     id: 'versions',
     rows: versions,
+    rowAttrs: (v) => ({ 'data-version': v.Version }),
     columns: [
       ['Version', (v) => String(v.Version), { num: true }],
       ['Stable', (v) => (v.Stable ? 'yes' : 'no')],
       ['Submitted', (v) => time(v.SubmitTime)],
-      ['Changes from the one before', (v, i = versions.indexOf(v)) => diffSummary(diffs[i])],
+      ['Changes from the one before', (v) => diffSummary(diffs[versions.indexOf(v)])],
+      ['', (v) => (v.Version === job.Version ? h('span', { class: 'empty' }, 'current') : revert(v))],
     ],
   });
+}
+
+/** The job's deployments, newest first: status, each group's counts,
+ *  and Promote (canaries placed and healthy, not yet promoted) and Fail
+ *  for the one still running. */
+function deploymentList(list, { ctx, refresh }) {
+  if (!list?.length) return h('p', { id: 'deployments', class: 'empty' }, 'No deployments.');
+  const rows = [...list].sort((a, b) => b.CreateIndex - a.CreateIndex).slice(0, 5);
+  const act = (label, work) => async () => {
+    try {
+      await work();
+      ctx.say(`Deployment ${label}.`, true);
+      await refresh();
+    } catch (e) {
+      ctx.say(`Deployment: ${e.message}`);
+    }
+  };
+  return h('div', { id: 'deployments' }, rows.map((d) => {
+    const groups = Object.entries(d.TaskGroups || {}).sort(([a], [b]) => a.localeCompare(b));
+    const active = d.Status === 'running' || d.Status === 'paused' || d.Status === 'pending';
+    const needsPromotion = groups.some(([, g]) => g.DesiredCanaries > 0 && !g.Promoted);
+    const id = enc(d.ID);
+    return h('div', { class: 'deployment', 'data-deployment': d.ID, 'data-status': d.Status },
+      h('h3', null, `Deployment ${shortId(d.ID)} `, badge(d.Status), ` for version ${d.JobVersion}`),
+      d.StatusDescription ? h('p', { class: 'deployment-status' }, d.StatusDescription) : null,
+      table({
+        caption: `Groups of deployment ${shortId(d.ID)}`,
+        rows: groups,
+        rowAttrs: ([name]) => ({ 'data-group': name }),
+        columns: [
+          ['Group', ([name]) => name],
+          ['Desired', ([, g]) => String(g.DesiredTotal ?? 0), { num: true }],
+          ['Placed', ([, g]) => String(g.PlacedAllocs ?? 0), { num: true }],
+          ['Healthy', ([, g]) => String(g.HealthyAllocs ?? 0), { num: true }],
+          ['Unhealthy', ([, g]) => String(g.UnhealthyAllocs ?? 0), { num: true }],
+          ['Canaries', ([, g]) => (g.DesiredCanaries ? `${(g.PlacedCanaries || []).length} of ${g.DesiredCanaries}` : '—'), { num: true }],
+          ['Promoted', ([, g]) => (g.DesiredCanaries ? (g.Promoted ? 'yes' : 'no') : '—')],
+          ['Progress deadline', ([, g]) => time(g.RequireProgressBy)],
+        ],
+      }),
+      active ? h('div', { class: 'actions' },
+        needsPromotion ? h('button', { type: 'button', class: 'primary', onclick: act('promoted', () => put(`/v1/deployment/promote/${id}`, { DeploymentID: d.ID, All: true })) }, 'Promote canaries') : null,
+        confirmButton('Fail deployment', 'Yes, fail deployment', act('failed', () => put(`/v1/deployment/fail/${id}`, { DeploymentID: d.ID })))) : null);
+  }));
+}
+
+/** Sets a group's count (Nomad's scaling request: a new job version). */
+function scaleForm(job, { base, q, ctx, refresh, latest }) {
+  const groups = job.TaskGroups || [];
+  if (!groups.length || job.Type === 'system' || job.Type === 'sysbatch') return null;
+  const group = h('select', { id: 'scale-group' }, groups.map((g) => h('option', { value: g.Name }, g.Name)));
+  const count = h('input', { id: 'scale-count', type: 'number', min: 0, step: 1, required: true, value: String(groups[0].Count), size: 5 });
+  group.addEventListener('change', () => {
+    // The count as it is now, not as it was when the form was built.
+    const now = latest().TaskGroups || groups;
+    count.value = String(now.find((g) => g.Name === group.value)?.Count ?? 0);
+  });
+  const form = h('form', { id: 'scale-form', class: 'toolbar', 'aria-labelledby': 'scale-title', onsubmit: async (e) => {
+    e.preventDefault();
+    const n = Number(count.value);
+    if (!Number.isInteger(n) || n < 0) { ctx.say('Scale: the count is a whole number, 0 or more.'); return; }
+    const button = form.querySelector('button');
+    button.disabled = true;
+    try {
+      await put(`${base}/scale?${q}`, {
+        Count: n,
+        Target: { Namespace: job.Namespace, Job: job.ID, Group: group.value },
+        Message: 'scaled from the web UI',
+      });
+      ctx.say(`Group ${group.value} scaled to ${n}.`, true);
+      await refresh();
+    } catch (err) {
+      ctx.say(`Scale: ${err.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  } },
+  h('h2', { id: 'scale-title', class: 'sr-only' }, 'Scale'),
+  field('Task group', group), field('Count', count),
+  h('div', { class: 'field' }, h('button', { type: 'submit', class: 'primary' }, 'Scale group')));
+  return form;
+}
+
+/** Dispatches a parameterized job: a payload (sent base64, as the API
+ *  takes it) and meta as key=value lines. */
+function dispatchForm(job, { base, q, ctx }) {
+  const spec = job.ParameterizedJob || {};
+  const payload = h('textarea', { id: 'dispatch-payload', rows: 4, cols: 60, spellcheck: 'false', disabled: spec.Payload === 'forbidden' });
+  const meta = h('textarea', { id: 'dispatch-meta', rows: 3, cols: 60, spellcheck: 'false',
+    placeholder: [...(spec.MetaRequired || []), ...(spec.MetaOptional || [])].map((k) => `${k}=…`).join('\n') });
+  const result = h('p', { id: 'dispatch-result', 'aria-live': 'polite' });
+  const form = h('form', { id: 'dispatch-form', 'aria-labelledby': 'dispatch-title', onsubmit: async (e) => {
+    e.preventDefault();
+    const pairs = {};
+    for (const line of meta.value.split('\n').map((l) => l.trim()).filter(Boolean)) {
+      const at = line.indexOf('=');
+      if (at < 1) { ctx.say(`Dispatch: meta line "${line}" is not key=value.`); return; }
+      pairs[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+    }
+    try {
+      const answer = await put(`${base}/dispatch?${q}`, { JobID: job.ID, Payload: base64(payload.value), Meta: pairs });
+      replace(result, 'Dispatched ', h('a', { href: `/ui/jobs/${enc(job.Namespace)}/${enc(answer.DispatchedJobID)}` }, answer.DispatchedJobID), '.');
+      ctx.say(`Job ${job.ID} dispatched.`, true);
+    } catch (err) {
+      ctx.say(`Dispatch: ${err.message}`);
+    }
+  } },
+  h('h2', { id: 'dispatch-title' }, 'Dispatch'),
+  h('p', { class: 'hint' }, `Payload ${spec.Payload || 'optional'}`,
+    spec.MetaRequired?.length ? `; required meta: ${spec.MetaRequired.join(', ')}` : '',
+    spec.MetaOptional?.length ? `; optional meta: ${spec.MetaOptional.join(', ')}` : ''),
+  h('div', { class: 'toolbar' }, field('Payload', payload), field('Meta (key=value, one a line)', meta)),
+  h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Dispatch job')),
+  result);
+  return form;
+}
+
+/** UTF-8 text as base64. */
+function base64(text) {
+  let binary = '';
+  for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
+  return btoa(binary);
 }
 
 /** The fields a version changed, from Nomad's JobDiff. */

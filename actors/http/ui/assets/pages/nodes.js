@@ -1,24 +1,53 @@
-// The client nodes: status, scheduling eligibility, drain and capacity,
-// live through one blocking query on /v1/nodes; a filter box narrows the
-// list in the browser.
-import { watch, enc } from '../api.js';
+// The client nodes: status, scheduling eligibility, drain, capacity and
+// how much of it the live allocations hold (bars), live through one
+// blocking query on /v1/nodes; what each node holds comes from one more,
+// throttled, on the live allocations with their resources (one list for
+// the whole cluster, never one request per node). A filter box narrows
+// the list in the browser.
+import { watch, enc, sleep } from '../api.js';
 import { h, replace, table, field } from '../dom.js';
 import { badge, shortId, mhz, mib } from '../format.js';
+import { nodeCapacity, usageByNode, LIVE_ALLOCS } from '../chart.js';
+
+/** The least time between two reads of the allocations: on a busy
+ *  cluster they change all the time, and the list is large. */
+export const USAGE_EVERY_MS = 10000;
 
 export async function render(main, _params, ctx) {
   const filter = h('input', { id: 'node-filter', type: 'search', placeholder: 'name, ID, datacenter or class' });
   const list = h('div', { id: 'node-list' }, h('p', null, 'Loading nodes…'));
-  replace(main, h('h1', { tabindex: -1 }, 'Clients'), h('div', { class: 'toolbar' }, field('Filter', filter)), list);
+  replace(main, h('h1', { tabindex: -1 }, 'Clients'),
+    h('div', { class: 'toolbar' }, field('Filter', filter), h('div', { class: 'field' }, h('a', { href: '/ui/topology' }, 'Topology view'))),
+    list);
   let nodes = null;
-  const draw = () => nodes && replace(list, nodeTable(nodes, filter.value));
+  let usage = null;
+  const draw = () => nodes && replace(list, nodeTable(nodes, usage, filter.value));
   filter.addEventListener('input', draw);
+  watchUsage(ctx, (byNode) => { usage = byNode; draw(); });
   await watch('/v1/nodes?resources=true', (data) => {
     nodes = data;
     draw();
   }, { signal: ctx.signal, onError: (e) => ctx.say(`Nodes: ${e.message}`) });
 }
 
-function nodeTable(nodes, filterText) {
+/** Keeps `onUsage` told what each node's live allocations hold. */
+export function watchUsage(ctx, onUsage) {
+  return watch(LIVE_ALLOCS, async (allocs) => {
+    onUsage(usageByNode(allocs));
+    await sleep(USAGE_EVERY_MS, ctx.signal);
+  }, { signal: ctx.signal, onError: (e) => ctx.say(`Allocations: ${e.message}`) });
+}
+
+/** A bar of `used` against `total`, with the figure beside it. */
+function useBar(label, used, total, show) {
+  if (!total) return h('span', { class: 'empty' }, '—');
+  const pct = Math.round((used / total) * 100);
+  return h('span', { class: 'use' },
+    h('meter', { min: 0, max: total, value: Math.min(used, total), low: total * 0.7, high: total * 0.9, optimum: 0, 'aria-label': `${label} ${pct}% allocated` }),
+    `${pct}% of ${show(total)}`);
+}
+
+function nodeTable(nodes, usage, filterText) {
   const needle = filterText.trim().toLowerCase();
   const shown = nodes
     .filter((n) => !needle || [n.Name, n.ID, n.Datacenter, n.NodeClass].some((v) => (v || '').toLowerCase().includes(needle)))
@@ -38,8 +67,9 @@ function nodeTable(nodes, filterText) {
       ['Status', (n) => badge(n.Status)],
       ['Eligibility', (n) => badge(n.SchedulingEligibility)],
       ['Drain', (n) => (n.Drain ? badge('draining') : 'no')],
-      ['CPU', (n) => mhz(n.NodeResources?.Cpu?.CpuShares || 0), { num: true }],
-      ['Memory', (n) => mib(n.NodeResources?.Memory?.MemoryMB || 0), { num: true }],
+      ['Allocs', (n) => (usage ? String(usage.get(n.ID)?.count || 0) : '…'), { num: true }],
+      ['CPU allocated', (n) => (usage ? useBar('CPU', usage.get(n.ID)?.cpu || 0, nodeCapacity(n).cpu, mhz) : '…')],
+      ['Memory allocated', (n) => (usage ? useBar('Memory', usage.get(n.ID)?.memory || 0, nodeCapacity(n).memory, mib) : '…')],
       ['Version', (n) => n.Version || '—'],
     ],
   });
