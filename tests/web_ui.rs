@@ -663,7 +663,25 @@ fn usage_bars_and_the_topology_show_what_each_node_holds() {
         })
         .collect();
     assert_eq!(expected.len(), 3);
-    // What the views read: Nomad's stub fields, resources in, task states out.
+    // What the views read: herder's `usage=true` on the node list, each
+    // node's live allocations' resources from the store's usage index.
+    let with_usage = json_of(&agent, "/v1/nodes?resources=true&usage=true");
+    for n in with_usage.as_array().into_iter().flatten() {
+        let id = n["ID"].as_str().unwrap_or_default();
+        let here = placed.iter().filter(|(_, node)| node == id).count() as u64;
+        let allocated = &n["Allocated"];
+        assert_eq!(
+            (
+                allocated["MemoryMB"].as_u64(),
+                allocated["CpuShares"].as_u64(),
+                allocated["Allocations"].as_u64()
+            ),
+            (Some(64 * here), Some(100 * here), Some(here)),
+            "{n}"
+        );
+    }
+    assert_eq!(nodes[0]["Allocated"], Value::Null, "only when asked");
+    // Nomad's allocation stub fields: resources in, task states out.
     let allocs = json_of(&agent, "/v1/allocations?resources=true&task_states=false");
     let first = &allocs[0];
     assert_eq!(

@@ -17,7 +17,7 @@ use super::stubs::{alloc_with_job, node_read, node_stub};
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::state::{node_allocs_index, StateSnapshot, Table, TableSet};
-use herder::structs::{Node, NodeId, SchedulingEligibility};
+use herder::structs::{ComparableResources, Node, NodeId, SchedulingEligibility};
 use herder_server::server_api::{DrainNode, DrainSpec, NodeWriteResult};
 use serde::Deserialize;
 use serde_json::json;
@@ -54,19 +54,48 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
+/// The node list. `?usage=true` (herder's, not Nomad's) adds to each stub
+/// what its live allocations hold, `Allocated`, from the store's per-node
+/// usage index, so that a view of 10,000 nodes need not read 100,000
+/// allocations; the query then also wakes on allocation changes.
 async fn list_nodes(
     info: web::Data<AgentInfo>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let mut q = QueryOptions::from_request(&req)?;
     q.namespace = "*".into(); // nodes belong to no namespace
+    let usage = q.flag("usage")?;
+    let tables = if usage {
+        TableSet::of(&[Table::Nodes, Table::Allocs])
+    } else {
+        TableSet::of(&[Table::Nodes])
+    };
     let store = &server(&info)?.store;
-    let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Nodes]), &q, |snap| {
+    let ((page, next), index) = blocking_read(store, tables, &q, |snap| {
         let items = snap.nodes().map(|n| (n.id.to_string(), "", n));
-        Ok(paginate(&q, items, |n| node_stub(n)))
+        Ok(paginate(&q, items, |n| {
+            let mut stub = node_stub(n);
+            if usage {
+                stub["Allocated"] = allocated(snap, &n.id);
+            }
+            stub
+        }))
     })
     .await?;
     Ok(list_response(index, page, next))
+}
+
+/// What a node's live allocations hold, as `?usage=true` shows it.
+fn allocated(snap: &StateSnapshot, id: &NodeId) -> serde_json::Value {
+    let (used, live) = snap
+        .node_usage(id)
+        .map_or((ComparableResources::default(), 0), |u| (u.used, u.live));
+    json!({
+        "CpuShares": used.cpu,
+        "MemoryMB": used.memory_mb,
+        "DiskMB": used.disk_mb,
+        "Allocations": live,
+    })
 }
 
 fn find_node<'a>(snap: &'a StateSnapshot, id: &NodeId) -> Result<&'a Node, ApiError> {

@@ -54,26 +54,19 @@ export function nodeCapacity(node) {
   };
 }
 
-/** The CPU and memory each node's live allocations hold, from one list
- *  of allocations read with `resources=true`: a Map node ID -> {cpu,
- *  memory, count}. */
-export function usageByNode(allocs) {
+/** What each node's live allocations hold, by node ID, from the node
+ *  list's `Allocated` (herder's `/v1/nodes?usage=true`: the store's
+ *  per-node usage, so a view of 10,000 nodes never reads their
+ *  allocations). */
+export function usageOfNodes(nodes) {
   const byNode = new Map();
-  for (const a of allocs || []) {
-    if (!a.NodeID || a.DesiredStatus !== 'run' || !['pending', 'running'].includes(a.ClientStatus)) continue;
-    const used = byNode.get(a.NodeID) || { cpu: 0, memory: 0, count: 0 };
-    for (const task of Object.values(a.AllocatedResources?.Tasks || {})) {
-      used.cpu += task.Cpu?.CpuShares || 0;
-      used.memory += task.Memory?.MemoryMB || 0;
-    }
-    used.count += 1;
-    byNode.set(a.NodeID, used);
+  for (const n of nodes || []) {
+    const a = n.Allocated || {};
+    byNode.set(n.ID, { cpu: a.CpuShares || 0, memory: a.MemoryMB || 0, count: a.Allocations || 0 });
   }
   return byNode;
 }
 
-/** The one read both node views use: the live allocations, with their
- *  resources and without task states (the least that says what each
- *  node holds), narrowed on the server. */
-export const LIVE_ALLOCS = '/v1/allocations?namespace=*&resources=true&task_states=false&filter='
-  + encodeURIComponent('DesiredStatus == "run" and (ClientStatus == "running" or ClientStatus == "pending")');
+/** The one read both node views make: every node with its resources and
+ *  what its allocations hold. */
+export const NODES_WITH_USAGE = '/v1/nodes?resources=true&usage=true';

@@ -1,17 +1,17 @@
 // The client nodes: status, scheduling eligibility, drain, capacity and
 // how much of it the live allocations hold (bars), live through one
-// blocking query on /v1/nodes; what each node holds comes from one more,
-// throttled, on the live allocations with their resources (one list for
-// the whole cluster, never one request per node). A filter box narrows
-// the list in the browser.
+// blocking query on /v1/nodes with herder's `usage=true` (each node's
+// allocated CPU and memory from the store's usage index: never one
+// request per node, never the cluster's allocations). A filter box
+// narrows the list in the browser.
 import { watch, enc, sleep } from '../api.js';
 import { h, replace, table, field } from '../dom.js';
 import { badge, shortId, mhz, mib } from '../format.js';
-import { nodeCapacity, usageByNode, LIVE_ALLOCS } from '../chart.js';
+import { nodeCapacity, usageOfNodes, NODES_WITH_USAGE } from '../chart.js';
 
-/** The least time between two reads of the allocations: on a busy
- *  cluster they change all the time, and the list is large. */
-export const USAGE_EVERY_MS = 10000;
+/** The least time between two reads of the list: on a busy cluster
+ *  allocations change all the time, and each change wakes the query. */
+export const NODES_EVERY_MS = 2000;
 
 export async function render(main, _params, ctx) {
   const filter = h('input', { id: 'node-filter', type: 'search', placeholder: 'name, ID, datacenter or class' });
@@ -23,19 +23,20 @@ export async function render(main, _params, ctx) {
   let usage = null;
   const draw = () => nodes && replace(list, nodeTable(nodes, usage, filter.value));
   filter.addEventListener('input', draw);
-  watchUsage(ctx, (byNode) => { usage = byNode; draw(); });
-  await watch('/v1/nodes?resources=true', (data) => {
+  await watchNodes(ctx, (data) => {
     nodes = data;
+    usage = usageOfNodes(data);
     draw();
-  }, { signal: ctx.signal, onError: (e) => ctx.say(`Nodes: ${e.message}`) });
+  });
 }
 
-/** Keeps `onUsage` told what each node's live allocations hold. */
-export function watchUsage(ctx, onUsage) {
-  return watch(LIVE_ALLOCS, async (allocs) => {
-    onUsage(usageByNode(allocs));
-    await sleep(USAGE_EVERY_MS, ctx.signal);
-  }, { signal: ctx.signal, onError: (e) => ctx.say(`Allocations: ${e.message}`) });
+/** Keeps `onNodes` told of every node and what it holds, at most once
+ *  every `NODES_EVERY_MS`. */
+export function watchNodes(ctx, onNodes) {
+  return watch(NODES_WITH_USAGE, async (data) => {
+    onNodes(data);
+    await sleep(NODES_EVERY_MS, ctx.signal);
+  }, { signal: ctx.signal, onError: (e) => ctx.say(`Nodes: ${e.message}`) });
 }
 
 /** A bar of `used` against `total`, with the figure beside it. */

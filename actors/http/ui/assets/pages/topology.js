@@ -1,14 +1,14 @@
 // The topology view, after Nomad's: each datacenter's client nodes as
 // boxes whose width follows the node's memory, each filled by how much of
-// its memory and CPU the live allocations hold. Live through a blocking
-// query on /v1/nodes and the clients list's throttled read of the live
-// allocations (one list for the whole cluster). Each box links to its
-// node's page and is reachable by keyboard.
-import { watch, enc } from '../api.js';
+// its memory and CPU the live allocations hold. Live through the clients
+// list's one throttled blocking query on /v1/nodes with herder's
+// `usage=true` (each node's allocated resources from the store). Each box
+// links to its node's page and is reachable by keyboard.
+import { enc } from '../api.js';
 import { h, replace } from '../dom.js';
 import { mhz, mib, shortId } from '../format.js';
-import { s, nodeCapacity } from '../chart.js';
-import { watchUsage } from './nodes.js';
+import { s, nodeCapacity, usageOfNodes } from '../chart.js';
+import { watchNodes } from './nodes.js';
 
 /** Layout units (the SVG scales to the page's width). */
 const ROW = 1100;
@@ -32,11 +32,11 @@ export async function render(main, _params, ctx) {
     replace(totals, clusterTotals(nodes, usage));
     replace(view, datacenters(nodes, usage || new Map()));
   };
-  watchUsage(ctx, (byNode) => { usage = byNode; draw(); });
-  await watch('/v1/nodes?resources=true', (data) => {
+  await watchNodes(ctx, (data) => {
     nodes = data;
+    usage = usageOfNodes(data);
     draw();
-  }, { signal: ctx.signal, onError: (e) => ctx.say(`Nodes: ${e.message}`) });
+  });
 }
 
 function clusterTotals(nodes, usage) {
