@@ -390,8 +390,9 @@ fn run_once(spec: &str) {
     } else {
         next(if peer.is_some() { 10_000 } else { 1_000 })
     };
+    let is_peer = peer.is_some();
     let fixed_node = |i: usize| {
-        let mut n = if peer.is_some() {
+        let mut n = if is_peer {
             peer_node(i)
         } else {
             grid_node(i, racks)
