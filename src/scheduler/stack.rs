@@ -591,6 +591,8 @@ pub struct Stack {
     score_maps: ScoreMapMemo,
     /// The last fit computed: capacity and usage (CPU, memory), score.
     last_fit: Option<([i64; 4], f64)>,
+    /// Room for a placement's top scores, kept between placements.
+    top: Vec<(f64, NodeId, Scores)>,
 }
 
 impl Stack {
@@ -619,6 +621,7 @@ impl Stack {
             cache: ConstraintCache::default(),
             score_maps: ScoreMapMemo::default(),
             last_fit: None,
+            top: Vec::with_capacity(TOP_SCORES + 1),
         }
     }
 
@@ -793,7 +796,11 @@ impl Stack {
         let mut seen = 0usize;
         let mut skipped: Vec<(Scored, Scores)> = Vec::new();
         let mut skipped_next = 0usize;
-        let mut chosen = Chosen::default();
+        // The top-scores list is the stack's, reused by every placement.
+        let mut chosen = Chosen {
+            top: std::mem::take(&mut self.top),
+            ..Chosen::default()
+        };
         // Nomad's limit iterator: up to MAX_SKIP candidates with low scores
         // are put aside while later ones are pulled, and handed out once
         // the source runs dry. One loop with a single pull from the source
@@ -830,16 +837,17 @@ impl Stack {
             let id = self.meta[candidate.slot].id;
             chosen.accept(candidate, &scores, id);
         }
-        let Chosen { top, best, .. } = chosen;
+        let Chosen { mut top, best, .. } = chosen;
         let memo = &mut self.score_maps;
-        ctx.metrics.score_meta_data = top
-            .into_iter()
-            .map(|(score, node_id, scores)| NodeScoreMeta {
-                node_id,
-                scores: memo.map_of(&scores, score),
-                norm_score: score,
-            })
-            .collect();
+        // Into the metric's own list: blank metrics keep its room.
+        let meta = &mut ctx.metrics.score_meta_data;
+        meta.clear();
+        meta.extend(top.drain(..).map(|(score, node_id, scores)| NodeScoreMeta {
+            node_id,
+            scores: memo.map_of(&scores, score),
+            norm_score: score,
+        }));
+        self.top = top;
         best
     }
 
