@@ -481,7 +481,7 @@ pub fn diff_system_allocs(
     // Eligible nodes first; then the nodes that still hold live allocations
     // but are not eligible (what is left in `live_by_node` by then).
     for phase in 0..2 {
-        let visits: Vec<(NodeId, Option<&Arc<Node>>, Option<u32>)> = if phase == 0 {
+        let visits: Vec<Visit<'_>> = if phase == 0 {
             let position = |i: usize| eligible.positions.get(i).copied();
             let nodes = eligible.nodes.iter().enumerate();
             nodes.map(|(i, n)| (n.id, Some(n), position(i))).collect()
@@ -511,6 +511,10 @@ pub fn diff_system_allocs(
     }
     diff
 }
+
+/// A node the diff visits: its ID, and the node and its catalog position
+/// when it is eligible.
+type Visit<'a> = (NodeId, Option<&'a Arc<Node>>, Option<u32>);
 
 /// What [`diff_system_allocs`] compares each node's allocations with.
 struct NodeDiffer<'a> {
@@ -619,7 +623,8 @@ impl NodeDiffer<'_> {
                     continue;
                 }
             }
-            if target.is_none() || (!self.tainted.is_empty() && self.tainted.contains_key(&node_id)) {
+            if target.is_none() || (!self.tainted.is_empty() && self.tainted.contains_key(&node_id))
+            {
                 continue;
             }
             diff.place.push(AllocTuple {

@@ -302,7 +302,11 @@ fn describe_system(out: &mut String, title: &str, s: &Scenario, job: &Job) {
         }
     }
     if let Some(e) = s.h.last_eval() {
-        let _ = writeln!(out, "status={:?} queued={:?}", e.status, e.queued_allocations);
+        let _ = writeln!(
+            out,
+            "status={:?} queued={:?}",
+            e.status, e.queued_allocations
+        );
         for (group, m) in &e.failed_tg_allocs {
             let _ = writeln!(out, "failed {group}");
             describe_metric(out, m);
