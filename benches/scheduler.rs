@@ -85,7 +85,8 @@ impl CommitAll {
             return;
         };
         let mut allocs: Vec<_> = plan.node_allocation.values().flatten().collect();
-        allocs.sort_by(|a, b| a.name.cmp(&b.name));
+        // By name, then node: a system job's allocations share one name.
+        allocs.sort_by(|a, b| (&a.name, a.node_id).cmp(&(&b.name, b.node_id)));
         for a in allocs {
             let line = format!("{} {} {:?}\n", a.name, a.node_id, a.metrics);
             for byte in line.bytes() {
@@ -244,15 +245,27 @@ fn bench_eval(
 }
 
 fn peer(c: &mut Criterion<ThreadCpu>) {
+    // (type, nodes, allocations): every type at 1K-10K nodes and 1K-10K
+    // allocations (issue 23 added the shapes the first table lacked).
     let cases: &[(JobType, usize, i32)] = &[
         (JobType::Service, 1_000, 1_000),
         (JobType::Service, 5_000, 1_000),
+        (JobType::Service, 10_000, 1_000),
+        (JobType::Service, 1_000, 10_000),
+        (JobType::Service, 5_000, 10_000),
         (JobType::Service, 10_000, 10_000),
         (JobType::Batch, 1_000, 1_000),
+        (JobType::Batch, 5_000, 1_000),
+        (JobType::Batch, 10_000, 1_000),
+        (JobType::Batch, 1_000, 10_000),
+        (JobType::Batch, 5_000, 10_000),
         (JobType::Batch, 10_000, 10_000),
         (JobType::System, 1_000, 1),
         (JobType::System, 5_000, 1),
         (JobType::System, 10_000, 1),
+        (JobType::SysBatch, 1_000, 1),
+        (JobType::SysBatch, 5_000, 1),
+        (JobType::SysBatch, 10_000, 1),
     ];
     for (job_type, n, m) in cases {
         let (state, job) = state_with((0..*n).map(peer_node), peer_job(job_type.clone(), *m));
@@ -341,7 +354,8 @@ criterion_group! {
 /// The value is `spread` or `no-spread`, optionally followed by
 /// `/nodes/racks/allocs` (default `10000/20/1000`, the cluster
 /// benchmark's spread jobs), or `peer/nodes/allocs` (the peer shape's
-/// service job, default `10000/10000`); `store/` before a grid case counts
+/// service job, default `10000/10000`; `batch/nodes/allocs` its batch
+/// job, `system/nodes` and `sysbatch/nodes` its system and sysbatch jobs); `store/` before a grid case counts
 /// a later evaluation over the store's snapshot instead (see
 /// [`run_once_on_store`]). Node and evaluation IDs are fixed, so with
 /// `HERDER_SCHED_DIGEST=1` the printed digest of every placement and its
@@ -352,22 +366,33 @@ fn run_once(spec: &str) {
         return;
     }
     let mut parts = spec.split('/');
-    // `peer/<nodes>/<allocs>`: the peer shape's service job instead.
+    // `peer/<nodes>/<allocs>`: the peer shape's service job instead;
+    // `batch/<nodes>/<allocs>`, `system/<nodes>`, `sysbatch/<nodes>`: the
+    // peer shape's other job types.
     let (spread, peer) = match parts.next() {
-        Some("spread") => (true, false),
-        Some("no-spread") => (false, false),
-        Some("peer") => (false, true),
+        Some("spread") => (true, None),
+        Some("no-spread") => (false, None),
+        Some("peer") => (false, Some(JobType::Service)),
+        Some("batch") => (false, Some(JobType::Batch)),
+        Some("system") => (false, Some(JobType::System)),
+        Some("sysbatch") => (false, Some(JobType::SysBatch)),
         other => panic!("HERDER_SCHED_ONCE: unknown case {other:?}"),
     };
+    let system = peer.as_ref().is_some_and(JobType::is_system_like);
     let mut next = |default: usize| {
         parts
             .next()
             .map_or(default, |p| p.parse().expect("HERDER_SCHED_ONCE: number"))
     };
-    let (nodes, racks) = (next(10_000), if peer { 1 } else { next(20) });
-    let count = next(if peer { 10_000 } else { 1_000 });
+    let (nodes, racks) = (next(10_000), if peer.is_some() { 1 } else { next(20) });
+    let count = if system {
+        1
+    } else {
+        next(if peer.is_some() { 10_000 } else { 1_000 })
+    };
+    let is_peer = peer.is_some();
     let fixed_node = |i: usize| {
-        let mut n = if peer {
+        let mut n = if is_peer {
             peer_node(i)
         } else {
             grid_node(i, racks)
@@ -375,10 +400,9 @@ fn run_once(spec: &str) {
         n.id = uuid::Uuid::from_u128(i as u128 + 1);
         n
     };
-    let job = if peer {
-        peer_job(JobType::Service, count as i32)
-    } else {
-        grid_job(count as i32, spread)
+    let job = match peer {
+        Some(job_type) => peer_job(job_type, count as i32),
+        None => grid_job(count as i32, spread),
     };
     let (state, job) = state_with((0..nodes).map(fixed_node), job);
     let mut planner = CommitAll {

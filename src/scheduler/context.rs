@@ -150,6 +150,9 @@ pub struct EvalContext {
     /// [`UNTOUCHED`] or [`JOB_ON_NODE`].
     by_position: Vec<u32>,
     priorities: FastMap<(Arc<str>, Arc<str>), i32>,
+    /// The empty `nodes_available` of blank metrics (see
+    /// [`Self::blank_metric`]).
+    no_nodes_available: Arc<BTreeMap<String, u64>>,
 }
 
 impl EvalContext {
@@ -170,6 +173,7 @@ impl EvalContext {
             column: None,
             by_position: Vec::new(),
             priorities: FastMap::default(),
+            no_nodes_available: Arc::default(),
         }
     }
 
@@ -195,9 +199,53 @@ impl EvalContext {
             .is_some_and(|(n, i)| n == namespace && i == id)
     }
 
-    /// Starts the metrics of a new placement.
+    /// Starts the metrics of a new placement: blank, as
+    /// `AllocMetric::default()`, keeping the score list's room.
     pub fn reset_metrics(&mut self) {
-        self.metrics = AllocMetric::default();
+        let m = &mut self.metrics;
+        m.nodes_evaluated = 0;
+        m.nodes_filtered = 0;
+        m.nodes_exhausted = 0;
+        m.allocation_time = 0;
+        m.coalesced_failures = 0;
+        if !Arc::ptr_eq(&m.nodes_available, &self.no_nodes_available) {
+            m.nodes_available = self.no_nodes_available.clone();
+        }
+        m.class_filtered = Default::default();
+        m.constraint_filtered = Default::default();
+        m.class_exhausted = Default::default();
+        m.dimension_exhausted = Default::default();
+        m.quota_exhausted.clear();
+        m.resources_exhausted.clear();
+        m.score_meta_data.clear();
+    }
+
+    /// The placement's metrics, leaving blank ones behind (as
+    /// `mem::take`, without allocating).
+    pub fn take_metrics(&mut self) -> AllocMetric {
+        let blank = self.blank_metric();
+        std::mem::replace(&mut self.metrics, blank)
+    }
+
+    /// `AllocMetric::default()` but for `nodes_available`, which is the
+    /// context's one empty map rather than a new one: a default metric
+    /// allocates it, and a system evaluation makes two metrics per node.
+    fn blank_metric(&self) -> AllocMetric {
+        AllocMetric {
+            nodes_evaluated: 0,
+            nodes_filtered: 0,
+            nodes_available: self.no_nodes_available.clone(),
+            class_filtered: Default::default(),
+            constraint_filtered: Default::default(),
+            nodes_exhausted: 0,
+            class_exhausted: Default::default(),
+            dimension_exhausted: Default::default(),
+            quota_exhausted: Vec::new(),
+            resources_exhausted: BTreeMap::new(),
+            score_meta_data: Vec::new(),
+            allocation_time: 0,
+            coalesced_failures: 0,
+        }
     }
 
     fn is_job_alloc(&self, alloc: &Allocation) -> bool {
@@ -542,6 +590,23 @@ impl EvalContext {
         self.add_to_cached_usage(&alloc);
         self.log(&alloc, 1);
         self.plan.push_alloc(alloc);
+    }
+
+    /// As [`place_new_alloc`](Self::place_new_alloc) for a node the
+    /// evaluation is unlikely to look at again (a system placement: one
+    /// per node and group): its cached usage is marked stale, to be
+    /// recomputed with the plan if it is read again (another group of the
+    /// job on the same node), instead of being patched now.
+    pub fn place_new_alloc_on_visited(&mut self, alloc: Allocation) {
+        self.invalidate_usage(&alloc.node_id);
+        self.log(&alloc, 1);
+        // As `Plan::push_alloc`, but a node's new list holds just this one
+        // (a growing vector would make room for four).
+        self.plan
+            .node_allocation
+            .entry(alloc.node_id)
+            .or_insert_with(|| Vec::with_capacity(1))
+            .push(alloc);
     }
 
     /// Plans the eviction of a lower-priority allocation for `by`.

@@ -338,7 +338,7 @@ impl<'p> GenericScheduler<'p> {
         }
         let option = select_or_preempt(ctx, stack, tg, previous.as_deref());
         ctx.metrics.nodes_available = each.by_dc.clone();
-        let metrics = std::mem::take(&mut ctx.metrics);
+        let metrics = ctx.take_metrics();
         let Some((ranked, resources)) = option else {
             let mut metrics = metrics;
             exhaust_resources(&mut metrics, tg);
@@ -425,7 +425,7 @@ fn select_or_preempt(
     stack: &mut Stack,
     tg: &TaskGroup,
     previous: Option<&Allocation>,
-) -> Option<(RankedNode, AllocatedResources)> {
+) -> Option<(RankedNode, Arc<AllocatedResources>)> {
     let opts = SelectOptions {
         penalty_nodes: penalty_nodes(previous),
         preempt: false,

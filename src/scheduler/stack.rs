@@ -149,6 +149,18 @@ impl Scores {
         self.sum / f64::from(self.count)
     }
 
+    /// Whether both have the same components with bit-identical values
+    /// (so their score maps are equal).
+    fn same_as(&self, other: &Scores) -> bool {
+        self.present == other.present
+            && self.binpack.to_bits() == other.binpack.to_bits()
+            && Component::ALL.into_iter().all(|c| {
+                let i = c as usize;
+                self.present & (1 << i) == 0
+                    || self.others[i].to_bits() == other.others[i].to_bits()
+            })
+    }
+
     fn to_map(self, final_score: f64) -> ScoreMap {
         let others = Component::ALL
             .into_iter()
@@ -158,6 +170,28 @@ impl Scores {
             .chain(others)
             .chain([("normalized-score", final_score)]);
         ScoreMap::from_entries(named)
+    }
+}
+
+/// The score map of the last candidate recorded in the metrics, and what
+/// it was made from: building a map names, sorts and allocates, and
+/// consecutive placements often record equal scores (a system job's
+/// nodes, alike and equally used, all do).
+#[derive(Default)]
+struct ScoreMapMemo {
+    last: Option<(Scores, u64, ScoreMap)>,
+}
+
+impl ScoreMapMemo {
+    fn map_of(&mut self, scores: &Scores, final_score: f64) -> ScoreMap {
+        if let Some((s, f, map)) = &self.last {
+            if *f == final_score.to_bits() && s.same_as(scores) {
+                return map.clone();
+            }
+        }
+        let map = scores.to_map(final_score);
+        self.last = Some((*scores, final_score.to_bits(), map.clone()));
+        map
     }
 }
 
@@ -375,6 +409,8 @@ struct GroupInfo {
     /// Why a candidate fails distinct_hosts (shared by every such filter).
     distinct_hosts_label: Arc<str>,
     count: u32,
+    /// `ask.template`, shared by every placement granted it unchanged.
+    template: Arc<AllocatedResources>,
 }
 
 /// A `distinct_property` rule, its per-value counts, and the reasons a
@@ -438,10 +474,12 @@ impl GroupInfo {
                 }
             })
             .collect();
+        let ask = GroupAsk::new(tg);
         GroupInfo {
             name: tg.name.clone(),
             feasibility,
-            ask: GroupAsk::new(tg),
+            template: Arc::new(ask.template.clone()),
+            ask,
             affinities,
             affinity_weight_sum,
             spreads,
@@ -550,6 +588,11 @@ pub struct Stack {
     /// Per-group state, looked up by name (jobs have few groups).
     groups: Vec<(String, Option<Box<GroupInfo>>)>,
     cache: ConstraintCache,
+    score_maps: ScoreMapMemo,
+    /// The last fit computed: capacity and usage (CPU, memory), score.
+    last_fit: Option<([i64; 4], f64)>,
+    /// Room for a placement's top scores, kept between placements.
+    top: Vec<(f64, NodeId, Scores)>,
 }
 
 impl Stack {
@@ -576,6 +619,9 @@ impl Stack {
             rng: SmallRng::seed_from_u64(seed),
             groups: Vec::new(),
             cache: ConstraintCache::default(),
+            score_maps: ScoreMapMemo::default(),
+            last_fit: None,
+            top: Vec::with_capacity(TOP_SCORES + 1),
         }
     }
 
@@ -600,6 +646,26 @@ impl Stack {
         self.cached.push(CandidateCache::default());
         self.candidates.order.clear();
         self.candidates.single = Some(node);
+        self.offset = 0;
+        self.base_limit = match self.kind {
+            StackKind::System => usize::MAX,
+            _ => 2,
+        };
+    }
+
+    /// Restricts the candidates to the catalog node at `position` (system
+    /// placements): as [`set_single_node`](Self::set_single_node), but the
+    /// node's entry is the catalog's (not worked out again from the node)
+    /// and its usage can be read from the state's usage column.
+    pub fn set_single_position(&mut self, position: u32) {
+        self.generation += 1;
+        self.meta.clear();
+        self.meta.push(*self.candidates.catalog.meta(position));
+        self.cached.clear();
+        self.cached.push(CandidateCache::default());
+        self.candidates.order.clear();
+        self.candidates.order.push(position);
+        self.candidates.single = None;
         self.offset = 0;
         self.base_limit = match self.kind {
             StackKind::System => usize::MAX,
@@ -663,7 +729,7 @@ impl Stack {
         ctx: &mut EvalContext,
         tg: &TaskGroup,
         opts: &SelectOptions,
-    ) -> Option<(RankedNode, AllocatedResources)> {
+    ) -> Option<(RankedNode, Arc<AllocatedResources>)> {
         ctx.reset_metrics();
         let started = ctx.clock.as_ref().map(|c| c());
         // Taken out of its slot for the call (and put back) so the stack
@@ -693,7 +759,13 @@ impl Stack {
         });
         let result = result.map(|(r, scores)| {
             let grant = r.grant.map(|g| *g).unwrap_or_default();
-            let resources = grant.resources.unwrap_or_else(|| info.ask.template.clone());
+            // Most placements get the group's template as it is: shared,
+            // not copied (a copy and a comparison per placement were a
+            // tenth of a system evaluation).
+            let resources = match grant.resources {
+                Some(own) => Arc::new(own),
+                None => info.template.clone(),
+            };
             let ranked = RankedNode {
                 node: self.candidates.node(r.slot).clone(),
                 final_score: r.final_score,
@@ -724,7 +796,11 @@ impl Stack {
         let mut seen = 0usize;
         let mut skipped: Vec<(Scored, Scores)> = Vec::new();
         let mut skipped_next = 0usize;
-        let mut chosen = Chosen::default();
+        // The top-scores list is the stack's, reused by every placement.
+        let mut chosen = Chosen {
+            top: std::mem::take(&mut self.top),
+            ..Chosen::default()
+        };
         // Nomad's limit iterator: up to MAX_SKIP candidates with low scores
         // are put aside while later ones are pulled, and handed out once
         // the source runs dry. One loop with a single pull from the source
@@ -761,15 +837,17 @@ impl Stack {
             let id = self.meta[candidate.slot].id;
             chosen.accept(candidate, &scores, id);
         }
-        let Chosen { top, best, .. } = chosen;
-        ctx.metrics.score_meta_data = top
-            .into_iter()
-            .map(|(score, node_id, scores)| NodeScoreMeta {
-                node_id,
-                scores: scores.to_map(score),
-                norm_score: score,
-            })
-            .collect();
+        let Chosen { mut top, best, .. } = chosen;
+        let memo = &mut self.score_maps;
+        // Into the metric's own list: blank metrics keep its room.
+        let meta = &mut ctx.metrics.score_meta_data;
+        meta.clear();
+        meta.extend(top.drain(..).map(|(score, node_id, scores)| NodeScoreMeta {
+            node_id,
+            scores: memo.map_of(&scores, score),
+            norm_score: score,
+        }));
+        self.top = top;
         best
     }
 
@@ -1039,7 +1117,18 @@ impl Stack {
         if memo.valid && memo.cpu == util.cpu && memo.memory_mb == util.memory_mb {
             return memo.score;
         }
-        let score = fit_score(self.algorithm, capacity, util);
+        // Then from the last fit computed for any candidate: alike nodes
+        // equally used (a system job's, one visit each) have equal fits.
+        let key = [capacity.cpu, capacity.memory_mb, util.cpu, util.memory_mb];
+        let score = match self.last_fit {
+            Some((k, score)) if k == key => score,
+            _ => {
+                let score = fit_score(self.algorithm, capacity, util);
+                self.last_fit = Some((key, score));
+                score
+            }
+        };
+        let memo = &mut self.cached[slot].fit;
         *memo = FitMemo {
             valid: true,
             cpu: util.cpu,

@@ -45,6 +45,9 @@ pub struct AllocTuple {
     pub node: NodeId,
     /// The node itself when it is eligible (where placements may go).
     pub target: Option<Arc<Node>>,
+    /// The eligible node's position in the state's node catalog, when
+    /// known.
+    pub position: Option<u32>,
     pub alloc: Option<Arc<Allocation>>,
 }
 
@@ -115,9 +118,14 @@ impl<'p> SystemScheduler<'p> {
         self.queued = BTreeMap::new();
         self.failed = BTreeMap::new();
         self.limit_reached = false;
-        let (nodes, by_dc) = match &live_job {
-            Some(j) => ready_nodes(&*self.state, j),
-            None => (Vec::new(), BTreeMap::new()),
+        let (nodes, positions, by_dc) = match &live_job {
+            Some(j) => {
+                let catalog = self.state.node_catalog();
+                let ready = catalog.ready_for(j);
+                let nodes = ready.positions.iter().map(|p| catalog.node(*p).clone());
+                (nodes.collect(), ready.positions, ready.by_dc)
+            }
+            None => (Vec::new(), Vec::new(), BTreeMap::new()),
         };
         // One copy per evaluation, shared by every placement's metrics.
         let by_dc = Arc::new(by_dc);
@@ -133,7 +141,7 @@ impl<'p> SystemScheduler<'p> {
             live_job.as_ref(),
             &mut ctx,
             stack.as_mut(),
-            nodes,
+            (nodes, &positions),
             &by_dc,
         )?;
 
@@ -164,14 +172,18 @@ impl<'p> SystemScheduler<'p> {
         job: Option<&Arc<Job>>,
         ctx: &mut EvalContext,
         stack: Option<&mut Stack>,
-        nodes: Vec<Arc<Node>>,
+        (nodes, positions): (Vec<Arc<Node>>, &[u32]),
         by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
         let state = ctx.state.clone();
         let allocs = state.allocs_by_job(&eval.namespace, &eval.job_id);
         let tainted = tainted_nodes(&*state, &allocs);
         mark_stopped_on_down_nodes_lost(ctx, &tainted, &allocs);
-        let diff = diff_system_allocs(&*state, job, self.sysbatch, &nodes, &tainted, &allocs);
+        let eligible = Eligible {
+            nodes: &nodes,
+            positions,
+        };
+        let diff = diff_system_allocs(&*state, job, self.sysbatch, eligible, &tainted, &allocs);
         stop_diffed(ctx, &diff);
         let (Some(job), Some(stack)) = (job, stack) else {
             if eval.annotate_plan {
@@ -259,7 +271,8 @@ impl<'p> SystemScheduler<'p> {
         place: &[AllocTuple],
         by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
-        let mut template = AllocTemplate::new(job, eval);
+        let mut template = AllocTemplate::new(job, eval).for_distinct_nodes();
+        let catalog = stack.catalog().clone();
         let opts = SelectOptions {
             penalty_nodes: Vec::new(),
             preempt: stack.preemption_enabled(),
@@ -271,20 +284,29 @@ impl<'p> SystemScheduler<'p> {
             let Some(tg) = job.lookup_task_group(&missing.group) else {
                 continue;
             };
-            stack.set_single_node(node.clone());
+            // Eligible nodes are the catalog's own: their entries there
+            // (class numbers, capacity) are used as they are.
+            match missing
+                .position
+                .filter(|p| (*p as usize) < catalog.len() && Arc::ptr_eq(catalog.node(*p), node))
+            {
+                Some(position) => stack.set_single_position(position),
+                None => stack.set_single_node(node.clone()),
+            }
             let option = stack.select(ctx, tg, &opts);
             let Some((ranked, resources)) = option else {
                 self.record_failure(eval, ctx, tg, node, by_dc)?;
                 continue;
             };
             ctx.metrics.nodes_available = by_dc.clone();
-            let metrics = std::mem::take(&mut ctx.metrics);
+            // Packed from where it is: the next placement's metrics reuse
+            // its room.
             let mut alloc = template.build(
                 &missing.group,
-                missing.name.to_string(),
+                String::from(&*missing.name),
                 &ranked,
                 resources,
-                &metrics,
+                &ctx.metrics,
                 self.now,
             );
             alloc.previous_allocation = missing
@@ -300,7 +322,7 @@ impl<'p> SystemScheduler<'p> {
                     d.preemptions += ranked.preempted.len() as u64;
                 }
             }
-            ctx.place_new_alloc(alloc);
+            ctx.place_new_alloc_on_visited(alloc);
         }
         Ok(())
     }
@@ -336,7 +358,7 @@ impl<'p> SystemScheduler<'p> {
             return Ok(());
         }
         ctx.metrics.nodes_available = by_dc.clone();
-        let mut metric = std::mem::take(&mut ctx.metrics);
+        let mut metric = ctx.take_metrics();
         exhaust_resources(&mut metric, tg);
         self.failed.insert(tg.name.clone(), metric);
         let mut blocked = blocked_eval(eval, &ctx.eligibility, &self.failed, false, self.now);
@@ -406,13 +428,21 @@ fn stop_diffed(ctx: &mut EvalContext, diff: &SystemDiff) {
     }
 }
 
+/// The nodes a system job may be placed on, and their positions in the
+/// state's node catalog (alongside, or empty when not known).
+#[derive(Clone, Copy)]
+pub struct Eligible<'a> {
+    pub nodes: &'a [Arc<Node>],
+    pub positions: &'a [u32],
+}
+
 /// Diffs the job's allocations against the eligible nodes (Nomad's
 /// `diffSystemAllocs`).
 pub fn diff_system_allocs(
     state: &dyn State,
     job: Option<&Arc<Job>>,
     sysbatch: bool,
-    eligible: &[Arc<Node>],
+    eligible: Eligible<'_>,
     tainted: &HashMap<NodeId, Option<Arc<Node>>>,
     allocs: &[Arc<Allocation>],
 ) -> SystemDiff {
@@ -451,25 +481,40 @@ pub fn diff_system_allocs(
     // Eligible nodes first; then the nodes that still hold live allocations
     // but are not eligible (what is left in `live_by_node` by then).
     for phase in 0..2 {
-        let visits: Vec<(NodeId, Option<&Arc<Node>>)> = if phase == 0 {
-            eligible.iter().map(|n| (n.id, Some(n))).collect()
+        let visits: Vec<Visit<'_>> = if phase == 0 {
+            let position = |i: usize| eligible.positions.get(i).copied();
+            let nodes = eligible.nodes.iter().enumerate();
+            nodes.map(|(i, n)| (n.id, Some(n), position(i))).collect()
         } else {
             let mut extra: Vec<NodeId> = live_by_node.keys().copied().collect();
             extra.sort_unstable();
-            extra.into_iter().map(|id| (id, None)).collect()
+            extra.into_iter().map(|id| (id, None, None)).collect()
         };
-        for (node_id, target) in visits {
-            let live = live_by_node.remove(&node_id).unwrap_or_default();
+        if phase == 0 {
+            diff.place.reserve(visits.len() * required.len());
+        }
+        for (node_id, target, position) in visits {
+            // A new job (the common case of a large evaluation) has no
+            // allocations at all: no lookups then.
+            let live = if live_by_node.is_empty() {
+                Vec::new()
+            } else {
+                live_by_node.remove(&node_id).unwrap_or_default()
+            };
             let mut existing: HashSet<&str> = HashSet::new();
             for a in live {
                 existing.insert(a.name.as_str());
                 differ.diff_live(&mut diff, node_id, target, a);
             }
-            differ.diff_missing(&mut diff, node_id, target, &existing);
+            differ.diff_missing(&mut diff, node_id, target, position, &existing);
         }
     }
     diff
 }
+
+/// A node the diff visits: its ID, and the node and its catalog position
+/// when it is eligible.
+type Visit<'a> = (NodeId, Option<&'a Arc<Node>>, Option<u32>);
 
 /// What [`diff_system_allocs`] compares each node's allocations with.
 struct NodeDiffer<'a> {
@@ -498,6 +543,7 @@ impl NodeDiffer<'_> {
             group: a.task_group.clone(),
             node: node_id,
             target: target.cloned(),
+            position: None,
             alloc: Some(a.clone()),
         };
         if !self.required.iter().any(|(name, _, _)| **name == *a.name) {
@@ -547,13 +593,18 @@ impl NodeDiffer<'_> {
         diff: &mut SystemDiff,
         node_id: NodeId,
         target: Option<&Arc<Node>>,
+        position: Option<u32>,
         existing: &HashSet<&str>,
     ) {
         for (name, group, _) in self.required {
             if existing.contains(&**name) {
                 continue;
             }
-            let previous = self.terminal.get(&(node_id, &**name)).copied();
+            let previous = if self.terminal.is_empty() {
+                None
+            } else {
+                self.terminal.get(&(node_id, &**name)).copied()
+            };
             if self.sysbatch {
                 if let Some(prev) = previous {
                     let t = AllocTuple {
@@ -561,6 +612,7 @@ impl NodeDiffer<'_> {
                         group: group.clone(),
                         node: node_id,
                         target: target.cloned(),
+                        position,
                         alloc: Some(prev.clone()),
                     };
                     if prev.job_version != self.job_version {
@@ -571,7 +623,8 @@ impl NodeDiffer<'_> {
                     continue;
                 }
             }
-            if self.tainted.contains_key(&node_id) || target.is_none() {
+            if target.is_none() || (!self.tainted.is_empty() && self.tainted.contains_key(&node_id))
+            {
                 continue;
             }
             diff.place.push(AllocTuple {
@@ -579,6 +632,7 @@ impl NodeDiffer<'_> {
                 group: group.clone(),
                 node: node_id,
                 target: target.cloned(),
+                position,
                 alloc: previous.cloned(),
             });
         }

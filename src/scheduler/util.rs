@@ -11,6 +11,7 @@ use crate::structs::{
     Evaluation, Job, Node, NodeId, NodeStatus, Plan, PlanResult, RescheduleEvent, ReschedulePolicy,
     RescheduleTracker, TaskGroup, TriggeredBy,
 };
+use crate::view::fast_map::FastMap;
 use crate::view::node_target::datacenter_matches;
 use crate::view::State;
 use std::collections::{BTreeMap, HashMap};
@@ -197,6 +198,7 @@ pub fn try_update(
     let Some((_, granted)) = option else {
         return UpdateKind::Destructive;
     };
+    let granted = Arc::unwrap_or_clone(granted);
     let mut updated = (**alloc).clone();
     updated.eval_id = eval.id;
     updated.job_version = job.version;
@@ -221,8 +223,10 @@ pub struct AllocTemplate {
     pub job_id: Arc<str>,
     pub job_version: u64,
     pub eval_id: uuid::Uuid,
-    groups: HashMap<String, Arc<str>>,
-    node_names: HashMap<NodeId, Arc<str>>,
+    /// Few per job: scanned, not hashed.
+    groups: Vec<Arc<str>>,
+    /// `None` when nodes are not expected to repeat (system placements).
+    node_names: Option<FastMap<NodeId, Arc<str>>>,
     /// The last grant handed out: consecutive placements of a group
     /// without ports get equal grants.
     last_resources: Option<Arc<AllocatedResources>>,
@@ -238,20 +242,26 @@ impl AllocTemplate {
             groups: job
                 .task_groups
                 .iter()
-                .map(|tg| (tg.name.clone(), Arc::from(tg.name.as_str())))
+                .map(|tg| Arc::from(tg.name.as_str()))
                 .collect(),
-            node_names: HashMap::new(),
+            node_names: Some(FastMap::default()),
             last_resources: None,
         }
     }
 
-    fn share_resources(&mut self, resources: AllocatedResources) -> Arc<AllocatedResources> {
+    /// For placements that go to a different node each (a system job's):
+    /// node names are not kept to be shared, as none would be.
+    pub fn for_distinct_nodes(mut self) -> Self {
+        self.node_names = None;
+        self
+    }
+
+    fn share_resources(&mut self, resources: Arc<AllocatedResources>) -> Arc<AllocatedResources> {
         match &self.last_resources {
-            Some(last) if **last == resources => last.clone(),
+            Some(last) if Arc::ptr_eq(last, &resources) || **last == *resources => last.clone(),
             _ => {
-                let shared = Arc::new(resources);
-                self.last_resources = Some(shared.clone());
-                shared
+                self.last_resources = Some(resources.clone());
+                resources
             }
         }
     }
@@ -262,15 +272,17 @@ impl AllocTemplate {
         group: &str,
         name: String,
         ranked: &RankedNode,
-        resources: AllocatedResources,
+        resources: Arc<AllocatedResources>,
         metrics: &AllocMetric,
         now: i64,
     ) -> Allocation {
-        let node_name = self
-            .node_names
-            .entry(ranked.node.id)
-            .or_insert_with(|| Arc::from(ranked.node.name.as_str()))
-            .clone();
+        let node_name = match &mut self.node_names {
+            Some(names) => names
+                .entry(ranked.node.id)
+                .or_insert_with(|| Arc::from(ranked.node.name.as_str()))
+                .clone(),
+            None => Arc::from(ranked.node.name.as_str()),
+        };
         let allocated_resources = self.share_resources(resources);
         Allocation {
             id: new_alloc_id(),
@@ -283,7 +295,8 @@ impl AllocTemplate {
             job_version: self.job_version,
             task_group: self
                 .groups
-                .get(group)
+                .iter()
+                .find(|g| ***g == *group)
                 .cloned()
                 .unwrap_or_else(|| Arc::from(group)),
             allocated_resources,

@@ -275,6 +275,136 @@ fn batch_with_ports(out: &mut String) {
     }
 }
 
+/// Every allocation of a system or sysbatch job, live or not, by node
+/// (every group has one per node, so names repeat): name, node, statuses,
+/// metrics and score metadata; then the last evaluation's failures and
+/// queue, and the evaluations the scheduler created (blocked, rolling).
+fn describe_system(out: &mut String, title: &str, s: &Scenario, job: &Job) {
+    let _ = writeln!(out, "== {title}");
+    let mut all = s.all(job);
+    all.sort_by(|a, b| {
+        (a.node_id, &a.name, a.create_index).cmp(&(b.node_id, &b.name, b.create_index))
+    });
+    for a in &all {
+        let _ = writeln!(
+            out,
+            "{} node={} desired={:?} client={:?} version={} previous={} preempted={}",
+            a.name,
+            a.node_id.as_u128(),
+            a.desired_status,
+            a.client_status,
+            a.job_version,
+            a.previous_allocation.is_some(),
+            a.preempted_allocations.len(),
+        );
+        if let Some(m) = &a.metrics {
+            describe_metric(out, &m.unpack());
+        }
+    }
+    if let Some(e) = s.h.last_eval() {
+        let _ = writeln!(
+            out,
+            "status={:?} queued={:?}",
+            e.status, e.queued_allocations
+        );
+        for (group, m) in &e.failed_tg_allocs {
+            let _ = writeln!(out, "failed {group}");
+            describe_metric(out, m);
+        }
+    }
+    for e in &s.h.create_evals {
+        let _ = writeln!(
+            out,
+            "created {:?} {:?} node={:?} failed={:?}",
+            e.triggered_by,
+            e.status,
+            e.node_id.map(|n| n.as_u128()),
+            e.failed_tg_allocs.keys().collect::<Vec<_>>()
+        );
+    }
+}
+
+/// A system job over a grid partly used by a service job: windows nodes
+/// are filtered (not failures), small nodes are full (one failure, the
+/// rest coalesced, a blocked evaluation); then a node joins, one goes
+/// down, an in-place update and a destructive one rolled five at a time.
+fn system_lifecycle(out: &mut String) {
+    let mut s = Scenario::new();
+    grid(&mut s, 60, 5);
+    let mut filler = linux_job(JobType::Service, 20);
+    filler.id = "filler".into();
+    filler.name = "filler".into();
+    filler.task_groups[0].tasks[0].resources.cpu = 1500;
+    register(&mut s, filler, 20);
+    let mut j = linux_job(JobType::System, 1);
+    j.id = "agent".into();
+    j.name = "agent".into();
+    j.task_groups[0].tasks[0].resources.memory_mb = 900;
+    let j = register(&mut s, j, 21);
+    describe_system(out, "system, register", &s, &j);
+    s.h.create_evals.clear();
+    s.add_node(fixed_node(61, "dc1", Some("r1")));
+    fixed_eval(&mut s, &j, TriggeredBy::NodeUpdate, 22);
+    describe_system(out, "system, node joins", &s, &j);
+    s.h.create_evals.clear();
+    s.h.state.update_node(&uuid::Uuid::from_u128(4), |n| {
+        n.status = crate::structs::NodeStatus::Down;
+    });
+    fixed_eval(&mut s, &j, TriggeredBy::NodeUpdate, 23);
+    describe_system(out, "system, node down", &s, &j);
+    s.h.create_evals.clear();
+    let mut meta = (*j).clone();
+    meta.meta.insert("owner".into(), "ops".into());
+    meta.version += 1;
+    let meta = register(&mut s, meta, 24);
+    describe_system(out, "system, in-place update", &s, &meta);
+    s.h.create_evals.clear();
+    let mut bigger = (*meta).clone();
+    bigger.task_groups[0].tasks[0].resources.cpu = 600;
+    bigger.version += 1;
+    bigger.update = Some(crate::structs::UpdateStrategy {
+        max_parallel: 5,
+        ..Default::default()
+    });
+    let bigger = register(&mut s, bigger, 25);
+    describe_system(out, "system, destructive update rolled", &s, &bigger);
+}
+
+/// A sysbatch job under the spread fit algorithm with preemption on: a
+/// low-priority job fills some nodes and is evicted from them; then the
+/// finished allocations are not placed again.
+fn sysbatch_preemption(out: &mut String) {
+    let mut s = Scenario::new();
+    let mut config = SchedulerConfiguration {
+        scheduler_algorithm: SchedulerAlgorithm::Spread,
+        ..Default::default()
+    };
+    config.preemption_config.sys_batch_scheduler_enabled = true;
+    s.h.state.set_scheduler_config(config);
+    grid(&mut s, 30, 3);
+    let mut low = linux_job(JobType::Service, 12);
+    low.id = "low".into();
+    low.name = "low".into();
+    low.priority = 20;
+    low.task_groups[0].tasks[0].resources.cpu = 3700;
+    register(&mut s, low, 30);
+    let mut j = linux_job(JobType::SysBatch, 1);
+    j.id = "sweep".into();
+    j.name = "sweep".into();
+    j.priority = 80;
+    let j = register(&mut s, j, 31);
+    describe_system(out, "sysbatch, preemption", &s, &j);
+    s.h.create_evals.clear();
+    // Every other node's allocation (by node: the names are all equal).
+    let mut live = s.live(&j);
+    live.sort_by_key(|a| a.node_id);
+    for a in live.iter().step_by(2) {
+        s.set_client_status(&a.id, ClientStatus::Complete, NOW);
+    }
+    fixed_eval(&mut s, &j, TriggeredBy::NodeUpdate, 32);
+    describe_system(out, "sysbatch, after completions", &s, &j);
+}
+
 fn render() -> String {
     let mut out = String::new();
     even_and_targeted_spread(&mut out);
@@ -282,6 +412,8 @@ fn render() -> String {
     targets_affinity_distinct(&mut out);
     plain_service_and_exhaustion(&mut out);
     batch_with_ports(&mut out);
+    system_lifecycle(&mut out);
+    sysbatch_preemption(&mut out);
     out
 }
 
