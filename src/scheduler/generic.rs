@@ -111,9 +111,12 @@ impl<'p> GenericScheduler<'p> {
         } else {
             StackKind::Service
         };
-        let mut stack = live_job
-            .as_ref()
-            .map(|j| Stack::new(kind, j.clone(), &ctx, eval_seed(eval, index)));
+        let share = self.planner.node_share();
+        let mut stack = live_job.as_ref().map(|j| {
+            let mut stack = Stack::new(kind, j.clone(), &ctx, eval_seed(eval, index));
+            stack.set_share(share);
+            stack
+        });
         self.compute_job_allocs(eval, job.as_ref(), &mut ctx, stack.as_mut())?;
         self.eligibility = ctx.eligibility.clone();
 

@@ -7,7 +7,7 @@
 
 use super::harness_state::HarnessState;
 use super::new_scheduler;
-use super::planner::{MonotonicClock, Planner, PlannerError, SchedulerError};
+use super::planner::{MonotonicClock, NodeShare, Planner, PlannerError, SchedulerError};
 use crate::structs::{AllocStop, Evaluation, Plan, PlanResult};
 use crate::view::State;
 use std::sync::Arc;
@@ -33,6 +33,8 @@ pub struct Harness {
     /// Keep a copy of every submitted plan in `plans` (on by default; the
     /// benches turn it off so only the state write is measured).
     pub record_plans: bool,
+    /// The share of the nodes handed to schedulers (`None`: every node).
+    pub node_share: Option<NodeShare>,
 }
 
 impl Default for Harness {
@@ -47,6 +49,7 @@ impl Default for Harness {
             now: 0,
             clock: None,
             record_plans: true,
+            node_share: None,
         }
     }
 }
@@ -182,5 +185,9 @@ impl Planner for Harness {
 
     fn monotonic_clock(&self) -> Option<MonotonicClock> {
         self.clock.clone()
+    }
+
+    fn node_share(&self) -> Option<NodeShare> {
+        self.node_share
     }
 }

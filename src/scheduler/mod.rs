@@ -52,7 +52,7 @@ mod tests;
 pub use crate::view::State;
 pub use harness::Harness;
 pub use harness_state::HarnessState;
-pub use planner::{MonotonicClock, Planner, PlannerError, Scheduler, SchedulerError};
+pub use planner::{MonotonicClock, NodeShare, Planner, PlannerError, Scheduler, SchedulerError};
 
 use crate::structs::JobType;
 use std::sync::Arc;

@@ -53,6 +53,39 @@ pub trait Planner {
     fn monotonic_clock(&self) -> Option<MonotonicClock> {
         None
     }
+    /// The share of the cluster's nodes this planner's placements should
+    /// look at first (see [`NodeShare`]). Planners that run alone (tests,
+    /// dry runs) have none: every node is walked in the shuffled order.
+    fn node_share(&self) -> Option<NodeShare> {
+        None
+    }
+}
+
+/// One of `count` disjoint shares of the cluster's nodes: those whose
+/// catalog position is `index` modulo `count`.
+///
+/// Workers that schedule at the same time plan against the same snapshot,
+/// so under binpacking they pick the same nearly full nodes and one of the
+/// plans is refused in part by the plan applier (a partial commit: the
+/// evaluation is scheduled again for what was refused). A server gives each
+/// of its workers its own share: a placement walks that share first, so
+/// concurrent plans rarely touch the same node. A share is only a
+/// preference: a placement that finds no node in it, or a group whose
+/// candidate limit is larger than the share, walks every node, as without
+/// shares. Nomad has no such thing (its workers rely on the random node
+/// order alone); the nodes seen per placement are still a random sample
+/// of the cluster of the same size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeShare {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl NodeShare {
+    /// Whether the node at catalog `position` is in this share.
+    pub fn holds(&self, position: u32) -> bool {
+        self.count <= 1 || position % self.count == self.index
+    }
 }
 
 /// A monotonic clock in nanoseconds, handed to the scheduler by its planner.

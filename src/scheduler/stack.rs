@@ -12,6 +12,13 @@
 //! Because the source resumes where the previous placement stopped,
 //! consecutive placements look at different nodes.
 //!
+//! A worker's planner may name a share of the nodes ([`NodeShare`]): the
+//! shuffled candidates of that share come first and the walk stays within
+//! them (its *window*) until a placement finds no node there or a group's
+//! limit is larger than the share; from then on the evaluation walks every
+//! candidate. Concurrent workers thus plan on disjoint nodes while there is
+//! room, and fewer of their plans are refused in part.
+//!
 //! With spreads a job scores about `count` candidates per placement, so the
 //! per-candidate path is kept lean without changing any decision: what a
 //! candidate's score needs is remembered per candidate slot (its usage
@@ -23,6 +30,7 @@
 
 use super::context::{EvalContext, UsageHint};
 use super::feasible::{check_operand, ConstraintCache, DistinctProperty, GroupFeasibility};
+use super::planner::NodeShare;
 use super::preemption::select_preemptions;
 use super::rank::{apply_cores, assign_cores, assign_ports, fit_score, GroupAsk, CORES_EXHAUSTED};
 use super::tally::MetricTally;
@@ -47,6 +55,9 @@ const MAX_SKIP: usize = 3;
 const TOP_SCORES: usize = 5;
 /// The spread target matching every value not named explicitly.
 const IMPLICIT_TARGET: &str = "*";
+/// A share with fewer candidates than this is not walked alone: on a small
+/// cluster every placement sees every node, as without shares.
+const MIN_SHARE_CANDIDATES: usize = 100;
 
 /// Which scheduler the stack serves; decides the candidate limit and the
 /// score components.
@@ -583,6 +594,11 @@ pub struct Stack {
     /// Filter and exhaustion counts of the placement being computed.
     tally: MetricTally,
     offset: usize,
+    /// How many candidates (from the first) the walk visits: the share's
+    /// when one is walked alone, else all of them.
+    window: usize,
+    /// The planner's share of the nodes, if any.
+    share: Option<NodeShare>,
     base_limit: usize,
     rng: SmallRng,
     /// Per-group state, looked up by name (jobs have few groups).
@@ -615,6 +631,8 @@ impl Stack {
             extra_node_classes: Interner::default(),
             tally: MetricTally::default(),
             offset: 0,
+            window: 0,
+            share: None,
             base_limit: 2,
             rng: SmallRng::seed_from_u64(seed),
             groups: Vec::new(),
@@ -647,6 +665,7 @@ impl Stack {
         self.candidates.order.clear();
         self.candidates.single = Some(node);
         self.offset = 0;
+        self.window = 1;
         self.base_limit = match self.kind {
             StackKind::System => usize::MAX,
             _ => 2,
@@ -667,10 +686,17 @@ impl Stack {
         self.candidates.order.push(position);
         self.candidates.single = None;
         self.offset = 0;
+        self.window = 1;
         self.base_limit = match self.kind {
             StackKind::System => usize::MAX,
             _ => 2,
         };
+    }
+
+    /// Walks the nodes of `share` first (see the module's comment); for
+    /// the candidates set after this call.
+    pub fn set_share(&mut self, share: Option<NodeShare>) {
+        self.share = share.filter(|s| s.count > 1);
     }
 
     /// Sets the candidates to these catalog positions (see
@@ -681,6 +707,7 @@ impl Stack {
         if positions.len() > 1 {
             positions.shuffle(&mut self.rng);
         }
+        let (positions, window) = self.share_first(positions);
         let n = positions.len();
         self.base_limit = match self.kind {
             StackKind::Batch => 2,
@@ -697,6 +724,30 @@ impl Stack {
         self.candidates.order = positions;
         self.candidates.single = None;
         self.offset = 0;
+        self.window = window;
+    }
+
+    /// The shuffled positions with the share's first (each part keeps its
+    /// shuffled order), and the walk's window: the share's size, or every
+    /// candidate when there is no share or it is too small to walk alone.
+    fn share_first(&self, positions: Vec<u32>) -> (Vec<u32>, usize) {
+        let n = positions.len();
+        let Some(share) = self.share else {
+            return (positions, n);
+        };
+        let (mut ordered, rest): (Vec<u32>, Vec<u32>) =
+            positions.into_iter().partition(|p| share.holds(*p));
+        let held = ordered.len();
+        ordered.extend(rest);
+        let window = if held < MIN_SHARE_CANDIDATES { n } else { held };
+        (ordered, window)
+    }
+
+    /// Stops walking the share alone: every candidate from now on.
+    fn widen(&mut self) -> bool {
+        let widened = self.window < self.meta.len();
+        self.window = self.meta.len();
+        widened
     }
 
     /// A node's entry, numbered like the catalog's (a node outside it is
@@ -752,7 +803,14 @@ impl Stack {
             }
         };
         info.sync(ctx, &self.job, &self.candidates.catalog);
-        let result = self.select_with(ctx, &mut info, opts);
+        let mut result = self.select_with(ctx, &mut info, opts);
+        if result.is_none() && self.widen() {
+            // Nothing in the share: the placement is made (or reported as
+            // failed) over every candidate, with metrics to match.
+            ctx.reset_metrics();
+            self.tally.clear();
+            result = self.select_with(ctx, &mut info, opts);
+        }
         let (catalog, extra) = (&self.candidates.catalog, &self.extra_node_classes);
         self.tally.flush_into(&mut ctx.metrics, |class| {
             name_of(catalog.node_classes(), extra, class)
@@ -793,6 +851,10 @@ impl Stack {
         } else {
             self.base_limit
         };
+        if self.window < limit {
+            // The share cannot offer the candidates this group compares.
+            self.widen();
+        }
         let mut seen = 0usize;
         let mut skipped: Vec<(Scored, Scores)> = Vec::new();
         let mut skipped_next = 0usize;
@@ -862,7 +924,7 @@ impl Stack {
         opts: &SelectOptions,
         seen: &mut usize,
     ) -> Option<(Scored, Scores)> {
-        let n = self.meta.len();
+        let n = self.window;
         while *seen < n {
             let slot = self.offset;
             self.offset += 1;

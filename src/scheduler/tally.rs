@@ -53,6 +53,16 @@ impl MetricTally {
         }
     }
 
+    /// Forgets the counts (a placement started over).
+    pub fn clear(&mut self) {
+        self.filtered = 0;
+        self.exhausted = 0;
+        self.class_filtered.clear();
+        self.class_exhausted.clear();
+        self.constraint_filtered.clear();
+        self.dimension_exhausted.clear();
+    }
+
     /// Adds the counts to `metric` as its own counters would have (empty
     /// class names and reasons are not keyed) and starts over.
     /// `class_name` maps the stack's class numbers to node classes.

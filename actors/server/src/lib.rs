@@ -22,6 +22,7 @@ pub mod leader_duties;
 pub mod leader_link;
 pub mod node_drainer;
 pub mod node_lifecycle;
+pub mod node_shares;
 pub mod node_tracker;
 pub mod periodic;
 pub mod plan_applier;

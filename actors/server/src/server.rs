@@ -20,6 +20,7 @@ use crate::leader_duties::{LeaderActors, LeaderDuties};
 use crate::leader_link::{LeaderLink, LeaderQueues};
 use crate::node_drainer::{NodeDrainer, StopDrainer};
 use crate::node_lifecycle::LifecycleConfig;
+use crate::node_shares::NodeShares;
 use crate::node_tracker::{NodeTracker, TrackerConfig};
 use crate::periodic::{self, PeriodicLauncher, StopLauncher};
 use crate::plan_applier::{self, InFlightView, PlanApplier};
@@ -310,6 +311,7 @@ fn start_workers(
         in_flight_view,
         schedulers: Arc::new(CoreSchedulers),
         timing: WorkerTiming::default(),
+        node_shares: NodeShares::default(),
     };
     let server_id = format!("{}.{}", config.name_or_hostname(), config.region);
     Ok(WorkerSupervisor::new(server_id, cpus, deps, pool)?.start())

@@ -21,10 +21,13 @@
 
 use crate::broker::{BrokerError, Delivery, Dequeue, Token};
 use crate::leader_link::LeaderLink;
+use crate::node_shares::{NodeShares, ShareSeat};
 use crate::plan_applier::{InFlightView, PlanAnswer, PlanWrite};
 use actix::prelude::*;
 use futures::executor::block_on;
-use herder::scheduler::{new_scheduler, Planner, PlannerError, Scheduler, SchedulerError, State};
+use herder::scheduler::{
+    new_scheduler, NodeShare, Planner, PlannerError, Scheduler, SchedulerError, State,
+};
 use herder::state::{ApplyOutcome, Command, StateSnapshot, StateStore, StoreError};
 use herder::structs::{new_id, EvalId, Evaluation, JobType, Plan, PlanResult};
 use serde::Serialize;
@@ -109,6 +112,8 @@ pub struct WorkerDeps {
     pub in_flight_view: InFlightView,
     pub schedulers: Arc<dyn SchedulerFactory>,
     pub timing: WorkerTiming,
+    /// The server's workers' shares of the nodes (`node_shares`).
+    pub node_shares: NodeShares,
 }
 
 /// The worker's lifecycle, as Nomad prints it.
@@ -428,6 +433,7 @@ impl Worker {
             backoff: Backoff::default(),
             started: Instant::now(),
             finishing: Vec::new(),
+            seat: self.deps.node_shares.join(),
         };
         let id = self.info.get().id;
         // A detached task rather than an actor future: the loop must finish
@@ -558,6 +564,8 @@ struct WorkerLoop {
     /// Evaluations scheduled whose final write is still being made
     /// durable: each is acked (or nacked) by its own task when it is.
     finishing: Vec<tokio::task::JoinHandle<()>>,
+    /// This worker's seat among the server's: its share of the nodes.
+    seat: ShareSeat,
 }
 
 /// The store's answer to an evaluation's final write, not yet awaited.
@@ -817,6 +825,7 @@ impl WorkerLoop {
             snapshot_index: snapshot.latest_index(),
             final_write: None,
             plan_writes: Vec::new(),
+            share: self.seat.share(),
         };
         let factory = self.deps.schedulers.clone();
         let scheduler_type = eval.eval_type.as_str().to_string();
@@ -916,6 +925,8 @@ struct PlannerBridge {
     /// Writes of plans answered before they were durable: the evaluation
     /// is acked only once they are.
     plan_writes: Vec<PlanWrite>,
+    /// The nodes this worker's placements walk first.
+    share: Option<NodeShare>,
 }
 
 impl PlannerBridge {
@@ -1024,6 +1035,10 @@ fn monotonic_clock() -> herder::scheduler::MonotonicClock {
 impl Planner for PlannerBridge {
     fn monotonic_clock(&self) -> Option<herder::scheduler::MonotonicClock> {
         Some(monotonic_clock())
+    }
+
+    fn node_share(&self) -> Option<NodeShare> {
+        self.share
     }
 
     fn submit_plan(

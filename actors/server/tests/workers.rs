@@ -13,6 +13,7 @@ use herder_server::broker::{
     Outstanding, SetEnabled, Stats,
 };
 use herder_server::leader_link::{LeaderLink, LeaderQueues};
+use herder_server::node_shares::NodeShares;
 use herder_server::plan_applier::PlanApplier;
 use herder_server::ready_queue::EvalCost;
 use herder_server::worker::{
@@ -152,6 +153,7 @@ impl Cluster {
             in_flight_view,
             schedulers,
             timing: WorkerTiming::default(),
+            node_shares: NodeShares::default(),
         };
         Cluster {
             store,

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::scheduler::util::{next_delay, ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NOT_NEEDED};
+use crate::scheduler::NodeShare;
 use crate::structs::{
     Constraint, DesiredTransition, DrainStrategy, NetworkResource, Port, PreemptionConfig,
     RescheduleEvent, ReschedulePolicy, RescheduleTracker, SchedulerAlgorithm,
@@ -1248,4 +1249,77 @@ fn each_placement_records_its_allocation_time_from_the_handed_in_clock() {
         ticks.load(Ordering::SeqCst) >= 6_000,
         "read twice per placement"
     );
+}
+
+/// Whether `node` is in `share` by its position in the state's catalog.
+fn in_share(s: &Scenario, share: NodeShare, node: &crate::structs::NodeId) -> bool {
+    let catalog = s.h.state.node_catalog();
+    share.holds(catalog.position(node).expect("a catalog node"))
+}
+
+#[test]
+fn a_workers_placements_stay_in_its_share_of_the_nodes() {
+    let mut s = Scenario::new();
+    s.add_nodes(400);
+    let share = NodeShare { index: 1, count: 2 };
+    s.h.node_share = Some(share);
+    let (first, _) = s.register(job(JobType::Service, 40));
+    let live = s.live(&first);
+    assert_eq!(live.len(), 40);
+    assert!(
+        live.iter().all(|a| in_share(&s, share, &a.node_id)),
+        "every allocation on a node of the share"
+    );
+    // The other share gets the next job's allocations, as a second worker
+    // planning at the same time would place them.
+    let other = NodeShare { index: 0, count: 2 };
+    s.h.node_share = Some(other);
+    let mut second = job(JobType::Service, 40);
+    second.id = "api".into();
+    let (second, _) = s.register(second);
+    assert!(s
+        .live(&second)
+        .iter()
+        .all(|a| in_share(&s, other, &a.node_id)));
+}
+
+#[test]
+fn a_full_share_sends_placements_to_the_other_nodes() {
+    let mut s = Scenario::new();
+    let nodes = s.add_nodes(400);
+    let share = NodeShare { index: 0, count: 2 };
+    // The share's nodes have no room for a 500 MHz task.
+    let held: Vec<_> = nodes
+        .iter()
+        .filter(|n| in_share(&s, share, &n.id))
+        .cloned()
+        .collect();
+    for node in held {
+        let mut small = (*node).clone();
+        small.node_resources.cpu.cpu_shares = 300;
+        s.add_node(small);
+    }
+    s.h.node_share = Some(share);
+    let (job, _) = s.register(job(JobType::Service, 30));
+    let live = s.live(&job);
+    assert_eq!(live.len(), 30, "placed outside the share");
+    assert!(live.iter().all(|a| !in_share(&s, share, &a.node_id)));
+    assert_eq!(s.last_status(), EvalStatus::Complete);
+}
+
+#[test]
+fn a_placement_that_fits_nowhere_reports_every_node_it_walked() {
+    let mut s = Scenario::new();
+    s.add_nodes(300);
+    s.h.node_share = Some(NodeShare { index: 0, count: 3 });
+    let mut huge = job(JobType::Service, 1);
+    huge.task_groups[0].tasks[0].resources.cpu = 100_000;
+    let (_, _) = s.register(huge);
+    let eval = s.h.last_eval().expect("a status");
+    let failed = eval.failed_tg_allocs.get("web").expect("the group failed");
+    assert_eq!(
+        failed.nodes_evaluated, 300,
+        "every node, not the share's 100"
+    );
+    assert_eq!(failed.nodes_exhausted, 300);
 }
