@@ -8,7 +8,8 @@
 //! list and an evaluation's page explain a blocked placement; an
 //! allocation's files are browsed and its CPU and memory charted (and the
 //! sampling stops when the page is left); the clients list's usage bars
-//! and the topology view show what each node holds. Each test saves its
+//! and the topology view show what each node holds; a list of 130 clients
+//! is drawn 100 rows at a time. Each test saves its
 //! pages' screenshots in `docs/ui/`.
 
 use herder_actors::sim::{SimConfig, SimNodes};
@@ -753,4 +754,34 @@ fn usage_bars_and_the_topology_show_what_each_node_holds() {
             .then_some(())
     });
     assert!(browser.same_page(), "the page was reloaded");
+}
+
+#[test]
+fn a_large_clients_list_is_drawn_a_page_at_a_time() {
+    let dir = temp_dir();
+    let agent = TestAgent::start(server_config(dir.path()), false);
+    let store = &agent.server.as_ref().expect("a server").store;
+    for n in 0..130 {
+        let node = herder::state::fixtures::node(&format!("node-{n:03}"));
+        store
+            .apply(herder::state::Command::NodeRegister {
+                node: std::sync::Arc::new(node),
+            })
+            .expect("node registers");
+    }
+    let browser = Browser::start();
+    browser.goto(&agent.url("/ui/nodes"));
+    browser.wait("the first page of 100 rows", SLOW, || {
+        (browser.count("#nodes tbody tr[data-node]") == 100).then_some(())
+    });
+    browser.wait_text("#nodes caption", "130 of 130 nodes", QUICK);
+    browser.wait_text("nav.pager", "rows 1–100 of 130", QUICK);
+    browser.wait_text("#nodes tbody tr:first-child", "node-000", QUICK);
+    browser.click_button("Next page");
+    browser.wait("the second page of 30 rows", QUICK, || {
+        (browser.count("#nodes tbody tr[data-node]") == 30).then_some(())
+    });
+    browser.wait_text("#nodes tbody tr:first-child", "node-100", QUICK);
+    browser.click_button("Previous page");
+    browser.wait_text("#nodes tbody tr:first-child", "node-000", QUICK);
 }

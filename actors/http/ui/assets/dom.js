@@ -52,6 +52,24 @@ export function table({ caption, columns, rows, empty, id, rowAttrs }) {
   return h('table', { id }, caption ? h('caption', null, caption) : null, head, body);
 }
 
+/** One page of `rows` (`page` from 0, `size` rows) and the controls to
+ *  move between pages: a list of 10,000 clients draws one page of rows,
+ *  not all of them, each time it is re-read. `onPage(n)` redraws page n. */
+export function paged(rows, page, size, onPage) {
+  const pages = Math.max(1, Math.ceil(rows.length / size));
+  const at = Math.min(Math.max(0, page), pages - 1);
+  const first = at * size;
+  const shown = rows.slice(first, first + size);
+  if (pages === 1) return { rows: shown, nav: null };
+  const go = (n) => h('button', { type: 'button', disabled: n < 0 || n >= pages, onclick: () => onPage(n) },
+    n < at ? 'Previous page' : 'Next page');
+  const nav = h('nav', { class: 'pager', 'aria-label': 'Pages' },
+    go(at - 1),
+    h('span', { 'aria-live': 'polite' }, ` rows ${first + 1}–${first + shown.length} of ${rows.length} (page ${at + 1} of ${pages}) `),
+    go(at + 1));
+  return { rows: shown, nav };
+}
+
 /** A labelled form field: the label is tied to the control by its id. */
 export function field(label, control) {
   return h('div', { class: 'field' }, h('label', { for: control.id }, label), control);

@@ -3,15 +3,18 @@
 // blocking query on /v1/nodes with herder's `usage=true` (each node's
 // allocated CPU and memory from the store's usage index: never one
 // request per node, never the cluster's allocations). A filter box
-// narrows the list in the browser.
+// narrows the list in the browser; 100 rows are drawn at a time (pages).
 import { watch, enc, sleep } from '../api.js';
-import { h, replace, table, field } from '../dom.js';
+import { h, replace, table, field, paged } from '../dom.js';
 import { badge, shortId, mhz, mib } from '../format.js';
 import { nodeCapacity, usageOfNodes, NODES_WITH_USAGE } from '../chart.js';
 
 /** The least time between two reads of the list: on a busy cluster
  *  allocations change all the time, and each change wakes the query. */
 export const NODES_EVERY_MS = 2000;
+/** Rows drawn at once: a browser redrawing 10,000 rows of bars every
+ *  2 s would be the slow part of the page. */
+export const NODES_PER_PAGE = 100;
 
 export async function render(main, _params, ctx) {
   const filter = h('input', { id: 'node-filter', type: 'search', placeholder: 'name, ID, datacenter or class' });
@@ -21,8 +24,14 @@ export async function render(main, _params, ctx) {
     list);
   let nodes = null;
   let usage = null;
-  const draw = () => nodes && replace(list, nodeTable(nodes, usage, filter.value));
-  filter.addEventListener('input', draw);
+  let page = 0;
+  const draw = () => {
+    if (!nodes) return;
+    const shown = matching(nodes, filter.value);
+    const { rows, nav } = paged(shown, page, NODES_PER_PAGE, (n) => { page = n; draw(); });
+    replace(list, nodeTable(rows, shown.length, nodes.length, usage), nav);
+  };
+  filter.addEventListener('input', () => { page = 0; draw(); });
   await watchNodes(ctx, (data) => {
     nodes = data;
     usage = usageOfNodes(data);
@@ -48,16 +57,21 @@ function useBar(label, used, total, show) {
     `${pct}% of ${show(total)}`);
 }
 
-function nodeTable(nodes, usage, filterText) {
+/** The nodes matching the filter box, by name. */
+function matching(nodes, filterText) {
   const needle = filterText.trim().toLowerCase();
-  const shown = nodes
+  return nodes
     .filter((n) => !needle || [n.Name, n.ID, n.Datacenter, n.NodeClass].some((v) => (v || '').toLowerCase().includes(needle)))
     .sort((a, b) => a.Name.localeCompare(b.Name) || a.ID.localeCompare(b.ID));
+}
+
+/** The table of one page of `rows`, of `matched` matching nodes of `total`. */
+function nodeTable(rows, matched, total, usage) {
   return table({
     id: 'nodes',
-    caption: `${shown.length} of ${nodes.length} nodes`,
-    empty: nodes.length ? 'No node matches the filter.' : 'No client node has registered.',
-    rows: shown,
+    caption: `${matched} of ${total} nodes`,
+    empty: total ? 'No node matches the filter.' : 'No client node has registered.',
+    rows,
     rowAttrs: (n) => ({ 'data-node': n.ID }),
     columns: [
       ['Name', (n) => h('a', { href: `/ui/nodes/${enc(n.ID)}` }, n.Name || shortId(n.ID))],
