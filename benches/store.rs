@@ -141,18 +141,7 @@ fn snapshot_with_a_million_allocs(c: &mut Criterion) {
     const ALLOCS_PER_JOB: usize = 1_000;
     const NODES: usize = 10_000;
     let store = StateStore::in_memory();
-    let nodes: Vec<NodeId> = (0..NODES)
-        .map(|i| {
-            let node = fixtures::node(&format!("node-{i}"));
-            let id = node.id;
-            store
-                .apply(Command::NodeRegister {
-                    node: Arc::new(node),
-                })
-                .expect("node registers");
-            id
-        })
-        .collect();
+    let nodes: Vec<NodeId> = fixtures::register_nodes(&store, NODES);
     let before = resident_bytes();
     let started = Instant::now();
     for j in 0..JOBS {

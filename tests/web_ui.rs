@@ -761,14 +761,7 @@ fn a_large_clients_list_is_drawn_a_page_at_a_time() {
     let dir = temp_dir();
     let agent = TestAgent::start(server_config(dir.path()), false);
     let store = &agent.server.as_ref().expect("a server").store;
-    for n in 0..130 {
-        let node = herder::state::fixtures::node(&format!("node-{n:03}"));
-        store
-            .apply(herder::state::Command::NodeRegister {
-                node: std::sync::Arc::new(node),
-            })
-            .expect("node registers");
-    }
+    herder::state::fixtures::register_nodes(store, 130);
     let browser = Browser::start();
     browser.goto(&agent.url("/ui/nodes"));
     browser.wait("the first page of 100 rows", SLOW, || {
@@ -776,12 +769,12 @@ fn a_large_clients_list_is_drawn_a_page_at_a_time() {
     });
     browser.wait_text("#nodes caption", "130 of 130 nodes", QUICK);
     browser.wait_text("nav.pager", "rows 1–100 of 130", QUICK);
-    browser.wait_text("#nodes tbody tr:first-child", "node-000", QUICK);
+    browser.wait_text("#nodes tbody tr:first-child", "node-00000", QUICK);
     browser.click_button("Next page");
     browser.wait("the second page of 30 rows", QUICK, || {
         (browser.count("#nodes tbody tr[data-node]") == 30).then_some(())
     });
-    browser.wait_text("#nodes tbody tr:first-child", "node-100", QUICK);
+    browser.wait_text("#nodes tbody tr:first-child", "node-00100", QUICK);
     browser.click_button("Previous page");
-    browser.wait_text("#nodes tbody tr:first-child", "node-000", QUICK);
+    browser.wait_text("#nodes tbody tr:first-child", "node-00000", QUICK);
 }

@@ -78,6 +78,23 @@ pub fn node(name: &str) -> Node {
     node
 }
 
+/// Registers `count` fixture nodes named `node-00000`, `node-00001`, ...
+/// in `store` and answers their IDs, in that order.
+pub fn register_nodes(store: &super::StateStore, count: usize) -> Vec<NodeId> {
+    (0..count)
+        .map(|n| {
+            let node = node(&format!("node-{n:05}"));
+            let id = node.id;
+            store
+                .apply(super::Command::NodeRegister {
+                    node: Arc::new(node),
+                })
+                .expect("a fixture node registers");
+            id
+        })
+        .collect()
+}
+
 /// A pending evaluation of `job`.
 pub fn eval(job: &Job, triggered_by: TriggeredBy, now: i64) -> Evaluation {
     Evaluation::for_job(job, triggered_by, now)

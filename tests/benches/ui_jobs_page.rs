@@ -24,18 +24,7 @@ const NODES: usize = 10_000;
 /// (no evaluation, so no scheduler runs while the bench measures).
 fn fill(agent: &TestAgent) {
     let store = &agent.server.as_ref().expect("a server").store;
-    let nodes: Vec<_> = (0..NODES)
-        .map(|n| {
-            let node = fixtures::node(&format!("node-{n:05}"));
-            let id = node.id;
-            store
-                .apply(Command::NodeRegister {
-                    node: Arc::new(node),
-                })
-                .expect("node registers");
-            id
-        })
-        .collect();
+    let nodes = fixtures::register_nodes(store, NODES);
     for j in 0..JOBS {
         let job = fixtures::job(
             "default",
