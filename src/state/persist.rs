@@ -70,12 +70,13 @@ use super::tables::Tables;
 use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
-    AllocatedResources, Allocation, Deployment, Evaluation, Job, JobScalingEvents, JobSummary,
-    Namespace, Node, RootKey, SchedulerConfiguration, ServiceRegistration, VariableEncrypted,
+    AllocId, AllocatedResources, Allocation, Deployment, Evaluation, Job, JobScalingEvents,
+    JobSummary, Namespace, Node, RootKey, SchedulerConfiguration, ServiceRegistration,
+    VariableEncrypted,
 };
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -193,9 +194,11 @@ pub(crate) struct Loaded {
 /// Checks the format (migrating an older one), loads every row from sled
 /// and replays the log in `wal_dir` over them.
 pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> {
+    let started = std::time::Instant::now();
     let mut findings = Findings::new(QuarantineSource::Checkpoint);
     let mut tables = load_checkpoint(db, &mut findings)?;
-    let checkpointed = tables.latest_index;
+    let checkpointed = tables.tables.latest_index;
+    let checkpoint_read = started.elapsed();
     let found = wal::segments(wal_dir)?;
     let last_seq = found.last().map_or(0, |(seq, _)| *seq);
     let mut segments = Vec::with_capacity(found.len());
@@ -224,7 +227,18 @@ pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> 
     // problem is left exactly as it was.
     quarantine::record(db, findings.rows)?;
     let quarantined = quarantine::list(db)?;
+    let log_replayed = started.elapsed();
+    let mut tables = tables.finish();
     tables.rebuild_indexes();
+    // What a restart spent where: the operator's (and the restart
+    // benchmark's) first question when it is slow.
+    tracing::info!(
+        allocs = tables.allocs.len(),
+        checkpoint_ms = checkpoint_read.as_millis() as u64,
+        log_ms = (log_replayed - checkpoint_read).as_millis() as u64,
+        indexes_ms = (started.elapsed() - log_replayed).as_millis() as u64,
+        "state loaded"
+    );
     Ok(Loaded {
         tables,
         segments,
@@ -234,7 +248,7 @@ pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> 
 }
 
 /// Sled's rows: the state as of the last checkpoint (indexes not built).
-fn load_checkpoint(db: &sled::Db, findings: &mut Findings) -> Result<Tables, StoreError> {
+fn load_checkpoint(db: &sled::Db, findings: &mut Findings) -> Result<LoadingTables, StoreError> {
     let Some(raw_meta) = db.get(META_KEY)? else {
         if let Some(first) = db.iter().next() {
             let (key, _) = first?;
@@ -248,7 +262,7 @@ fn load_checkpoint(db: &sled::Db, findings: &mut Findings) -> Result<Tables, Sto
             db,
             [&encode_changes(std::iter::empty(), &StateSnapshot::new())?],
         )?;
-        return Ok(Tables::default());
+        return Ok(LoadingTables::default());
     };
     let found = format_version(&raw_meta)?;
     if found > FORMAT_VERSION {
@@ -330,7 +344,7 @@ impl Findings {
         }
     }
 
-    fn add(&mut self, t: &mut Tables, bad: BadRow) {
+    fn add(&mut self, t: &mut LoadingTables, bad: BadRow) {
         if let Some(row_key) = &bad.row_key {
             remove_row(t, row_key);
         }
@@ -366,8 +380,8 @@ const LOAD_BATCH: usize = 512;
 type RawRow = (sled::IVec, Option<sled::IVec>);
 
 /// Reads sled's rows into tables.
-fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<Tables, StoreError> {
-    let mut t = Tables::default();
+fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<LoadingTables, StoreError> {
+    let mut t = LoadingTables::default();
     let mut shared = SharedValues::default();
     decode_in_order(
         |sink| {
@@ -384,13 +398,13 @@ fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<Tables, StoreErro
         findings,
     )?;
     // Rows after the meta row in key order are of sled's index too.
-    findings.stamp(t.latest_index);
+    findings.stamp(t.tables.latest_index);
     Ok(t)
 }
 
 /// Applies log records, oldest first, over the tables.
 fn replay(
-    t: &mut Tables,
+    t: &mut LoadingTables,
     shared: &mut SharedValues,
     findings: &mut Findings,
     records: impl Iterator<Item = wal::Record> + Send,
@@ -444,7 +458,7 @@ impl BatchSink {
 /// thread puts batches back in order as they arrive.
 fn decode_in_order<R>(
     read: R,
-    t: &mut Tables,
+    t: &mut LoadingTables,
     shared: &mut SharedValues,
     findings: &mut Findings,
 ) -> Result<(), StoreError>
@@ -555,7 +569,14 @@ fn decode_batch(batch: &[RawRow]) -> Result<Vec<LoadedRow>, StoreError> {
     Ok(rows)
 }
 
-fn remove_row(t: &mut Tables, key: &RowKey) {
+fn remove_row(t: &mut LoadingTables, key: &RowKey) {
+    let t = match key {
+        RowKey::Alloc { id, .. } => {
+            t.allocs.remove(id);
+            return;
+        }
+        _ => &mut t.tables,
+    };
     match key {
         RowKey::Job(k) => {
             t.jobs.remove(k);
@@ -566,9 +587,7 @@ fn remove_row(t: &mut Tables, key: &RowKey) {
         RowKey::JobSummary(k) => {
             t.job_summaries.remove(k);
         }
-        RowKey::Alloc { id, .. } => {
-            t.allocs.remove(id);
-        }
+        RowKey::Alloc { .. } => {}
         RowKey::Eval(id) => {
             t.evals.remove(id);
         }
@@ -820,6 +839,31 @@ fn check_job(job: &Job) -> Result<(), RowError> {
         .map_err(|e| RowError::Bad(format!("the job is too large to load: {e}")))
 }
 
+/// The tables as rows are read back, allocations apart.
+///
+/// Allocations are nearly all of the rows and come back in creation order,
+/// which is random in their IDs: inserting a million of them one by one into
+/// the persistent map, each insert a walk to a random leaf, was the serial
+/// part of a restart. Here they go into a hash map (a later row of the same
+/// ID wins, a delete removes), and `finish` builds the map once, in key
+/// order.
+#[derive(Default)]
+struct LoadingTables {
+    tables: Tables,
+    allocs: HashMap<AllocId, Arc<Allocation>>,
+}
+
+impl LoadingTables {
+    /// The tables with every allocation read (secondary indexes not built).
+    fn finish(self) -> Tables {
+        let LoadingTables { mut tables, allocs } = self;
+        let mut sorted: Vec<_> = allocs.into_iter().collect();
+        sorted.sort_unstable_by_key(|(id, _)| *id);
+        tables.allocs = sorted.into_iter().collect();
+        tables
+    }
+}
+
 /// One copy of each value many allocations repeat. The scheduler shares
 /// them between the allocations it makes; rows read back from disk would
 /// each get their own copy, so a restarted server would hold more memory
@@ -855,7 +899,13 @@ impl SharedValues {
     }
 }
 
-fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings, row: LoadedRow) {
+fn insert_row(
+    loading: &mut LoadingTables,
+    shared: &mut SharedValues,
+    findings: &mut Findings,
+    row: LoadedRow,
+) {
+    let t = &mut loading.tables;
     match row {
         LoadedRow::Meta(meta) => {
             findings.stamp(meta.last_index);
@@ -877,7 +927,7 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
         }
         LoadedRow::Alloc(mut alloc) => {
             shared.share(&mut alloc);
-            t.allocs.insert(alloc.id, Arc::new(alloc));
+            loading.allocs.insert(alloc.id, Arc::new(alloc));
         }
         LoadedRow::Eval(eval) => {
             t.evals.insert(eval.id, Arc::new(eval));
@@ -906,8 +956,8 @@ fn insert_row(t: &mut Tables, shared: &mut SharedValues, findings: &mut Findings
             t.root_keys.insert(key.meta.key_id.clone(), Arc::new(key));
         }
         LoadedRow::Acl(row) => t.acl.insert(row),
-        LoadedRow::Deleted(key) => remove_row(t, &key),
-        LoadedRow::Bad(bad) => findings.add(t, *bad),
+        LoadedRow::Deleted(key) => remove_row(loading, &key),
+        LoadedRow::Bad(bad) => findings.add(loading, *bad),
     }
 }
 
@@ -1272,7 +1322,7 @@ pub(crate) fn decode_archive(bytes: &[u8]) -> Result<(Tables, usize), StoreError
     batch.insert(META_KEY, record.meta);
     scratch.apply_batch(batch)?;
     let mut findings = Findings::new(QuarantineSource::Checkpoint);
-    let mut tables = load_checkpoint(&scratch, &mut findings)?;
+    let mut tables = load_checkpoint(&scratch, &mut findings)?.finish();
     if !findings.rows.is_empty() {
         tracing::warn!(
             count = findings.rows.len(),

@@ -38,6 +38,13 @@ pub struct StoreOptions {
     pub cache_capacity_bytes: u64,
     /// How many recent applied commands subscribers can replay.
     pub event_buffer: usize,
+    /// Most changed rows those commands may hold together: a plan changes
+    /// up to thousands of allocations, so 4,096 commands could hold every
+    /// allocation of a large cluster, and once clients report on them, an
+    /// old copy of each beside the tables' current one. A follower further
+    /// behind resyncs from a snapshot; the event stream starts from the
+    /// oldest command it still holds, as Nomad's bounded buffer does.
+    pub event_buffer_rows: usize,
     /// How many applied commands a subscriber may fall behind before it is
     /// disconnected (it can resubscribe from its last index).
     pub subscriber_capacity: usize,
@@ -55,6 +62,7 @@ impl Default for StoreOptions {
         StoreOptions {
             cache_capacity_bytes: 16 * 1024 * 1024,
             event_buffer: 4096,
+            event_buffer_rows: 65_536,
             subscriber_capacity: 1024,
             max_batch: 4096,
             wal_segment_bytes: 64 << 20,
@@ -322,8 +330,48 @@ fn touched_nodes(applied: &[Arc<AppliedChanges>], before: &StateSnapshot) -> Has
 struct Notifiers {
     watchers: Vec<Watcher>,
     node_watchers: NodeWatchers,
-    events: VecDeque<Arc<AppliedChanges>>,
+    events: EventBuffer,
     subscribers: Vec<async_mpsc::Sender<Arc<AppliedChanges>>>,
+}
+
+/// The recent applied commands a new subscriber replays, bounded by count
+/// and by the rows they hold (`StoreOptions::event_buffer{,_rows}`). The
+/// newest command always stays, however many rows it changed.
+#[derive(Default)]
+struct EventBuffer {
+    commands: VecDeque<Arc<AppliedChanges>>,
+    rows: usize,
+}
+
+impl EventBuffer {
+    fn push(&mut self, changes: Arc<AppliedChanges>, options: &StoreOptions) {
+        self.rows += changes.changes.len();
+        self.commands.push_back(changes);
+        while self.commands.len() > 1
+            && (self.commands.len() > options.event_buffer || self.rows > options.event_buffer_rows)
+        {
+            if let Some(oldest) = self.commands.pop_front() {
+                self.rows -= oldest.changes.len();
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.commands.clear();
+        self.rows = 0;
+    }
+
+    fn oldest_index(&self) -> Option<u64> {
+        self.commands.front().map(|c| c.index)
+    }
+
+    fn since(&self, from_index: u64) -> Vec<Arc<AppliedChanges>> {
+        self.commands
+            .iter()
+            .filter(|c| c.index >= from_index)
+            .cloned()
+            .collect()
+    }
 }
 
 /// State shared between callers and the writer thread.
@@ -904,13 +952,8 @@ impl StateStore {
         let shared = self.shared();
         let (sender, receiver) = async_mpsc::channel(shared.options.subscriber_capacity);
         let mut notifiers = shared.notifiers();
-        let backlog: Vec<_> = notifiers
-            .events
-            .iter()
-            .filter(|c| c.index >= from_index)
-            .cloned()
-            .collect();
-        let oldest = notifiers.events.front().map(|c| c.index);
+        let backlog = notifiers.events.since(from_index);
+        let oldest = notifiers.events.oldest_index();
         let latest = shared.current().latest_index();
         let missed = match oldest {
             Some(oldest) => from_index < oldest,
@@ -1383,12 +1426,8 @@ impl Persister {
             notifiers.node_watchers.wake(node_id, &state);
         }
         wake_watchers(&mut notifiers, &state);
-        let capacity = self.shared.options.event_buffer;
         for changes in applied {
-            if notifiers.events.len() >= capacity {
-                notifiers.events.pop_front();
-            }
-            notifiers.events.push_back(changes.clone());
+            notifiers.events.push(changes.clone(), &self.shared.options);
             // A subscriber that cannot keep up is dropped rather than
             // buffered without bound; it may resubscribe from its index.
             notifiers

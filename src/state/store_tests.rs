@@ -160,6 +160,28 @@ fn subscribers_replay_the_buffer_then_follow() {
 }
 
 #[test]
+fn the_buffer_keeps_only_as_many_rows_as_allowed_but_always_the_newest_command() {
+    // A registration changes its job and its evaluation (and the summary):
+    // at least two rows, so a budget of one row holds only the newest.
+    let store = StateStore::in_memory_with(StoreOptions {
+        event_buffer_rows: 1,
+        ..StoreOptions::default()
+    });
+    let first = store.apply(register("a")).unwrap();
+    assert!(first.changes.changes.len() > 1);
+    let first = first.index;
+    let second = store.apply(register("b")).unwrap().index;
+    assert!(
+        store.subscribe(first).missed,
+        "a's rows were over the budget"
+    );
+    let sub = store.subscribe(second);
+    assert!(!sub.missed, "the newest command stays, over budget or not");
+    assert_eq!(sub.backlog.len(), 1);
+    assert!(sub.backlog[0].jobs().any(|j| j.id == "b"));
+}
+
+#[test]
 fn close_applies_what_was_queued_and_refuses_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();

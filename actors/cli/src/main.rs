@@ -12,6 +12,7 @@ use std::process::ExitCode;
 /// persister); at cluster scale mimalloc spends about 15% less CPU on the
 /// same work (docs/PERFORMANCE.md, "Allocator"). Built without transparent
 /// huge pages (see Cargo.toml).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
