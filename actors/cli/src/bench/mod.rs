@@ -469,10 +469,11 @@ fn job_bodies(config: &BenchConfig) -> Vec<serde_json::Value> {
 
 /// How long the placement loop waits between two reads of the server's
 /// progress: 1/40 of the time so far (the end is then known to within
-/// 2.5%), from 50 ms to 250 ms. Each read renders `/v1/metrics` (and, when
-/// following summaries, `/v1/jobs`): read every 50 ms through a
-/// 30-second run, they took about a sixth of the server's CPU in its
-/// profile (docs/PERFORMANCE.md), work no user's tooling asks of it.
+/// 2.5%), from 50 ms to 250 ms. Each read renders `/v1/metrics` (or, when
+/// following summaries, `/v1/jobs`, with the metrics once a second): read
+/// every 50 ms through a 30-second run, they took about a sixth of the
+/// server's CPU in its profile (docs/PERFORMANCE.md), work no user's
+/// tooling asks of it.
 fn poll_interval(elapsed: Duration) -> Duration {
     (elapsed / 40).clamp(Duration::from_millis(50), Duration::from_millis(250))
 }
@@ -512,19 +513,32 @@ fn place(
     });
     let mut queue_max: f64 = 0.0;
     let mut placed;
+    let by_metrics = churn.is_empty() && config.progress == ProgressSource::Metrics;
+    let mut metrics_read: Option<Instant> = None;
     loop {
-        let view = MetricsView::read(client)?;
-        let sent = submitted.done.load(Ordering::Relaxed);
-        placed = if churn.is_empty() && config.progress == ProgressSource::Metrics {
-            (view.gauge("herder_state_allocs") as u64).saturating_sub(already)
+        // Following summaries, the metrics give only the plan queue's depth:
+        // read once a second, not at every poll (see `poll_interval`).
+        let due = metrics_read.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        let view = if by_metrics || due {
+            metrics_read = Some(Instant::now());
+            Some(MetricsView::read(client)?)
         } else {
+            None
+        };
+        let sent = submitted.done.load(Ordering::Relaxed);
+        placed = match &view {
+            Some(view) if by_metrics => {
+                (view.gauge("herder_state_allocs") as u64).saturating_sub(already)
+            }
             // Lost allocations and their replacements both count in the
             // table: count what runs (or is starting) instead. (Also the
             // way a user's tooling follows a burst: job summaries.)
-            observe::live_allocs(client)?
+            _ => observe::live_allocs(client)?,
         };
         churn.step(placed, expected, client)?;
-        queue_max = queue_max.max(view.gauge("herder_plan_queue_depth"));
+        if let Some(view) = &view {
+            queue_max = queue_max.max(view.gauge("herder_plan_queue_depth"));
+        }
         let secs = started.elapsed().as_secs_f64();
         progress(&format!(
             "{} placed {placed}/{expected} ({:.0}/s), jobs sent {}/{}",
