@@ -570,13 +570,7 @@ fn decode_batch(batch: &[RawRow]) -> Result<Vec<LoadedRow>, StoreError> {
 }
 
 fn remove_row(t: &mut LoadingTables, key: &RowKey) {
-    let t = match key {
-        RowKey::Alloc { id, .. } => {
-            t.allocs.remove(id);
-            return;
-        }
-        _ => &mut t.tables,
-    };
+    let (staged, t) = (&mut t.allocs, &mut t.tables);
     match key {
         RowKey::Job(k) => {
             t.jobs.remove(k);
@@ -587,7 +581,9 @@ fn remove_row(t: &mut LoadingTables, key: &RowKey) {
         RowKey::JobSummary(k) => {
             t.job_summaries.remove(k);
         }
-        RowKey::Alloc { .. } => {}
+        RowKey::Alloc { id, .. } => {
+            staged.remove(id);
+        }
         RowKey::Eval(id) => {
             t.evals.remove(id);
         }

@@ -165,12 +165,21 @@ fn group_ids<K: Ord + Hash + Clone, V: Ord + Clone>(
 fn sorted_sets<K: Ord + Clone, V: Ord + Clone>(
     grouped: impl IntoIterator<Item = (K, Vec<V>)>,
 ) -> OrdMap<K, OrdSet<V>> {
-    let mut groups: Vec<(K, Vec<V>)> = grouped.into_iter().collect();
-    groups.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
-    groups
-        .into_iter()
-        .map(|(key, ids)| (key, ids.into_iter().collect::<OrdSet<V>>()))
-        .collect()
+    in_key_order(
+        grouped
+            .into_iter()
+            .map(|(key, ids)| (key, ids.into_iter().collect::<OrdSet<V>>())),
+    )
+}
+
+/// A persistent map of entries grouped in a hash map: sorted once, then
+/// inserted in order.
+fn in_key_order<K: Ord + Clone, V: Clone>(
+    entries: impl IntoIterator<Item = (K, V)>,
+) -> OrdMap<K, V> {
+    let mut entries: Vec<(K, V)> = entries.into_iter().collect();
+    entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+    entries.into_iter().collect()
 }
 
 /// Who an allocation's job strings are: the addresses of its namespace and
@@ -229,9 +238,7 @@ fn count_version_refs(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> OrdMap<JobVe
     for (key, n) in by_strings.into_values() {
         *refs.entry(key).or_insert(0) += n;
     }
-    let mut refs: Vec<_> = refs.into_iter().collect();
-    refs.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
-    refs.into_iter().collect()
+    in_key_order(refs)
 }
 
 /// Each node's usage by its live allocations (nodes with none absent).
@@ -240,12 +247,12 @@ fn sum_node_usage(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> NodeUsageMap {
     for a in allocs.values().filter(|a| !a.is_terminal()) {
         usage.entry(a.node_id).or_default().add(a);
     }
-    let mut usage: Vec<_> = usage.into_iter().filter(|(_, u)| u.live > 0).collect();
-    usage.sort_unstable_by_key(|(node, _)| *node);
-    usage
-        .into_iter()
-        .map(|(node, u)| (node, Arc::new(u)))
-        .collect()
+    in_key_order(
+        usage
+            .into_iter()
+            .filter(|(_, u)| u.live > 0)
+            .map(|(node, u)| (node, Arc::new(u))),
+    )
 }
 
 /// Adds an allocation to the secondary indexes.
