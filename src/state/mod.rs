@@ -8,6 +8,7 @@
 //! - [`store`]: `StateStore`, the single writer, waits and subscriptions.
 //! - [`persist`]: the sled layout, loading and format checks.
 //! - [`quarantine`]: rows that could not be loaded at open, kept aside.
+//! - [`sled_lock`]: waiting out sled's lock on a data dir just closed.
 
 pub mod acl_tables;
 mod alloc_row;
@@ -18,6 +19,7 @@ pub mod fixtures;
 pub mod persist;
 pub mod quarantine;
 mod scheduler_view;
+pub mod sled_lock;
 pub mod snapshot;
 pub mod store;
 mod tables;

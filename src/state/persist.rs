@@ -168,6 +168,8 @@ impl Meta {
 
 /// Opens (creating if needed) the sled database in `dir`.
 pub(crate) fn open_db(dir: &Path, cache_capacity_bytes: u64) -> Result<sled::Db, StoreError> {
+    // A store of this process closed a moment ago may not have let go yet.
+    super::sled_lock::wait_until_unlocked(dir, super::sled_lock::RELEASE_WAIT);
     sled::Config::new()
         .path(dir)
         .cache_capacity(cache_capacity_bytes)

@@ -19,6 +19,7 @@ use super::changes::{AppliedChanges, TableSet};
 use super::command::Command;
 use super::persist;
 use super::quarantine::QuarantinedRecord;
+use super::sled_lock;
 use super::snapshot::StateSnapshot;
 use super::wal::{self, ClosedSegment, WalWriter};
 use super::StoreError;
@@ -26,7 +27,7 @@ use crate::structs::NodeId;
 use futures::channel::{mpsc as async_mpsc, oneshot};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -416,6 +417,9 @@ struct Handle {
     /// Set when the store is a replica of a replicated log: `submit`
     /// proposes there instead of applying here.
     replicator: std::sync::RwLock<Option<Arc<dyn Replicator>>>,
+    /// A durable store's data dir: closing waits until sled has let go of
+    /// its lock there (see `sled_lock`).
+    dir: Option<PathBuf>,
 }
 
 /// Where a replica's writes go: the replicated log that numbers and
@@ -475,6 +479,13 @@ impl Handle {
             if writer.join().is_err() {
                 tracing::error!("the state writer thread panicked");
             }
+            // The writer dropped the last sled handle; sled's own threads
+            // may hold its lock a moment longer.
+            if let Some(dir) = &self.dir {
+                if !sled_lock::wait_until_unlocked(dir, sled_lock::RELEASE_WAIT) {
+                    tracing::warn!(dir = %dir.display(), "the data dir is still locked after the store closed");
+                }
+            }
         }
     }
 }
@@ -507,6 +518,7 @@ impl StateStore {
             );
         }
         let disk = Disk {
+            dir: dir.to_path_buf(),
             log: WalWriter::start(&wal_dir, loaded.last_seq, options.wal_segment_bytes)?,
             db,
             closed: loaded.segments,
@@ -543,6 +555,7 @@ impl StateStore {
             options,
             quarantined,
         });
+        let dir = disk.as_ref().map(|d| d.dir.clone());
         let (sender, receiver) = mpsc::channel();
         let writer = Writer {
             state: shared.current().clone(),
@@ -566,6 +579,7 @@ impl StateStore {
                 sender: Mutex::new(sender),
                 writer: Mutex::new(thread),
                 replicator: std::sync::RwLock::new(None),
+                dir,
             }),
         }
     }
@@ -1238,6 +1252,8 @@ fn fail_all(replies: impl IntoIterator<Item = Answer>, reason: &str) {
 /// Where a durable store keeps its state: the log commits append to, and
 /// sled, the checkpoint closed log segments are folded into.
 struct Disk {
+    /// The data dir (sled's and the log's).
+    dir: PathBuf,
     log: WalWriter,
     db: sled::Db,
     /// Closed segments not yet handed to the checkpointer.

@@ -197,6 +197,32 @@ fn close_applies_what_was_queued_and_refuses_the_rest() {
     assert!(reopened.snapshot().job("default", "a").is_some());
 }
 
+/// "Closed" means the data dir can be opened again at once: sled's own
+/// threads may hold its lock a moment after its last handle is gone (the
+/// checkpoints here keep them busy), and close waits that out.
+#[test]
+fn a_closed_store_has_let_go_of_its_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        wal_segment_bytes: 4 << 10,
+        checkpoint_bytes: 8 << 10,
+        ..StoreOptions::default()
+    };
+    for round in 0..20 {
+        let store = StateStore::open(dir.path(), options.clone()).unwrap();
+        for i in 0..20 {
+            store.apply(register(&format!("job-{round}-{i}"))).unwrap();
+        }
+        let other_clone = store.clone();
+        store.close();
+        assert!(
+            super::sled_lock::wait_until_unlocked(dir.path(), Duration::ZERO),
+            "round {round}: sled's lock still held after close"
+        );
+        drop(other_clone);
+    }
+}
+
 /// Places one allocation of job "web" on `node` (registering the job the
 /// first time) and returns its ID and the plan's index.
 fn place_on(store: &StateStore, node: crate::structs::NodeId) -> (crate::structs::AllocId, u64) {

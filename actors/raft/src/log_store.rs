@@ -108,6 +108,11 @@ impl GroupFlusher {
 impl SledLogStore {
     /// Opens (or creates) the log database in `dir`.
     pub fn open(dir: impl AsRef<Path>) -> Result<SledLogStore, sled::Error> {
+        // A log of this process closed a moment ago may not have let go yet.
+        herder::state::sled_lock::wait_until_unlocked(
+            dir.as_ref(),
+            herder::state::sled_lock::RELEASE_WAIT,
+        );
         let db = sled::Config::new().path(dir.as_ref()).open()?;
         let log = db.open_tree(LOG_TREE)?;
         let meta = db.open_tree(META_TREE)?;
