@@ -43,7 +43,7 @@ pub use job::{
     ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
     Task, TaskGroup, UpdateStrategy,
 };
-pub use metrics::{AllocMetric, CountMap, NodeScoreMeta, PackedMetric, ScoreMap};
+pub use metrics::{AllocMetric, CountMap, MetricPacker, NodeScoreMeta, PackedMetric, ScoreMap};
 pub use namespace::Namespace;
 pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
 pub use operator::{
