@@ -363,7 +363,7 @@ fn client_reports_are_stamped_by_the_server_and_failures_are_rescheduled() {
         store
             .snapshot()
             .allocs_by_job("default", "stamped")
-            .find(|a| a.previous_allocation == Some(first.id))
+            .find(|a| a.links().previous_allocation == Some(first.id))
             .map(|a| a.id)
     });
     assert!(

@@ -355,10 +355,10 @@ impl<'p> GenericScheduler<'p> {
             .template
             .build(&p.group, p.name, &ranked, resources, &metrics, self.now);
         if let Some(prev) = &previous {
-            alloc.previous_allocation = Some(prev.id);
+            alloc.links_mut().previous_allocation = Some(prev.id);
             if p.reschedule {
                 let policy = reschedule_policy(&*ctx.state, Some(job), prev);
-                alloc.reschedule_tracker = Some(util::next_reschedule_tracker(
+                alloc.links_mut().reschedule_tracker = Some(util::next_reschedule_tracker(
                     policy.as_ref(),
                     prev,
                     self.now,

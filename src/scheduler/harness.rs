@@ -137,10 +137,10 @@ fn apply_stop(alloc: &mut crate::structs::Allocation, stop: &AllocStop, now: i64
         alloc.client_status = status;
     }
     if stop.followup_eval_id.is_some() {
-        alloc.followup_eval_id = stop.followup_eval_id;
+        alloc.links_mut().followup_eval_id = stop.followup_eval_id;
     }
     if stop.preempted_by.is_some() {
-        alloc.preempted_by_allocation = stop.preempted_by;
+        alloc.links_mut().preempted_by_allocation = stop.preempted_by;
     }
     alloc.modify_time = now;
 }

@@ -107,11 +107,11 @@ impl HarnessState {
             }
             alloc.modify_index = index;
             alloc.alloc_modify_index = index;
-            if let Some(prev_id) = alloc.previous_allocation {
+            if let Some(prev_id) = alloc.links().previous_allocation {
                 if let Some(prev) = self.allocs.get(&prev_id).cloned() {
-                    if prev.next_allocation != Some(alloc.id) {
+                    if prev.links().next_allocation != Some(alloc.id) {
                         let mut prev = (*prev).clone();
-                        prev.next_allocation = Some(alloc.id);
+                        prev.links_mut().next_allocation = Some(alloc.id);
                         prev.modify_index = index;
                         self.allocs.insert(prev.id, Arc::new(prev));
                     }

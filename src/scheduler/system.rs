@@ -309,7 +309,7 @@ impl<'p> SystemScheduler<'p> {
                 &ctx.metrics,
                 self.now,
             );
-            alloc.previous_allocation = missing
+            alloc.links_mut().previous_allocation = missing
                 .alloc
                 .as_ref()
                 .filter(|a| a.node_id == node.id)

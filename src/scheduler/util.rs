@@ -8,8 +8,8 @@ use super::stack::{RankedNode, SelectOptions, Stack};
 use crate::structs::job::delay_function;
 use crate::structs::{
     AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
-    Evaluation, Job, MetricPacker, Node, NodeId, NodeStatus, Plan, PlanResult, RescheduleEvent,
-    ReschedulePolicy, RescheduleTracker, TaskGroup, TriggeredBy,
+    Evaluation, Job, Links, MetricPacker, Node, NodeId, NodeStatus, Plan, PlanResult,
+    RescheduleEvent, ReschedulePolicy, RescheduleTracker, TaskGroup, TriggeredBy,
 };
 use crate::view::fast_map::FastMap;
 use crate::view::node_target::datacenter_matches;
@@ -311,12 +311,7 @@ impl AllocTemplate {
             client_status: ClientStatus::Pending,
             client_description: String::new(),
             task_states: Default::default(),
-            previous_allocation: None,
-            next_allocation: None,
-            reschedule_tracker: None,
-            followup_eval_id: None,
-            preempted_allocations: Vec::new(),
-            preempted_by_allocation: None,
+            links: Links::default(),
             node_failure: false,
             deployment_id: None,
             deployment_status: None,
@@ -333,7 +328,7 @@ impl AllocTemplate {
 pub fn apply_preemptions(ctx: &mut EvalContext, ranked: &RankedNode, alloc: &mut Allocation) {
     for victim in &ranked.preempted {
         ctx.preempt_alloc(victim, alloc.id);
-        alloc.preempted_allocations.push(victim.id);
+        alloc.links_mut().preempted_allocations.push(victim.id);
     }
 }
 
@@ -380,6 +375,7 @@ pub fn reschedule_policy(
 /// at `max_delay` and reset when the allocation ran longer than the cap.
 pub fn next_delay(policy: &ReschedulePolicy, alloc: &Allocation) -> Duration {
     let events = alloc
+        .links()
         .reschedule_tracker
         .as_ref()
         .map(|t| t.events.as_slice())
@@ -427,6 +423,7 @@ pub fn next_reschedule_time(policy: Option<&ReschedulePolicy>, alloc: &Allocatio
     let delay = next_delay(policy, alloc);
     let at = fail_time + delay.as_nanos() as i64;
     let events = alloc
+        .links()
         .reschedule_tracker
         .as_ref()
         .map(|t| t.events.as_slice())
@@ -450,7 +447,7 @@ pub fn next_reschedule_tracker(
     now: i64,
 ) -> RescheduleTracker {
     let mut events = Vec::new();
-    if let Some(tracker) = &prev.reschedule_tracker {
+    if let Some(tracker) = &prev.links().reschedule_tracker {
         match policy {
             Some(p) if p.attempts > 0 && !p.unlimited => {
                 let interval = p.interval.as_nanos() as i64;
@@ -492,7 +489,7 @@ pub fn penalty_nodes(prev: Option<&Allocation>) -> Vec<NodeId> {
     if prev.client_status == ClientStatus::Failed {
         nodes.push(prev.node_id);
     }
-    if let Some(t) = &prev.reschedule_tracker {
+    if let Some(t) = &prev.links().reschedule_tracker {
         for e in &t.events {
             if !nodes.contains(&e.prev_node_id) {
                 nodes.push(e.prev_node_id);

@@ -20,9 +20,9 @@
 
 use crate::structs::codec::{CodecError, Reader, Writer};
 use crate::structs::{
-    AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources, AllocatedSharedResources,
-    AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus, DesiredTransition,
-    PackedMetric, VecMap,
+    AllocLinks, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
+    AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus,
+    DesiredTransition, Links, PackedMetric, VecMap,
 };
 use std::sync::Arc;
 
@@ -53,10 +53,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json
     w.u8(transition_code(&a.desired_transition));
     w.u8(u8::from(a.node_failure));
     for id in [
-        a.previous_allocation,
-        a.next_allocation,
-        a.followup_eval_id,
-        a.preempted_by_allocation,
+        a.links().previous_allocation,
+        a.links().next_allocation,
+        a.links().followup_eval_id,
+        a.links().preempted_by_allocation,
     ] {
         w.opt_id(id);
     }
@@ -67,12 +67,13 @@ pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json
     w.signed(a.modify_time);
     encode_resources(&mut w, &a.allocated_resources)?;
     w.json_unless(a.task_states.is_empty(), &a.task_states)?;
-    w.varint(a.preempted_allocations.len() as u64);
-    for id in &a.preempted_allocations {
+    let links = a.links();
+    w.varint(links.preempted_allocations.len() as u64);
+    for id in &links.preempted_allocations {
         w.bytes(id.as_bytes());
     }
-    w.u8(u8::from(a.reschedule_tracker.is_some()));
-    if let Some(tracker) = &a.reschedule_tracker {
+    w.u8(u8::from(links.reschedule_tracker.is_some()));
+    if let Some(tracker) = &links.reschedule_tracker {
         w.json(tracker)?;
     }
     if in_deployment {
@@ -136,10 +137,14 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
         client_description: r.string()?,
         desired_transition: transition(r.u8()?)?,
         node_failure: r.u8()? != 0,
-        previous_allocation: r.opt_id()?,
-        next_allocation: r.opt_id()?,
-        followup_eval_id: r.opt_id()?,
-        preempted_by_allocation: r.opt_id()?,
+        // Boxed only when one of them is set (see `structs::Links`).
+        links: Links::new(AllocLinks {
+            previous_allocation: r.opt_id()?,
+            next_allocation: r.opt_id()?,
+            followup_eval_id: r.opt_id()?,
+            preempted_by_allocation: r.opt_id()?,
+            ..Default::default()
+        }),
         create_index: r.varint()?,
         modify_index: r.varint()?,
         alloc_modify_index: r.varint()?,
@@ -150,9 +155,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
     a.allocated_resources = Arc::new(decode_resources(&mut r)?);
     a.task_states = r.json_or_default::<VecMap<_, _>>()?;
     let preempted = r.len()?;
-    a.preempted_allocations = (0..preempted).map(|_| r.id()).collect::<Result<_, _>>()?;
+    if preempted > 0 {
+        a.links_mut().preempted_allocations =
+            (0..preempted).map(|_| r.id()).collect::<Result<_, _>>()?;
+    }
     if r.u8()? != 0 {
-        a.reschedule_tracker = Some(r.json()?);
+        a.links_mut().reschedule_tracker = Some(r.json()?);
     }
     if in_deployment {
         a.deployment_id = r.opt_id()?;
@@ -379,19 +387,21 @@ mod tests {
             client_status: ClientStatus::Lost,
             client_description: "node is down".into(),
             task_states,
-            previous_allocation: Some(uuid::Uuid::from_u128(5)),
-            next_allocation: Some(uuid::Uuid::from_u128(6)),
-            reschedule_tracker: Some(RescheduleTracker {
-                events: vec![RescheduleEvent {
-                    reschedule_time: 99,
-                    prev_alloc_id: uuid::Uuid::from_u128(5),
-                    prev_node_id: uuid::Uuid::from_u128(8),
-                    delay: Duration::from_secs(30),
-                }],
+            links: Links::new(AllocLinks {
+                previous_allocation: Some(uuid::Uuid::from_u128(5)),
+                next_allocation: Some(uuid::Uuid::from_u128(6)),
+                reschedule_tracker: Some(RescheduleTracker {
+                    events: vec![RescheduleEvent {
+                        reschedule_time: 99,
+                        prev_alloc_id: uuid::Uuid::from_u128(5),
+                        prev_node_id: uuid::Uuid::from_u128(8),
+                        delay: Duration::from_secs(30),
+                    }],
+                }),
+                followup_eval_id: Some(uuid::Uuid::from_u128(7)),
+                preempted_allocations: vec![uuid::Uuid::from_u128(10), uuid::Uuid::from_u128(11)],
+                preempted_by_allocation: None,
             }),
-            followup_eval_id: Some(uuid::Uuid::from_u128(7)),
-            preempted_allocations: vec![uuid::Uuid::from_u128(10), uuid::Uuid::from_u128(11)],
-            preempted_by_allocation: None,
             node_failure: true,
             deployment_id: Some(uuid::Uuid::from_u128(12)),
             deployment_status: Some(crate::structs::AllocDeploymentStatus {
@@ -442,7 +452,7 @@ mod tests {
     fn a_placed_allocation_is_a_fraction_of_its_json() {
         let mut a = full_alloc();
         a.task_states = VecMap::new();
-        a.reschedule_tracker = None;
+        a.links_mut().reschedule_tracker = None;
         let mut binary = Vec::new();
         encode(&mut binary, &a).unwrap();
         let json = serde_json::to_vec(&a).unwrap();

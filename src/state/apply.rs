@@ -1073,10 +1073,10 @@ impl Txn {
             alloc.client_status = status;
         }
         if let Some(followup) = stop.followup_eval_id {
-            alloc.followup_eval_id = Some(followup);
+            alloc.links_mut().followup_eval_id = Some(followup);
         }
         if let Some(by) = stop.preempted_by {
-            alloc.preempted_by_allocation = Some(by);
+            alloc.links_mut().preempted_by_allocation = Some(by);
         }
         alloc.modify_index = self.index;
         alloc.alloc_modify_index = self.index;
@@ -1206,17 +1206,17 @@ impl Txn {
     /// `NextAllocation`): the schedulers skip a finished allocation that has
     /// a successor, so it is rescheduled once, not on every evaluation.
     fn link_previous(&mut self, alloc: &Allocation) {
-        let Some(prev_id) = alloc.previous_allocation else {
+        let Some(prev_id) = alloc.links().previous_allocation else {
             return;
         };
         let Some(old) = self.t.allocs.get(&prev_id).cloned() else {
             return; // collected meanwhile
         };
-        if old.next_allocation == Some(alloc.id) {
+        if old.links().next_allocation == Some(alloc.id) {
             return;
         }
         let mut prev = (*old).clone();
-        prev.next_allocation = Some(alloc.id);
+        prev.links_mut().next_allocation = Some(alloc.id);
         prev.modify_index = self.index;
         self.put_alloc(prev, Some(&old));
     }

@@ -399,10 +399,10 @@ fn a_replacement_links_the_allocation_it_replaces() {
     h.client_status(&first[0], ClientStatus::Failed);
     let mut next = allocs_for(&h.job("web"), &node, &eval, 1);
     next[0].id = crate::structs::new_id();
-    next[0].previous_allocation = Some(first[0].id);
+    next[0].links_mut().previous_allocation = Some(first[0].id);
     let placed = h.place(&next, &job);
     let prev = h.state.alloc(&first[0].id).unwrap();
-    assert_eq!(prev.next_allocation, Some(next[0].id));
+    assert_eq!(prev.links().next_allocation, Some(next[0].id));
     assert_eq!(prev.modify_index, placed);
     assert_eq!(
         prev.client_status,
@@ -741,7 +741,7 @@ fn preemptions_evict_and_record_who_preempted() {
     let system = fixtures::job("default", "agent", &[("frontend", 1)]);
     let (_, system_eval) = h.register(&system);
     let mut placed = allocs_for(&h.job("agent"), &node, &system_eval, 1);
-    placed[0].preempted_allocations = vec![victims[0].id];
+    placed[0].links_mut().preempted_allocations = vec![victims[0].id];
     let follow_up = fixtures::eval(&job, TriggeredBy::Preemption, 7);
     let index = h.ok(Command::ApplyPlanResults(PlanResults {
         eval_id: system_eval.id,
@@ -764,11 +764,15 @@ fn preemptions_evict_and_record_who_preempted() {
     }));
     let victim = h.state.alloc(&victims[0].id).unwrap();
     assert_eq!(victim.desired_status, DesiredStatus::Evict);
-    assert_eq!(victim.preempted_by_allocation, Some(placed[0].id));
+    assert_eq!(victim.links().preempted_by_allocation, Some(placed[0].id));
     assert_eq!((victim.alloc_modify_index, victim.modify_time), (index, 50));
     assert_eq!(h.state.eval(&follow_up.id).unwrap().create_index, index);
     assert_eq!(
-        h.state.alloc(&placed[0].id).unwrap().preempted_allocations,
+        h.state
+            .alloc(&placed[0].id)
+            .unwrap()
+            .links()
+            .preempted_allocations,
         vec![victims[0].id]
     );
 }
@@ -849,7 +853,7 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
     let mut big: Vec<Allocation> = (0..120)
         .map(|i| AllocBuilder::new(&job, "frontend").build(i, nodes[i as usize % 3].id, eval.id, 5))
         .collect();
-    big[7].previous_allocation = Some(first[1].id);
+    big[7].links_mut().previous_allocation = Some(first[1].id);
     // CreateIndex 0, but the ID exists (on another node).
     let mut moved = first[2].clone();
     moved.node_id = nodes[1].id;
@@ -908,7 +912,7 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
     assert_eq!(s.allocs_by_node(&nodes[0].id).count(), 42);
     assert_eq!(s.allocs_by_node(&nodes[1].id).count(), 41);
     assert_eq!(
-        s.alloc(&first[1].id).unwrap().next_allocation,
+        s.alloc(&first[1].id).unwrap().links().next_allocation,
         Some(big[7].id)
     );
     let replaced = s.alloc(&first[2].id).unwrap();

@@ -191,6 +191,109 @@ pub struct TaskState {
     pub events: Vec<TaskEvent>,
 }
 
+/// What only some allocations carry: the links of a replacement chain,
+/// the reschedule history, the follow-up evaluation of a delayed
+/// reschedule, and preemption in either direction. The JSON fields are
+/// Nomad's, at the allocation's top level.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct AllocLinks {
+    #[serde(
+        rename = "PreviousAllocation",
+        with = "opt_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub previous_allocation: Option<AllocId>,
+    #[serde(
+        rename = "NextAllocation",
+        with = "opt_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub next_allocation: Option<AllocId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reschedule_tracker: Option<RescheduleTracker>,
+    #[serde(
+        rename = "FollowupEvalID",
+        with = "opt_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub followup_eval_id: Option<EvalId>,
+    #[serde(
+        deserialize_with = "nullable::deserialize",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub preempted_allocations: Vec<AllocId>,
+    #[serde(
+        rename = "PreemptedByAllocation",
+        with = "opt_id",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub preempted_by_allocation: Option<AllocId>,
+}
+
+impl AllocLinks {
+    const NONE: AllocLinks = AllocLinks {
+        previous_allocation: None,
+        next_allocation: None,
+        reschedule_tracker: None,
+        followup_eval_id: None,
+        preempted_allocations: Vec::new(),
+        preempted_by_allocation: None,
+    };
+
+    fn is_none(&self) -> bool {
+        *self == AllocLinks::NONE
+    }
+}
+
+/// An allocation's [`AllocLinks`] behind one pointer, none at all for
+/// most allocations: inline they were 116 of an allocation's 456 bytes,
+/// 110 MB of a server holding a million allocations. Compares, prints
+/// and serializes as the links it holds (absent ones as empty).
+#[derive(Clone, Default)]
+pub struct Links(Option<Box<AllocLinks>>);
+
+impl Links {
+    /// `links`, boxed only when there is something in them.
+    pub fn new(links: AllocLinks) -> Links {
+        Links((!links.is_none()).then(|| Box::new(links)))
+    }
+
+    pub fn get(&self) -> &AllocLinks {
+        static NONE: AllocLinks = AllocLinks::NONE;
+        self.0.as_deref().unwrap_or(&NONE)
+    }
+
+    /// The links to change (boxed from now on).
+    pub fn get_mut(&mut self) -> &mut AllocLinks {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl PartialEq for Links {
+    fn eq(&self, other: &Links) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl std::fmt::Debug for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl Serialize for Links {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Links {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Links, D::Error> {
+        AllocLinks::deserialize(d).map(Links::new)
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct Allocation {
@@ -231,37 +334,9 @@ pub struct Allocation {
     pub client_description: String,
     #[serde(with = "nullable")]
     pub task_states: VecMap<String, TaskState>,
-    #[serde(
-        rename = "PreviousAllocation",
-        with = "opt_id",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub previous_allocation: Option<AllocId>,
-    #[serde(
-        rename = "NextAllocation",
-        with = "opt_id",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub next_allocation: Option<AllocId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reschedule_tracker: Option<RescheduleTracker>,
-    #[serde(
-        rename = "FollowupEvalID",
-        with = "opt_id",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub followup_eval_id: Option<EvalId>,
-    #[serde(
-        deserialize_with = "nullable::deserialize",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub preempted_allocations: Vec<AllocId>,
-    #[serde(
-        rename = "PreemptedByAllocation",
-        with = "opt_id",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub preempted_by_allocation: Option<AllocId>,
+    /// Replacement, reschedule and preemption links (rare; see [`Links`]).
+    #[serde(flatten)]
+    pub links: Links,
     /// Set by a client that could not run the allocation because of the
     /// node itself (driver or I/O failure): feeds the node's flaky state.
     #[serde(skip_serializing_if = "is_false")]
@@ -287,6 +362,16 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// Its replacement, reschedule and preemption links.
+    pub fn links(&self) -> &AllocLinks {
+        self.links.get()
+    }
+
+    /// Its links, to change.
+    pub fn links_mut(&mut self) -> &mut AllocLinks {
+        self.links.get_mut()
+    }
+
     /// Terminal: the servers want it stopped, or the client says it ended.
     pub fn is_terminal(&self) -> bool {
         self.server_terminal() || self.client_status.is_terminal()
@@ -324,5 +409,76 @@ impl Allocation {
     /// The name Nomad gives the i-th allocation of a group.
     pub fn name_for(job_id: &str, group: &str, index: u32) -> String {
         format!("{job_id}.{group}[{index}]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The links are Nomad's top-level fields in JSON, both ways, and an
+    /// allocation without any holds no box (what keeps allocations small).
+    #[test]
+    fn links_are_top_level_fields_and_boxed_only_when_set() {
+        let plain: Allocation = serde_json::from_value(json!({
+            "ID": "00000000-0000-0000-0000-000000000001",
+            "PreviousAllocation": "",
+            "PreemptedAllocations": null,
+            "RescheduleTracker": null,
+        }))
+        .unwrap();
+        assert!(plain.links.0.is_none(), "{:?}", plain.links);
+        let json = serde_json::to_value(&plain).unwrap();
+        for field in [
+            "PreviousAllocation",
+            "NextAllocation",
+            "RescheduleTracker",
+            "FollowupEvalID",
+            "PreemptedAllocations",
+            "PreemptedByAllocation",
+        ] {
+            assert!(json.get(field).is_none(), "{field} in {json}");
+        }
+
+        let linked: Allocation = serde_json::from_value(json!({
+            "ID": "00000000-0000-0000-0000-000000000002",
+            "PreviousAllocation": "00000000-0000-0000-0000-000000000001",
+            "PreemptedAllocations": ["00000000-0000-0000-0000-000000000003"],
+        }))
+        .unwrap();
+        assert!(linked.links.0.is_some());
+        assert_eq!(
+            linked.links().previous_allocation,
+            Some(AllocId::from_u128(1))
+        );
+        let json = serde_json::to_value(&linked).unwrap();
+        assert_eq!(
+            json["PreviousAllocation"],
+            "00000000-0000-0000-0000-000000000001"
+        );
+        assert_eq!(
+            json["PreemptedAllocations"],
+            json!(["00000000-0000-0000-0000-000000000003"])
+        );
+        assert_eq!(serde_json::from_value::<Allocation>(json).unwrap(), linked);
+
+        // Empty links compare equal however they are held.
+        let mut emptied = plain.clone();
+        emptied.links_mut().previous_allocation = None;
+        assert!(emptied.links.0.is_some());
+        assert_eq!(emptied, plain);
+    }
+
+    /// A million allocations stay in memory: the struct's size is a
+    /// server's memory per allocation (456 bytes before the links moved
+    /// behind a pointer).
+    #[test]
+    fn an_allocation_stays_small() {
+        assert!(
+            std::mem::size_of::<Allocation>() <= 352,
+            "{}",
+            std::mem::size_of::<Allocation>()
+        );
     }
 }

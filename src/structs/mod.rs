@@ -30,8 +30,8 @@ pub mod version;
 
 pub use acl::{AclPolicy, AclRole, AclToken};
 pub use alloc::{
-    Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent, RescheduleTracker,
-    TaskEvent, TaskState,
+    AllocLinks, Allocation, ClientStatus, DesiredStatus, DesiredTransition, Links, RescheduleEvent,
+    RescheduleTracker, TaskEvent, TaskState,
 };
 pub use deployment::{
     AllocDeploymentStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,

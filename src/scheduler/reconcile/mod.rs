@@ -376,7 +376,7 @@ impl Reconciler<'_> {
         let mut now_set = Vec::new();
         let mut later = Vec::new();
         for a in set {
-            if a.next_allocation.is_some() && a.is_terminal() {
+            if a.links().next_allocation.is_some() && a.is_terminal() {
                 continue;
             }
             let (keep, ignore) = self.should_filter(&a);
@@ -394,13 +394,13 @@ impl Reconciler<'_> {
             let policy = reschedule_policy(self.state, Some(job), &a);
             let (at, eligible) = next_reschedule_time(policy.as_ref(), &a);
             let forced = a.desired_transition.should_force_reschedule();
-            let ours = a.followup_eval_id == Some(self.eval.id);
+            let ours = a.links().followup_eval_id == Some(self.eval.id);
             let due = at - self.now <= RESCHEDULE_WINDOW.as_nanos() as i64;
             if forced || (eligible && (ours || due)) {
                 now_set.push(a);
                 continue;
             }
-            if eligible && a.followup_eval_id.is_none() {
+            if eligible && a.links().followup_eval_id.is_none() {
                 later.push((a.clone(), at));
             }
             untainted.push(a);
@@ -459,7 +459,7 @@ impl Reconciler<'_> {
                 }
             };
             let mut updated = (*alloc).clone();
-            updated.followup_eval_id = Some(eval_id);
+            updated.links_mut().followup_eval_id = Some(eval_id);
             results.attribute_updates.push(updated);
         }
     }

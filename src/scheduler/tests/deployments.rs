@@ -218,7 +218,7 @@ fn failed_allocation_of_an_active_deployment_is_left_to_the_watcher() {
     assert_eq!(now_new.len(), 2);
     assert!(now_new
         .iter()
-        .any(|a| a.previous_allocation == Some(new[0].id)));
+        .any(|a| a.links().previous_allocation == Some(new[0].id)));
     assert_eq!(s.live(&j2).len(), 4);
 }
 
@@ -275,7 +275,7 @@ fn lost_allocations_are_replaced_during_a_deployment() {
     assert_eq!(live.len(), 5);
     let replacement = live
         .iter()
-        .find(|a| a.previous_allocation == Some(old.id))
+        .find(|a| a.links().previous_allocation == Some(old.id))
         .unwrap();
     assert_eq!(replacement.deployment_id, Some(d.id));
     assert_eq!(replacement.job_version, j2.version);
@@ -346,7 +346,7 @@ fn drained_allocations_migrate_during_a_deployment() {
     assert_eq!(live.len(), 4);
     let moved = live
         .iter()
-        .find(|a| a.previous_allocation == Some(moving.id))
+        .find(|a| a.links().previous_allocation == Some(moving.id))
         .unwrap();
     assert_eq!(moved.deployment_id, Some(d.id));
     assert_eq!(moved.name, moving.name);
@@ -434,7 +434,7 @@ fn lost_old_allocation_is_replaced_with_the_old_version_while_canaries_wait() {
     let replacement = s
         .live(&j2)
         .into_iter()
-        .find(|a| a.previous_allocation == Some(old.id))
+        .find(|a| a.links().previous_allocation == Some(old.id))
         .expect("the lost allocation is replaced");
     assert_eq!(replacement.job_version, j1.version, "with the old version");
     assert_eq!(replacement.deployment_id, Some(d1.id));
@@ -467,9 +467,9 @@ fn failed_old_allocation_is_rescheduled_with_the_old_version_while_canaries_wait
     let replacement = s
         .live(&j2)
         .into_iter()
-        .find(|a| a.previous_allocation == Some(old.id))
+        .find(|a| a.links().previous_allocation == Some(old.id))
         .expect("the failed allocation is rescheduled");
     assert_eq!(replacement.job_version, j1.version);
-    assert!(replacement.reschedule_tracker.is_some());
+    assert!(replacement.links().reschedule_tracker.is_some());
     assert_eq!(of_version(&s, &j2).len(), 1, "still one canary on trial");
 }

@@ -294,8 +294,8 @@ fn describe_system(out: &mut String, title: &str, s: &Scenario, job: &Job) {
             a.desired_status,
             a.client_status,
             a.job_version,
-            a.previous_allocation.is_some(),
-            a.preempted_allocations.len(),
+            a.links().previous_allocation.is_some(),
+            a.links().preempted_allocations.len(),
         );
         if let Some(m) = &a.metrics {
             describe_metric(out, &m.unpack());

@@ -4,6 +4,7 @@
 use super::*;
 use crate::scheduler::util::{next_delay, ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NOT_NEEDED};
 use crate::scheduler::NodeShare;
+use crate::structs::{AllocLinks, Links};
 use crate::structs::{
     Constraint, DesiredTransition, DrainStrategy, NetworkResource, Port, PreemptionConfig,
     RescheduleEvent, ReschedulePolicy, RescheduleTracker, SchedulerAlgorithm,
@@ -141,7 +142,7 @@ fn task_change_is_destructive_and_rolls_max_parallel_at_a_time() {
         .filter(|a| a.job_version == j2.version)
         .collect();
     assert_eq!(new.len(), 1, "max_parallel 1 replaces one per evaluation");
-    assert!(new[0].previous_allocation.is_some());
+    assert!(new[0].links().previous_allocation.is_some());
     // The deployment advances on health, not on a stagger timer.
     assert!(s.h.create_evals.is_empty());
     assert_eq!(s.h.last_eval().unwrap().next_eval, None);
@@ -209,7 +210,9 @@ fn lost_allocations_are_stopped_and_replaced_elsewhere() {
         let old = s.h.state.alloc_by_id(&old.id).unwrap();
         assert_eq!(old.client_status, ClientStatus::Lost);
         assert_eq!(old.desired_description, ALLOC_LOST);
-        assert!(live.iter().any(|a| a.previous_allocation == Some(old.id)));
+        assert!(live
+            .iter()
+            .any(|a| a.links().previous_allocation == Some(old.id)));
     }
 }
 
@@ -275,14 +278,14 @@ fn failed_service_allocation_is_rescheduled_on_another_node() {
     let live = s.live(&j);
     assert_eq!(live.len(), 1);
     let next = &live[0];
-    assert_eq!(next.previous_allocation, Some(first.id));
+    assert_eq!(next.links().previous_allocation, Some(first.id));
     assert_ne!(next.node_id, first.node_id, "the failed node is penalised");
-    let tracker = next.reschedule_tracker.as_ref().unwrap();
+    let tracker = next.links().reschedule_tracker.as_ref().unwrap();
     assert_eq!(tracker.events.len(), 1);
     assert_eq!(tracker.events[0].prev_alloc_id, first.id);
     assert_eq!(tracker.events[0].delay, Duration::from_secs(30));
     let old = s.h.state.alloc_by_id(&first.id).unwrap();
-    assert_eq!(old.next_allocation, Some(next.id));
+    assert_eq!(old.links().next_allocation, Some(next.id));
     assert_eq!(next.name, first.name);
 }
 
@@ -303,29 +306,32 @@ fn recent_failure_is_rescheduled_later_with_a_follow_up_eval() {
     assert_eq!(follow.triggered_by, TriggeredBy::AllocFailure);
     assert_eq!(follow.wait_until, Some(NOW - SECOND + 30 * SECOND));
     let old = s.h.state.alloc_by_id(&first.id).unwrap();
-    assert_eq!(old.followup_eval_id, Some(follow.id));
+    assert_eq!(old.links().followup_eval_id, Some(follow.id));
     // Processing the follow-up reschedules it.
     s.h.now = NOW + 30 * SECOND;
     s.process(&follow);
     assert_eq!(s.live(&j).len(), 1);
-    assert_eq!(s.live(&j)[0].previous_allocation, Some(first.id));
+    assert_eq!(s.live(&j)[0].links().previous_allocation, Some(first.id));
 }
 
 #[test]
 fn exponential_delay_doubles_the_last_delay() {
     let policy = ReschedulePolicy::default_for(&JobType::Service).unwrap();
     let mut a = Allocation {
-        reschedule_tracker: Some(RescheduleTracker {
-            events: vec![RescheduleEvent {
-                reschedule_time: NOW,
-                delay: Duration::from_secs(30),
-                ..Default::default()
-            }],
+        links: Links::new(AllocLinks {
+            reschedule_tracker: Some(RescheduleTracker {
+                events: vec![RescheduleEvent {
+                    reschedule_time: NOW,
+                    delay: Duration::from_secs(30),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
         }),
         ..Default::default()
     };
     assert_eq!(next_delay(&policy, &a), Duration::from_secs(60));
-    a.reschedule_tracker.as_mut().unwrap().events[0].delay = Duration::from_secs(3000);
+    a.links_mut().reschedule_tracker.as_mut().unwrap().events[0].delay = Duration::from_secs(3000);
     // Capped at max_delay (1 h), unless the allocation ran longer than that.
     a.modify_time = NOW + 10 * SECOND;
     assert_eq!(next_delay(&policy, &a), Duration::from_secs(3600));
@@ -348,7 +354,7 @@ fn fibonacci_and_constant_delays() {
     };
     let mut a = Allocation::default();
     assert_eq!(next_delay(&fib, &a), Duration::from_secs(5));
-    a.reschedule_tracker = Some(RescheduleTracker {
+    a.links_mut().reschedule_tracker = Some(RescheduleTracker {
         events: vec![ev(5), ev(5), ev(10)],
     });
     assert_eq!(next_delay(&fib, &a), Duration::from_secs(15));
@@ -367,7 +373,7 @@ fn batch_failure_out_of_attempts_is_not_replaced() {
     let first = s.live(&j)[0].clone();
     // The batch default allows one reschedule in 24 h; one already happened.
     s.h.state.update_alloc(&first.id, |a| {
-        a.reschedule_tracker = Some(RescheduleTracker {
+        a.links_mut().reschedule_tracker = Some(RescheduleTracker {
             events: vec![RescheduleEvent {
                 reschedule_time: NOW - 3600 * SECOND,
                 delay: Duration::from_secs(5),
@@ -392,7 +398,7 @@ fn batch_failure_within_attempts_is_rescheduled() {
     s.eval(&j, TriggeredBy::AllocFailure);
     let live = s.live(&j);
     assert_eq!(live.len(), 1);
-    assert_eq!(live[0].previous_allocation, Some(first.id));
+    assert_eq!(live[0].links().previous_allocation, Some(first.id));
 }
 
 #[test]
@@ -1071,8 +1077,14 @@ fn service_preemption_when_enabled_evicts_lower_priority() {
         low_alloc.desired_status,
         crate::structs::DesiredStatus::Evict
     );
-    assert_eq!(low_alloc.preempted_by_allocation, Some(s.live(&high)[0].id));
-    assert_eq!(s.live(&high)[0].preempted_allocations, vec![low_alloc.id]);
+    assert_eq!(
+        low_alloc.links().preempted_by_allocation,
+        Some(s.live(&high)[0].id)
+    );
+    assert_eq!(
+        s.live(&high)[0].links().preempted_allocations,
+        vec![low_alloc.id]
+    );
 }
 
 #[test]

@@ -73,7 +73,7 @@ fn node_down_marks_lost_and_replaces_when_back() {
     s.eval(&j, TriggeredBy::NodeUpdate);
     let back = s.live(&j).into_iter().find(|a| a.node_id == down).unwrap();
     assert_ne!(back.id, old.id);
-    assert_eq!(back.previous_allocation, Some(old.id));
+    assert_eq!(back.links().previous_allocation, Some(old.id));
 }
 
 #[test]
@@ -304,7 +304,7 @@ fn system_job_preempts_lower_priority_work() {
     assert_eq!(placed.len(), 1);
     let victim = s.all(&filler)[0].clone();
     assert_eq!(victim.desired_status, DesiredStatus::Evict);
-    assert_eq!(placed[0].preempted_allocations, vec![victim.id]);
+    assert_eq!(placed[0].links().preempted_allocations, vec![victim.id]);
     let plan = s.h.plans.last().unwrap();
     assert_eq!(plan.node_preemptions[&n.id].len(), 1);
 }
