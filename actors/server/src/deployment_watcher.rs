@@ -41,6 +41,14 @@ pub const EVAL_BATCH_WINDOW: Duration = Duration::from_millis(250);
 /// again, so a wall-clock jump delays a deadline by at most this.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 
+/// Deployments assessed per turn when (re)building the watch list, and
+/// the pause between turns. A restart with a thousand active deployments
+/// over a million allocations took a second to assess them all, and in one
+/// go that second held up everything else on the server's thread, the
+/// API's first answers included; in turns the rest runs in between.
+const REBUILD_TURN: usize = 64;
+const REBUILD_PAUSE: Duration = Duration::from_millis(1);
+
 /// Stop watching (server shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -87,6 +95,9 @@ pub struct DeploymentWatcher {
     deadline_timer: Option<SpawnHandle>,
     batch_window: Duration,
     last_index: u64,
+    /// Counts rebuilds (and forgets): a rebuild's remaining turns stop
+    /// when a newer one has started.
+    rebuild_generation: u64,
     stopping: bool,
     leader: bool,
 }
@@ -107,6 +118,7 @@ impl DeploymentWatcher {
             deadline_timer: None,
             batch_window: EVAL_BATCH_WINDOW,
             last_index: 0,
+            rebuild_generation: 0,
             stopping: false,
             leader: true,
         }
@@ -130,11 +142,8 @@ impl DeploymentWatcher {
         self.leader = leader;
         if leader {
             let snap = self.store.snapshot();
-            self.rebuild(ctx, &snap);
-            tracing::info!(
-                deployments = self.watched.len(),
-                "deployment watcher resumed"
-            );
+            let active = self.rebuild(ctx, &snap);
+            tracing::info!(deployments = active, "deployment watcher resumed");
         } else {
             // Writes already submitted finish on their own.
             self.forget(ctx);
@@ -143,6 +152,7 @@ impl DeploymentWatcher {
     }
 
     fn forget(&mut self, ctx: &mut Context<Self>) {
+        self.rebuild_generation += 1;
         self.watched.clear();
         self.by_job.clear();
         self.healthy_seen.clear();
@@ -162,11 +172,12 @@ impl DeploymentWatcher {
         metrics::gauge!("herder.deployment_watcher.active").set(self.watched.len() as f64);
     }
 
-    /// Watches every active deployment of `snap` and assesses each.
-    fn rebuild(&mut self, ctx: &mut Context<Self>, snap: &StateSnapshot) {
+    /// Watches every active deployment of `snap` and assesses each (in
+    /// turns); returns how many there are.
+    fn rebuild(&mut self, ctx: &mut Context<Self>, snap: &StateSnapshot) -> usize {
         self.last_index = snap.latest_index();
         if !self.leader {
-            return;
+            return 0;
         }
         self.watched.clear();
         self.by_job.clear();
@@ -177,7 +188,33 @@ impl DeploymentWatcher {
             .filter(|d| d.active())
             .map(|d| d.id)
             .collect();
-        self.assess(ctx, snap, active);
+        let count = active.len();
+        self.rebuild_generation += 1;
+        self.assess_in_turns(ctx, snap, active, self.rebuild_generation);
+        count
+    }
+
+    /// Assesses a turn's worth of `ids` and leaves the rest for later
+    /// turns, each on the state as it is then (a deployment the feed
+    /// brought up meanwhile was assessed on newer state already).
+    fn assess_in_turns(
+        &mut self,
+        ctx: &mut Context<Self>,
+        snap: &StateSnapshot,
+        mut ids: Vec<DeploymentId>,
+        generation: u64,
+    ) {
+        if generation != self.rebuild_generation || !self.leader || self.stopping {
+            return;
+        }
+        let rest = ids.split_off(ids.len().min(REBUILD_TURN));
+        self.assess(ctx, snap, ids);
+        if !rest.is_empty() {
+            ctx.run_later(REBUILD_PAUSE, move |act, ctx| {
+                let snap = act.store.snapshot();
+                act.assess_in_turns(ctx, &snap, rest, generation);
+            });
+        }
     }
 
     /// Decides on each of `ids` and carries the verdicts out.

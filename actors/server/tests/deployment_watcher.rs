@@ -372,3 +372,56 @@ async fn with_a_progress_deadline_an_unhealthy_allocation_is_replaced_not_failed
         "with an evaluation that does it"
     );
 }
+
+/// On starting with many active deployments (a restart of a large
+/// cluster), the watcher assesses them a turn at a time and answers other
+/// messages in between (in one go, a thousand of them held up the
+/// server's thread, the API's first answers included, for a second); in
+/// the end it watches every one.
+#[actix::test]
+async fn a_rebuild_over_many_deployments_answers_in_between_and_watches_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let total = 300;
+    for i in 0..total {
+        let job = fixtures::job("default", &format!("web-{i}"), &[("web", 3)]);
+        register(&store, &job);
+        let job = (**store.snapshot().job("default", &job.id).unwrap()).clone();
+        let mut d = Deployment::new(&job, 50);
+        d.task_groups.insert(
+            "web".into(),
+            DeploymentState {
+                desired_total: 3,
+                progress_deadline: TEN_MINUTES,
+                ..Default::default()
+            },
+        );
+        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, nanos(start()));
+        store
+            .apply(Command::ApplyPlanResults(PlanResults {
+                eval_id: eval.id,
+                job: Some(Arc::new(job)),
+                updated_at: nanos(start()),
+                deployment: Some(Arc::new(d)),
+                ..Default::default()
+            }))
+            .unwrap();
+    }
+    let clock = Arc::new(start);
+    let watcher = DeploymentWatcher::new(store.clone(), clock).start();
+    let first = watcher.send(Watched).await.unwrap().len();
+    assert!(
+        first > 0 && first < total,
+        "watched {first} of {total} at the first answer: not assessed in turns"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut watched = first;
+    while watched < total && Instant::now() < deadline {
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+        watched = watcher.send(Watched).await.unwrap().len();
+    }
+    assert_eq!(
+        watched, total,
+        "every active deployment is watched in the end"
+    );
+}
