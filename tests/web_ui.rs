@@ -475,6 +475,25 @@ fn deployments_scale_and_revert_from_the_job_page() {
     );
     browser.screenshot("job-actions");
     browser.click_button("Fail deployment");
+    // The deployment changes while the question is open (paused through
+    // the API): the section redraws, and the question stays open.
+    let deployment = json_of(&agent, "/v1/job/ui-canary/deployment")["ID"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (code, body) = send_json(
+        "PUT",
+        &agent.url(&format!("/v1/deployment/pause/{deployment}")),
+        None,
+        &json!({"DeploymentID": deployment, "Pause": true}),
+    );
+    assert_eq!(code, 200, "{body}");
+    browser.wait_text("#deployments [data-status=paused]", "for version 3", SLOW);
+    assert_eq!(
+        browser.count("#deployments [data-status=paused] .confirm button"),
+        2,
+        "the redrawn deployment still asks (yes / cancel)"
+    );
     browser.click_button("Yes, fail deployment");
     let failed = browser.wait_text("#deployments [data-status=failed]", "for version 3", SLOW);
     assert!(failed.contains("failed"), "{failed}");

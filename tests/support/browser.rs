@@ -235,24 +235,41 @@ impl Browser {
         })
     }
 
+    /// Clicks the element `using` finds, waiting for it up to 30 s.
+    ///
+    /// The pages re-render their live sections as the cluster changes, so
+    /// an element found a moment ago may have been replaced by an equal
+    /// one before the click lands: the driver then answers "stale element
+    /// reference" and nothing was clicked, so finding and clicking again is
+    /// what a user's second click would do. Any other error fails.
+    fn click_found(&self, using: &str, value: &str) {
+        self.wait(
+            &format!("a click on {using} {value}"),
+            Duration::from_secs(30),
+            || {
+                let id = self.element(using, value, Duration::from_secs(30));
+                match self.try_send("POST", &format!("/element/{id}/click"), json!({})) {
+                    Ok(_) => Some(()),
+                    Err(e) if e.contains("stale element reference") => None,
+                    Err(e) => panic!("WebDriver click on {using} {value}: {e}"),
+                }
+            },
+        )
+    }
+
     /// Clicks the element matching `css` (waiting for it up to 30 s).
     pub fn click(&self, css: &str) {
-        let id = self.element("css selector", css, Duration::from_secs(30));
-        self.send("POST", &format!("/element/{id}/click"), json!({}));
+        self.click_found("css selector", css);
     }
 
     /// Clicks the button whose text is `label` (waiting up to 30 s).
     pub fn click_button(&self, label: &str) {
-        let xpath = format!("//button[normalize-space(.)='{label}']");
-        let id = self.element("xpath", &xpath, Duration::from_secs(30));
-        self.send("POST", &format!("/element/{id}/click"), json!({}));
+        self.click_found("xpath", &format!("//button[normalize-space(.)='{label}']"));
     }
 
     /// Clicks the link whose text is `label` (waiting up to 30 s).
     pub fn click_link(&self, label: &str) {
-        let xpath = format!("//a[normalize-space(.)='{label}']");
-        let id = self.element("xpath", &xpath, Duration::from_secs(30));
-        self.send("POST", &format!("/element/{id}/click"), json!({}));
+        self.click_found("xpath", &format!("//a[normalize-space(.)='{label}']"));
     }
 
     /// Replaces the text of the field matching `css` with `text`, typed.

@@ -81,19 +81,41 @@ export function facts(pairs) {
     h('div', null, h('dt', null, term), h('dd', null, value))));
 }
 
-/** A button that asks once more before it acts (no modal dialog). */
-export function confirmButton(label, confirmLabel, action, cls = 'danger') {
+/** Confirm buttons waiting for their second click, by page and key, with
+ *  when they were first clicked. Live sections redraw when the cluster
+ *  changes; a button redrawn while it waits is drawn waiting again, so a
+ *  refresh does not swallow an action the user is halfway through. */
+const asking = new Map();
+const ASK_FOR_MS = 60_000;
+
+/** A button that asks once more before it acts (no modal dialog).
+ *  `key` names what it acts on (a deployment's ID, a job's version): a
+ *  redraw for the same key keeps the question open, a different key (the
+ *  job changed under the user) asks afresh. */
+export function confirmButton(label, confirmLabel, action, cls = 'danger', key = confirmLabel) {
+  const id = `${location.pathname}|${key}`;
   const wrap = h('span', { class: 'confirm' });
+  const settle = () => { asking.delete(id); replace(wrap, first); };
+  const ask = () => replace(wrap,
+    h('button', { type: 'button', class: cls, onclick: async (e) => {
+      // Answered: a redraw while the action runs shows the first button.
+      asking.delete(id);
+      e.target.disabled = true;
+      try { await action(); } finally { settle(); }
+    } }, confirmLabel),
+    h('button', { type: 'button', onclick: () => { settle(); first.focus(); } }, 'Cancel'));
   const first = h('button', { type: 'button', onclick: () => {
-    replace(wrap,
-      h('button', { type: 'button', class: cls, onclick: async (e) => {
-        e.target.disabled = true;
-        try { await action(); } finally { replace(wrap, first); }
-      } }, confirmLabel),
-      h('button', { type: 'button', onclick: () => { replace(wrap, first); first.focus(); } }, 'Cancel'));
+    asking.set(id, Date.now());
+    ask();
     wrap.querySelector('button').focus();
   } }, label);
-  wrap.append(first);
+  const since = asking.get(id);
+  if (since !== undefined && Date.now() - since < ASK_FOR_MS) {
+    ask();
+  } else {
+    asking.delete(id);
+    wrap.append(first);
+  }
   return wrap;
 }
 

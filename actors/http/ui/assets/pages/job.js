@@ -171,7 +171,7 @@ function versionTable(answer, job, { base, q, ctx, refresh }) {
     } catch (e) {
       ctx.say(`Revert: ${e.message}`);
     }
-  }, 'primary');
+  }, 'primary', `revert ${job.Version} to ${v.Version}`);
   return table({
     id: 'versions',
     rows: versions,
@@ -226,7 +226,7 @@ function deploymentList(list, { ctx, refresh }) {
       }),
       active ? h('div', { class: 'actions' },
         needsPromotion ? h('button', { type: 'button', class: 'primary', onclick: act('promoted', () => put(`/v1/deployment/promote/${id}`, { DeploymentID: d.ID, All: true })) }, 'Promote canaries') : null,
-        confirmButton('Fail deployment', 'Yes, fail deployment', act('failed', () => put(`/v1/deployment/fail/${id}`, { DeploymentID: d.ID })))) : null);
+        confirmButton('Fail deployment', 'Yes, fail deployment', act('failed', () => put(`/v1/deployment/fail/${id}`, { DeploymentID: d.ID })), 'danger', `fail ${d.ID}`)) : null);
   }));
 }
 
