@@ -24,6 +24,9 @@ use crate::structs::{
     AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus,
     DesiredTransition, Links, PackedMetric, VecMap,
 };
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// The tag of this encoding (version 1).
@@ -107,7 +110,17 @@ fn encode_resources(w: &mut Writer, r: &AllocatedResources) -> Result<(), serde_
 }
 
 /// Reads back a row written by [`encode`].
+#[cfg(test)]
 pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
+    decode_sharing(bytes, &mut RowSharing::default())
+}
+
+/// [`decode`], sharing with the rows `sharing` saw before it the values
+/// many allocations repeat (a loader's decoder keeps one across its rows).
+pub(crate) fn decode_sharing(
+    bytes: &[u8],
+    sharing: &mut RowSharing,
+) -> Result<Allocation, CodecError> {
     let mut r = Reader { rest: bytes };
     let in_deployment = match r.u8()? {
         TAG_V1 => false,
@@ -115,65 +128,176 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Allocation, CodecError> {
         other => return Err(CodecError::UnknownTag(other)),
     };
     let (id, eval_id, node_id) = (r.id()?, r.id()?, r.id()?);
-    let (namespace, node_name, job_id, task_group) = (
-        r.shared_str()?,
-        r.shared_str()?,
-        r.shared_str()?,
-        r.shared_str()?,
-    );
-    let mut a = Allocation {
-        id,
-        eval_id,
-        node_id,
-        namespace,
-        node_name,
-        job_id,
-        task_group,
-        name: r.string()?,
-        job_version: r.varint()?,
-        desired_status: desired_status(r.u8()?)?,
-        client_status: client_status(r.u8()?)?,
-        desired_description: r.string()?,
-        client_description: r.string()?,
-        desired_transition: transition(r.u8()?)?,
-        node_failure: r.u8()? != 0,
-        // Boxed only when one of them is set (see `structs::Links`).
-        links: Links::new(AllocLinks {
-            previous_allocation: r.opt_id()?,
-            next_allocation: r.opt_id()?,
-            followup_eval_id: r.opt_id()?,
-            preempted_by_allocation: r.opt_id()?,
-            ..Default::default()
-        }),
-        create_index: r.varint()?,
-        modify_index: r.varint()?,
-        alloc_modify_index: r.varint()?,
-        create_time: r.signed()?,
-        modify_time: r.signed()?,
-        ..Default::default()
+    let namespace = sharing.str(0, &mut r)?;
+    let node_name = sharing.str(1, &mut r)?;
+    let job_id = sharing.str(2, &mut r)?;
+    let task_group = sharing.str(3, &mut r)?;
+    let name = r.string()?;
+    let job_version = r.varint()?;
+    let desired_status = desired_status(r.u8()?)?;
+    let client_status = client_status(r.u8()?)?;
+    let desired_description = r.string()?;
+    let client_description = r.string()?;
+    let desired_transition = transition(r.u8()?)?;
+    let node_failure = r.u8()? != 0;
+    let mut links = AllocLinks {
+        previous_allocation: r.opt_id()?,
+        next_allocation: r.opt_id()?,
+        followup_eval_id: r.opt_id()?,
+        preempted_by_allocation: r.opt_id()?,
+        ..AllocLinks::NONE
     };
-    a.allocated_resources = Arc::new(decode_resources(&mut r)?);
-    a.task_states = r.json_or_default::<VecMap<_, _>>()?;
+    let (create_index, modify_index, alloc_modify_index) = (r.varint()?, r.varint()?, r.varint()?);
+    let (create_time, modify_time) = (r.signed()?, r.signed()?);
+    let allocated_resources = sharing.resources(&mut r)?;
+    let task_states = r.json_or_default::<VecMap<_, _>>()?;
     let preempted = r.len()?;
-    if preempted > 0 {
-        a.links_mut().preempted_allocations =
-            (0..preempted).map(|_| r.id()).collect::<Result<_, _>>()?;
-    }
+    links.preempted_allocations = (0..preempted).map(|_| r.id()).collect::<Result<_, _>>()?;
     if r.u8()? != 0 {
-        a.links_mut().reschedule_tracker = Some(r.json()?);
+        links.reschedule_tracker = Some(r.json()?);
     }
-    if in_deployment {
-        a.deployment_id = r.opt_id()?;
-        a.deployment_status = r.json_or_default::<Option<_>>()?;
-    }
+    let (deployment_id, deployment_status) = if in_deployment {
+        (r.opt_id()?, r.json_or_default::<Option<_>>()?)
+    } else {
+        (None, None)
+    };
     let has_metrics = r.u8()? != 0;
     let rest = std::mem::take(&mut r.rest);
-    match (has_metrics, rest.len()) {
-        (true, _) => a.metrics = Some(PackedMetric::from_bytes(rest)?),
-        (false, 0) => {}
+    let metrics = match (has_metrics, rest.len()) {
+        (true, _) => Some(PackedMetric::from_bytes(rest)?),
+        (false, 0) => None,
         (false, n) => return Err(CodecError::Trailing(n)),
+    };
+    // Every field spelled out: `..Default::default()` built (and dropped)
+    // a default grant for each of a restart's million rows.
+    Ok(Allocation {
+        id,
+        namespace,
+        eval_id,
+        name,
+        node_id,
+        node_name,
+        job_id,
+        job_version,
+        task_group,
+        allocated_resources,
+        metrics,
+        desired_status,
+        desired_description,
+        desired_transition,
+        client_status,
+        client_description,
+        task_states,
+        // Boxed only when one of them is set (see `structs::Links`).
+        links: Links::new(links),
+        node_failure,
+        deployment_id,
+        deployment_status,
+        create_index,
+        modify_index,
+        alloc_modify_index,
+        create_time,
+        modify_time,
+    })
+}
+
+/// One copy of each value many allocation rows repeat, for one decoder.
+///
+/// The scheduler shares an allocation's namespace, job, group and node
+/// name strings, and one plan's allocations share their grant; rows read
+/// back would otherwise each get their own copies, and a restarted server
+/// would hold more memory than the one that wrote them. Sharing here, as
+/// each row is decoded, also spares building a copy only to drop it: a
+/// known string is looked up by its bytes (not even checked as UTF-8
+/// again), and a grant encoded exactly as the previous row's is that grant.
+#[derive(Default)]
+pub(crate) struct RowSharing {
+    /// Keyed by the standard hash: job IDs and node names are a client's
+    /// choice, and a chosen set of colliding names must not turn a restart
+    /// quadratic.
+    strings: HashSet<SharedStr>,
+    /// Each string field's value in the previous row: one plan's rows
+    /// repeat their namespace, job and group, found by one comparison.
+    recent: [Option<Arc<str>>; 4],
+    /// The last grant decoded and the bytes it was decoded from: rows come
+    /// back in creation order, so one plan's allocations arrive together.
+    last_resources: Option<(Vec<u8>, Arc<AllocatedResources>)>,
+}
+
+impl RowSharing {
+    /// The string at the reader (the row's `field`th string), shared.
+    fn str(&mut self, field: usize, r: &mut Reader) -> Result<Arc<str>, CodecError> {
+        let n = r.len()?;
+        let bytes = r.take(n)?;
+        let recent = &mut self.recent[field];
+        if let Some(last) = recent.as_ref().filter(|s| s.as_bytes() == bytes) {
+            return Ok(last.clone());
+        }
+        let s = match self.strings.get(bytes) {
+            Some(known) => known.0.clone(),
+            None => {
+                let s =
+                    Arc::<str>::from(std::str::from_utf8(bytes).map_err(|_| CodecError::NotUtf8)?);
+                self.strings.insert(SharedStr(s.clone()));
+                s
+            }
+        };
+        *recent = Some(s.clone());
+        Ok(s)
     }
-    Ok(a)
+
+    /// The grant at the reader, shared with the previous row's when it is
+    /// encoded the same. The encoding is read front to back and decides
+    /// its own end, so the same bytes decode to the same grant and end at
+    /// the same place.
+    fn resources(&mut self, r: &mut Reader) -> Result<Arc<AllocatedResources>, CodecError> {
+        if let Some((bytes, grant)) = &self.last_resources {
+            if r.rest.starts_with(bytes) {
+                r.take(bytes.len())?;
+                return Ok(grant.clone());
+            }
+        }
+        let before = r.rest;
+        let grant = Arc::new(decode_resources(r)?);
+        let used = &before[..before.len() - r.rest.len()];
+        self.last_resources = Some((used.to_vec(), grant.clone()));
+        Ok(grant)
+    }
+
+    /// Shares the values of an allocation decoded some other way (a JSON
+    /// row written by format 3).
+    pub(crate) fn share(&mut self, a: &mut Allocation) {
+        for s in [
+            &mut a.namespace,
+            &mut a.node_name,
+            &mut a.job_id,
+            &mut a.task_group,
+        ] {
+            match self.strings.get(s.as_bytes()) {
+                Some(known) => *s = known.0.clone(),
+                None => {
+                    self.strings.insert(SharedStr(s.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// A shared string found by its bytes (its hash is its bytes' hash, so a
+/// row's raw bytes look it up without being checked as UTF-8 first).
+#[derive(PartialEq, Eq)]
+struct SharedStr(Arc<str>);
+
+impl Hash for SharedStr {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.as_bytes().hash(state);
+    }
+}
+
+impl Borrow<[u8]> for SharedStr {
+    fn borrow(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 fn decode_resources(r: &mut Reader) -> Result<AllocatedResources, CodecError> {
@@ -462,6 +586,71 @@ mod tests {
             binary.len(),
             json.len()
         );
+    }
+
+    fn encoded(a: &Allocation) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(&mut out, a).expect("encodes");
+        out
+    }
+
+    #[test]
+    fn rows_decoded_in_a_row_share_their_repeated_values() {
+        let first = full_alloc();
+        let mut same_plan = first.clone();
+        same_plan.id = uuid::Uuid::from_u128(21);
+        same_plan.node_name = "node-4".into();
+        let mut bigger = same_plan.clone();
+        bigger.id = uuid::Uuid::from_u128(22);
+        Arc::make_mut(&mut bigger.allocated_resources)
+            .shared
+            .disk_mb = 301;
+        let mut back_on_node_3 = first.clone();
+        back_on_node_3.id = uuid::Uuid::from_u128(23);
+        back_on_node_3.job_id = "other".into();
+
+        let mut sharing = RowSharing::default();
+        let decoded: Vec<Allocation> = [&first, &same_plan, &bigger, &back_on_node_3]
+            .into_iter()
+            .map(|a| decode_sharing(&encoded(a), &mut sharing).expect("decodes"))
+            .collect();
+        for (got, want) in decoded
+            .iter()
+            .zip([&first, &same_plan, &bigger, &back_on_node_3])
+        {
+            assert_eq!(got, want);
+        }
+        let [a, b, c, d] = &decoded[..] else {
+            unreachable!("four rows")
+        };
+        assert!(Arc::ptr_eq(&a.job_id, &b.job_id) && Arc::ptr_eq(&a.namespace, &c.namespace));
+        assert!(Arc::ptr_eq(&a.allocated_resources, &b.allocated_resources));
+        assert!(!Arc::ptr_eq(&b.allocated_resources, &c.allocated_resources));
+        // Not the previous row's node, but seen before: the same string.
+        assert!(Arc::ptr_eq(&a.node_name, &d.node_name));
+        assert!(!Arc::ptr_eq(&a.node_name, &b.node_name));
+    }
+
+    #[test]
+    fn a_shared_grant_decodes_as_the_row_says() {
+        // A decoder that has just read the original row (its grant now the
+        // one to share) reads every damaged copy of it exactly as a fresh
+        // decoder does: the same allocation or an error.
+        let original = encoded(&full_alloc());
+        let damaged = (0..original.len())
+            .map(|at| {
+                let mut flipped = original.clone();
+                flipped[at] ^= 0xff;
+                flipped
+            })
+            .chain((0..original.len()).map(|cut| original[..cut].to_vec()));
+        for row in damaged {
+            let mut sharing = RowSharing::default();
+            decode_sharing(&original, &mut sharing).expect("decodes");
+            let shared = decode_sharing(&row, &mut sharing).map_err(|e| e.to_string());
+            let fresh = decode(&row).map_err(|e| e.to_string());
+            assert_eq!(shared, fresh);
+        }
     }
 
     #[test]

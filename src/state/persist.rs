@@ -60,7 +60,7 @@
 //!   and sled or file I/O errors.
 
 use super::acl_tables::{self, AclRow};
-use super::alloc_row;
+use super::alloc_row::{self, RowSharing};
 use super::changes::{
     JobKey, JobVersionKey, Row, RowChange, RowKey, ServiceKey, Table, VariableKey,
 };
@@ -70,13 +70,13 @@ use super::tables::Tables;
 use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
-    AllocId, AllocatedResources, Allocation, Deployment, Evaluation, Job, JobScalingEvents,
-    JobSummary, Namespace, Node, RootKey, SchedulerConfiguration, ServiceRegistration,
-    VariableEncrypted,
+    AllocId, Allocation, Deployment, Evaluation, Job, JobScalingEvents, JobSummary, Namespace,
+    Node, RootKey, SchedulerConfiguration, ServiceRegistration, VariableEncrypted,
 };
+use fxhash::FxHashMap;
 use herder_migrations::{describe_key, FORMAT_VERSION_FIELD, META_KEY};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -204,14 +204,10 @@ pub(crate) fn load(db: &sled::Db, wal_dir: &Path) -> Result<Loaded, StoreError> 
     let found = wal::segments(wal_dir)?;
     let last_seq = found.last().map_or(0, |(seq, _)| *seq);
     let mut segments = Vec::with_capacity(found.len());
-    let mut shared = SharedValues::default();
     findings.source = QuarantineSource::Log;
-    for (i, (_, path)) in found.iter().enumerate() {
-        // A damaged record here is fatal (`read_segment`), unlike a bad
-        // row inside a sound record: see the module doc.
-        let records = wal::read_segment(path, i + 1 == found.len())?;
-        let newer = records.into_iter().filter(|r| r.last_index > checkpointed);
-        replay(&mut tables, &mut shared, &mut findings, newer)?;
+    let paths: Vec<&Path> = found.iter().map(|(_, path)| path.as_path()).collect();
+    replay(&mut tables, &mut findings, &paths, checkpointed)?;
+    for (_, path) in &found {
         let bytes = std::fs::metadata(path)
             .map_err(|e| wal::log_error(path, e))?
             .len();
@@ -293,22 +289,26 @@ fn format_version(raw_meta: &[u8]) -> Result<u32, StoreError> {
 }
 
 /// One row read back and decoded.
+///
+/// Rows are decoded into the `Arc` the tables keep them in (on a decoder
+/// thread, not the one that applies rows in order), which also keeps this
+/// small: a batch of rows is moved between threads and out of one by one.
 enum LoadedRow {
-    Meta(Meta),
-    Job(JobKey, Job),
-    JobVersion(JobVersionKey, Job),
-    JobSummary(JobKey, JobSummary),
-    Alloc(Allocation),
-    Eval(Evaluation),
-    Node(Node),
-    SchedulerConfig(SchedulerConfiguration),
-    AutopilotConfig(crate::structs::AutopilotConfiguration),
-    ScalingEvents(JobKey, JobScalingEvents),
-    Deployment(Deployment),
-    Service(ServiceKey, ServiceRegistration),
-    Namespace(Namespace),
-    Variable(VariableKey, VariableEncrypted),
-    RootKey(RootKey),
+    Meta(Box<Meta>),
+    Job(JobKey, Arc<Job>),
+    JobVersion(JobVersionKey, Arc<Job>),
+    JobSummary(JobKey, Arc<JobSummary>),
+    Alloc(Arc<Allocation>),
+    Eval(Arc<Evaluation>),
+    Node(Arc<Node>),
+    SchedulerConfig(Arc<SchedulerConfiguration>),
+    AutopilotConfig(Arc<crate::structs::AutopilotConfiguration>),
+    ScalingEvents(JobKey, Arc<JobScalingEvents>),
+    Deployment(Arc<Deployment>),
+    Service(ServiceKey, Arc<ServiceRegistration>),
+    Namespace(Arc<Namespace>),
+    Variable(VariableKey, Arc<VariableEncrypted>),
+    RootKey(Arc<RootKey>),
     Acl(AclRow),
     /// A row the log records as deleted.
     Deleted(RowKey),
@@ -379,24 +379,40 @@ impl Findings {
 const LOAD_BATCH: usize = 512;
 
 /// A raw row as stored: key, and value (`None`: the row was deleted).
-type RawRow = (sled::IVec, Option<sled::IVec>);
+type RawRow = (RawBytes, Option<RawBytes>);
+
+/// A key or value as its source hands it over: sled's own buffer, or the
+/// bytes a log record was read into (not copied again into sled's type).
+enum RawBytes {
+    Sled(sled::IVec),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for RawBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            RawBytes::Sled(bytes) => bytes,
+            RawBytes::Owned(bytes) => bytes,
+        }
+    }
+}
 
 /// Reads sled's rows into tables.
 fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<LoadingTables, StoreError> {
     let mut t = LoadingTables::default();
-    let mut shared = SharedValues::default();
     decode_in_order(
         |sink| {
             for entry in db.iter() {
                 let (key, value) = entry?;
-                if !sink.push((key, Some(value))) {
+                if !sink.push((RawBytes::Sled(key), Some(RawBytes::Sled(value)))) {
                     break;
                 }
             }
             Ok(())
         },
         &mut t,
-        &mut shared,
         findings,
     )?;
     // Rows after the meta row in key order are of sled's index too.
@@ -405,29 +421,38 @@ fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<LoadingTables, St
 }
 
 /// Applies log records, oldest first, over the tables.
+///
+/// The segments are read on the reader thread, one after another, while
+/// the decoders work through the rows of the one before (a segment read
+/// between two replays left the decoders idle). Only records newer than
+/// the checkpoint (`checkpointed`) are replayed.
 fn replay(
     t: &mut LoadingTables,
-    shared: &mut SharedValues,
     findings: &mut Findings,
-    records: impl Iterator<Item = wal::Record> + Send,
+    segments: &[&Path],
+    checkpointed: u64,
 ) -> Result<(), StoreError> {
     decode_in_order(
         |sink| {
-            for record in records {
-                let rows = record
-                    .rows
-                    .into_iter()
-                    .chain(std::iter::once((META_KEY.to_vec(), Some(record.meta))));
-                for (key, value) in rows {
-                    if !sink.push((key.into(), value.map(Into::into))) {
-                        return Ok(());
+            for (i, path) in segments.iter().enumerate() {
+                // A damaged record here is fatal (`read_segment`), unlike a
+                // bad row inside a sound record: see the module doc.
+                let records = wal::read_segment(path, i + 1 == segments.len())?;
+                for record in records.into_iter().filter(|r| r.last_index > checkpointed) {
+                    let rows = record
+                        .rows
+                        .into_iter()
+                        .chain(std::iter::once((META_KEY.to_vec(), Some(record.meta))));
+                    for (key, value) in rows {
+                        if !sink.push((RawBytes::Owned(key), value.map(RawBytes::Owned))) {
+                            return Ok(());
+                        }
                     }
                 }
             }
             Ok(())
         },
         t,
-        shared,
         findings,
     )
 }
@@ -461,7 +486,6 @@ impl BatchSink {
 fn decode_in_order<R>(
     read: R,
     t: &mut LoadingTables,
-    shared: &mut SharedValues,
     findings: &mut Findings,
 ) -> Result<(), StoreError>
 where
@@ -507,8 +531,7 @@ where
                 Ok(rows) if failure.is_none() => {
                     waiting.insert(seq, rows);
                     while let Some(rows) = waiting.remove(&next) {
-                        rows.into_iter()
-                            .for_each(|r| insert_row(t, shared, findings, r));
+                        rows.into_iter().for_each(|r| insert_row(t, findings, r));
                         next += 1;
                     }
                 }
@@ -529,6 +552,8 @@ fn decode_batches(
     raw_rx: &std::sync::Mutex<std::sync::mpsc::Receiver<(usize, Vec<RawRow>)>>,
     rows_tx: std::sync::mpsc::SyncSender<DecodedBatch>,
 ) {
+    // This decoder's copies of repeated values, kept across its batches.
+    let mut sharing = RowSharing::default();
     loop {
         // The lock is held only to take the next batch.
         let next = match raw_rx.lock() {
@@ -538,7 +563,7 @@ fn decode_batches(
         let Ok((seq, batch)) = next else {
             return;
         };
-        let decoded = decode_batch(&batch);
+        let decoded = decode_batch(&batch, &mut sharing);
         if rows_tx.send((seq, decoded)).is_err() {
             return;
         }
@@ -548,11 +573,11 @@ fn decode_batches(
 /// Decodes one batch of raw rows. A row that cannot be loaded becomes a
 /// `LoadedRow::Bad` in its place (only then is anything copied or
 /// allocated for it); only a fatal problem fails the batch.
-fn decode_batch(batch: &[RawRow]) -> Result<Vec<LoadedRow>, StoreError> {
+fn decode_batch(batch: &[RawRow], sharing: &mut RowSharing) -> Result<Vec<LoadedRow>, StoreError> {
     let mut rows = Vec::with_capacity(batch.len());
     for (key, value) in batch {
         let row = match value {
-            Some(value) => decode_row_guarded(key, value),
+            Some(value) => decode_row_guarded(key, value, sharing),
             None => decode_key(key)
                 .map(LoadedRow::Deleted)
                 .map_err(RowError::from),
@@ -560,8 +585,8 @@ fn decode_batch(batch: &[RawRow]) -> Result<Vec<LoadedRow>, StoreError> {
         rows.push(match row {
             Ok(row) => row,
             Err(RowError::Bad(reason)) => LoadedRow::Bad(Box::new(BadRow {
-                key: key.clone(),
-                value: value.clone(),
+                key: sled::IVec::from(&**key),
+                value: value.as_deref().map(sled::IVec::from),
                 row_key: decode_key(key).ok(),
                 reason,
             })),
@@ -702,23 +727,23 @@ impl From<&'static str> for RowError {
     }
 }
 
-fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
+fn decode_row(key: &[u8], value: &[u8], sharing: &mut RowSharing) -> Result<LoadedRow, RowError> {
     let Some((&prefix, rest)) = key.split_first() else {
         return Err("empty key".into());
     };
     Ok(match prefix {
         // Only the meta row itself: any other key starting with its byte
         // is a key of no table, quarantined like one.
-        _ if key == META_KEY => LoadedRow::Meta(
+        _ if key == META_KEY => LoadedRow::Meta(Box::new(
             serde_json::from_slice(value)
                 .map_err(|e| RowError::Fatal(corrupt(key, &e.to_string())))?,
-        ),
+        )),
         JOB => {
             let job: Job = parse(value)?;
             let job_key = JobKey::of_job(&job);
             check_key(key, &encode_key(&RowKey::Job(job_key.clone())))?;
             check_job(&job)?;
-            LoadedRow::Job(job_key, job)
+            LoadedRow::Job(job_key, Arc::new(job))
         }
         JOB_VERSION => {
             let job: Job = parse(value)?;
@@ -728,47 +753,45 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
             };
             check_key(key, &encode_key(&RowKey::JobVersion(version_key.clone())))?;
             check_job(&job)?;
-            LoadedRow::JobVersion(version_key, job)
+            LoadedRow::JobVersion(version_key, Arc::new(job))
         }
         JOB_SUMMARY => {
             let summary: JobSummary = parse(value)?;
             let job = JobKey::new(&summary.namespace, &summary.job_id);
             check_key(key, &encode_key(&RowKey::JobSummary(job.clone())))?;
-            LoadedRow::JobSummary(job, summary)
+            LoadedRow::JobSummary(job, Arc::new(summary))
         }
         ALLOC => {
-            let alloc = parse_alloc(value)?;
-            let expected = RowKey::Alloc {
-                create_index: alloc.create_index,
-                id: alloc.id,
-            };
-            if key != encode_key(&expected) {
+            let alloc = parse_alloc(value, sharing)?;
+            // `encode_key`'s layout, compared in place: a million rows.
+            let (index, id) = rest.split_at_checked(8).unwrap_or((rest, &[]));
+            if index != alloc.create_index.to_be_bytes() || id != alloc.id.as_bytes() {
                 return Err("the row's ID or create index does not match its key".into());
             }
-            LoadedRow::Alloc(alloc)
+            LoadedRow::Alloc(Arc::new(alloc))
         }
         EVAL => {
             let eval: Evaluation = parse(value)?;
             check_id(rest, eval.id)?;
-            LoadedRow::Eval(eval)
+            LoadedRow::Eval(Arc::new(eval))
         }
         NODE => {
             let node: Node = parse(value)?;
             check_id(rest, node.id)?;
-            LoadedRow::Node(node)
+            LoadedRow::Node(Arc::new(node))
         }
-        SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(parse(value)?),
-        AUTOPILOT_CONFIG if rest.is_empty() => LoadedRow::AutopilotConfig(parse(value)?),
+        SCHEDULER_CONFIG if rest.is_empty() => LoadedRow::SchedulerConfig(Arc::new(parse(value)?)),
+        AUTOPILOT_CONFIG if rest.is_empty() => LoadedRow::AutopilotConfig(Arc::new(parse(value)?)),
         DEPLOYMENT => {
             let deployment: Deployment = parse(value)?;
             check_id(rest, deployment.id)?;
-            LoadedRow::Deployment(deployment)
+            LoadedRow::Deployment(Arc::new(deployment))
         }
         SCALING_EVENTS => {
             let events: JobScalingEvents = parse(value)?;
             let job = JobKey::new(&events.namespace, &events.job_id);
             check_key(key, &encode_key(&RowKey::ScalingEvents(job.clone())))?;
-            LoadedRow::ScalingEvents(job, events)
+            LoadedRow::ScalingEvents(job, Arc::new(events))
         }
         SERVICE => {
             let service: ServiceRegistration = parse(value)?;
@@ -781,18 +804,18 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
                 id: service.id.clone(),
             };
             check_key(key, &encode_key(&RowKey::Service(row_key.clone())))?;
-            LoadedRow::Service(row_key, service)
+            LoadedRow::Service(row_key, Arc::new(service))
         }
         NAMESPACE => {
             let namespace: Namespace = parse(value)?;
             check_key(key, &encode_key(&RowKey::Namespace(namespace.name.clone())))?;
-            LoadedRow::Namespace(namespace)
+            LoadedRow::Namespace(Arc::new(namespace))
         }
         VARIABLE => {
             let variable: VariableEncrypted = parse(value)?;
             let row_key = VariableKey::new(&variable.meta.namespace, &variable.meta.path);
             check_key(key, &encode_key(&RowKey::Variable(row_key.clone())))?;
-            LoadedRow::Variable(row_key, variable)
+            LoadedRow::Variable(row_key, Arc::new(variable))
         }
         ROOT_KEY => {
             let root_key: RootKey = parse(value)?;
@@ -800,7 +823,7 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
                 key,
                 &encode_key(&RowKey::RootKey(root_key.meta.key_id.clone())),
             )?;
-            LoadedRow::RootKey(root_key)
+            LoadedRow::RootKey(Arc::new(root_key))
         }
         acl_tables::ACL_PREFIX => {
             let (_, row) = acl_tables::decode_row(rest, value).map_err(RowError::Bad)?;
@@ -814,16 +837,22 @@ fn decode_row(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
 /// stored bytes trigger) turned into a quarantined row: at open it would
 /// otherwise take the process down, at every restart. Free when nothing
 /// panics (unwinding costs only when it happens).
-fn decode_row_guarded(key: &[u8], value: &[u8]) -> Result<LoadedRow, RowError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_row(key, value)))
-        .unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|m| m.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(RowError::Bad(format!("decoding it panicked: {message}")))
-        })
+fn decode_row_guarded(
+    key: &[u8],
+    value: &[u8],
+    sharing: &mut RowSharing,
+) -> Result<LoadedRow, RowError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        decode_row(key, value, sharing)
+    }))
+    .unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|m| m.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(RowError::Bad(format!("decoding it panicked: {message}")))
+    })
 }
 
 /// A job that decodes but is too large for any server to schedule (a
@@ -848,7 +877,7 @@ fn check_job(job: &Job) -> Result<(), RowError> {
 #[derive(Default)]
 struct LoadingTables {
     tables: Tables,
-    allocs: HashMap<AllocId, Arc<Allocation>>,
+    allocs: FxHashMap<AllocId, Arc<Allocation>>,
 }
 
 impl LoadingTables {
@@ -862,47 +891,7 @@ impl LoadingTables {
     }
 }
 
-/// One copy of each value many allocations repeat. The scheduler shares
-/// them between the allocations it makes; rows read back from disk would
-/// each get their own copy, so a restarted server would hold more memory
-/// than the one that wrote them.
-#[derive(Default)]
-struct SharedValues {
-    strings: HashSet<Arc<str>>,
-    /// Rows come back in creation order, so the allocations of one plan,
-    /// which share their grant in memory, arrive one after another.
-    last_resources: Option<Arc<AllocatedResources>>,
-}
-
-impl SharedValues {
-    fn string(&mut self, value: &Arc<str>) -> Arc<str> {
-        if let Some(shared) = self.strings.get(&**value) {
-            return shared.clone();
-        }
-        self.strings.insert(value.clone());
-        value.clone()
-    }
-
-    fn share(&mut self, alloc: &mut Allocation) {
-        alloc.namespace = self.string(&alloc.namespace);
-        alloc.job_id = self.string(&alloc.job_id);
-        alloc.task_group = self.string(&alloc.task_group);
-        alloc.node_name = self.string(&alloc.node_name);
-        match &self.last_resources {
-            Some(last) if **last == *alloc.allocated_resources => {
-                alloc.allocated_resources = last.clone();
-            }
-            _ => self.last_resources = Some(alloc.allocated_resources.clone()),
-        }
-    }
-}
-
-fn insert_row(
-    loading: &mut LoadingTables,
-    shared: &mut SharedValues,
-    findings: &mut Findings,
-    row: LoadedRow,
-) {
+fn insert_row(loading: &mut LoadingTables, findings: &mut Findings, row: LoadedRow) {
     let t = &mut loading.tables;
     match row {
         LoadedRow::Meta(meta) => {
@@ -915,43 +904,42 @@ fn insert_row(
             t.applied_position = meta.applied_position.map(Arc::from);
         }
         LoadedRow::Job(key, job) => {
-            t.jobs.insert(key, Arc::new(job));
+            t.jobs.insert(key, job);
         }
         LoadedRow::JobVersion(key, job) => {
-            t.job_versions.insert(key, Arc::new(job));
+            t.job_versions.insert(key, job);
         }
         LoadedRow::JobSummary(key, summary) => {
-            t.job_summaries.insert(key, Arc::new(summary));
+            t.job_summaries.insert(key, summary);
         }
-        LoadedRow::Alloc(mut alloc) => {
-            shared.share(&mut alloc);
-            loading.allocs.insert(alloc.id, Arc::new(alloc));
+        LoadedRow::Alloc(alloc) => {
+            loading.allocs.insert(alloc.id, alloc);
         }
         LoadedRow::Eval(eval) => {
-            t.evals.insert(eval.id, Arc::new(eval));
+            t.evals.insert(eval.id, eval);
         }
         LoadedRow::Node(node) => {
-            t.nodes.insert(node.id, Arc::new(node));
+            t.nodes.insert(node.id, node);
         }
-        LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(Arc::new(config)),
-        LoadedRow::AutopilotConfig(config) => t.autopilot_config = Some(Arc::new(config)),
+        LoadedRow::SchedulerConfig(config) => t.scheduler_config = Some(config),
+        LoadedRow::AutopilotConfig(config) => t.autopilot_config = Some(config),
         LoadedRow::ScalingEvents(key, events) => {
-            t.scaling_events.insert(key, Arc::new(events));
+            t.scaling_events.insert(key, events);
         }
         LoadedRow::Deployment(d) => {
-            t.deployments.insert(d.id, Arc::new(d));
+            t.deployments.insert(d.id, d);
         }
         LoadedRow::Service(key, service) => {
-            t.services.insert(key, Arc::new(service));
+            t.services.insert(key, service);
         }
         LoadedRow::Namespace(ns) => {
-            t.namespaces.insert(ns.name.clone(), Arc::new(ns));
+            t.namespaces.insert(ns.name.clone(), ns);
         }
         LoadedRow::Variable(key, variable) => {
-            t.variables.insert(key, Arc::new(variable));
+            t.variables.insert(key, variable);
         }
         LoadedRow::RootKey(key) => {
-            t.root_keys.insert(key.meta.key_id.clone(), Arc::new(key));
+            t.root_keys.insert(key.meta.key_id.clone(), key);
         }
         LoadedRow::Acl(row) => t.acl.insert(row),
         LoadedRow::Deleted(key) => remove_row(loading, &key),
@@ -960,11 +948,13 @@ fn insert_row(
 }
 
 /// An allocation row: binary (format 4) or, written by format 3, JSON.
-fn parse_alloc(value: &[u8]) -> Result<Allocation, RowError> {
+fn parse_alloc(value: &[u8], sharing: &mut RowSharing) -> Result<Allocation, RowError> {
     if value.first() == Some(&b'{') {
-        return parse(value);
+        let mut alloc: Allocation = parse(value)?;
+        sharing.share(&mut alloc);
+        return Ok(alloc);
     }
-    alloc_row::decode(value).map_err(|e| RowError::Bad(e.to_string()))
+    alloc_row::decode_sharing(value, sharing).map_err(|e| RowError::Bad(e.to_string()))
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(value: &[u8]) -> Result<T, RowError> {
@@ -1160,7 +1150,8 @@ pub(crate) fn checkpoint(db: &sled::Db, segments: &[ClosedSegment]) -> Result<()
             for (key, value) in record.rows {
                 match value {
                     Some(value) if !quarantined.is_empty() && quarantined.contains(&key) => {
-                        if matches!(decode_row_guarded(&key, &value), Err(RowError::Bad(_))) {
+                        let row = decode_row_guarded(&key, &value, &mut RowSharing::default());
+                        if matches!(row, Err(RowError::Bad(_))) {
                             batch.remove(key);
                         } else {
                             batch.insert(key, value);

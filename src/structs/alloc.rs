@@ -232,7 +232,7 @@ pub struct AllocLinks {
 }
 
 impl AllocLinks {
-    const NONE: AllocLinks = AllocLinks {
+    pub(crate) const NONE: AllocLinks = AllocLinks {
         previous_allocation: None,
         next_allocation: None,
         reschedule_tracker: None,

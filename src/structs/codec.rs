@@ -10,7 +10,6 @@
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::Arc;
 
 /// Why encoded bytes could not be read back.
 #[derive(Debug, thiserror::Error)]
@@ -179,10 +178,6 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn string(&mut self) -> Result<String, CodecError> {
         self.str().map(str::to_string)
-    }
-
-    pub(crate) fn shared_str(&mut self) -> Result<Arc<str>, CodecError> {
-        self.str().map(Arc::from)
     }
 
     pub(crate) fn counts<M: FromIterator<(String, u64)>>(&mut self) -> Result<M, CodecError> {
