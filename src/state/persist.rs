@@ -66,7 +66,7 @@ use super::changes::{
 };
 use super::quarantine::{self, QuarantineSource, QuarantinedRecord};
 use super::snapshot::StateSnapshot;
-use super::tables::Tables;
+use super::tables::{in_key_order, Tables};
 use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
@@ -884,9 +884,7 @@ impl LoadingTables {
     /// The tables with every allocation read (secondary indexes not built).
     fn finish(self) -> Tables {
         let LoadingTables { mut tables, allocs } = self;
-        let mut sorted: Vec<_> = allocs.into_iter().collect();
-        sorted.sort_unstable_by_key(|(id, _)| *id);
-        tables.allocs = sorted.into_iter().collect();
+        tables.allocs = in_key_order(allocs);
         tables
     }
 }
