@@ -232,11 +232,11 @@ fn fill_in_order<T>(sorted: Vec<T>, mut insert: impl FnMut(T)) {
 
 /// Who an allocation's job strings are: the addresses of its namespace and
 /// job ID. The allocations of one job share those strings (the scheduler
-/// makes them so, and the loader's `SharedValues`), so grouping by address
-/// hashes two words instead of two strings per allocation. Two live `Arc`s
-/// never share an address, so one address is one string; a job whose
-/// allocations hold separate copies (read from the checkpoint and from the
-/// log, say) gets one group per copy, merged by value afterwards.
+/// makes them so, and the loader's `alloc_row::RowSharing`), so grouping
+/// by address hashes two words instead of two strings per allocation. Two
+/// live `Arc`s never share an address, so one address is one string; a
+/// job whose allocations hold separate copies (each loader thread keeps
+/// its own) gets one group per copy, merged by value afterwards.
 fn job_strings(a: &Allocation) -> (*const u8, *const u8) {
     (
         Arc::as_ptr(&a.namespace).cast::<u8>(),
