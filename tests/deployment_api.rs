@@ -117,10 +117,10 @@ fn deployed(agent: &TestAgent, auto_revert: bool) -> (Deployment, Allocation) {
         .map_or(0, |d| d.as_nanos() as i64);
     let mut canary = AllocBuilder::new(&job, "web").build(0, node.id, eval, now);
     canary.deployment_id = Some(d.id);
-    canary.deployment_status = Some(AllocDeploymentStatus {
+    canary.deployment_status = Some(Box::new(AllocDeploymentStatus {
         canary: true,
         ..Default::default()
-    });
+    }));
     store(agent)
         .apply(Command::ApplyPlanResults(PlanResults {
             eval_id: eval,

@@ -227,7 +227,7 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
     let state = store.snapshot();
     let running = state.alloc(&changed).expect("the rewritten row reads back");
     assert_eq!(running.client_status, ClientStatus::Running);
-    assert_eq!(running.client_description, "Tasks are running");
+    assert_eq!(&*running.client_description, "Tasks are running");
     assert_eq!(state.allocs_by_job("default", "web").count(), 2);
 }
 

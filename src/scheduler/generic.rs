@@ -412,10 +412,10 @@ impl Placing {
     fn join(&self, alloc: &mut Allocation, canary: bool) {
         alloc.deployment_id = self.deployment_id;
         if canary && self.deployment_id.is_some() {
-            alloc.deployment_status = Some(AllocDeploymentStatus {
+            alloc.deployment_status = Some(Box::new(AllocDeploymentStatus {
                 canary: true,
                 ..Default::default()
-            });
+            }));
         }
     }
 }

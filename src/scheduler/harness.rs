@@ -132,7 +132,7 @@ impl Harness {
 
 fn apply_stop(alloc: &mut crate::structs::Allocation, stop: &AllocStop, now: i64) {
     alloc.desired_status = stop.desired_status;
-    alloc.desired_description = stop.desired_description.clone();
+    alloc.desired_description = stop.desired_description.as_str().into();
     if let Some(status) = stop.client_status {
         alloc.client_status = status;
     }

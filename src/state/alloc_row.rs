@@ -136,8 +136,8 @@ pub(crate) fn decode_sharing(
     let job_version = r.varint()?;
     let desired_status = desired_status(r.u8()?)?;
     let client_status = client_status(r.u8()?)?;
-    let desired_description = r.string()?;
-    let client_description = r.string()?;
+    let desired_description = r.str()?.into();
+    let client_description = r.str()?.into();
     let desired_transition = transition(r.u8()?)?;
     let node_failure = r.u8()? != 0;
     let mut links = AllocLinks {
@@ -528,12 +528,12 @@ mod tests {
             }),
             node_failure: true,
             deployment_id: Some(uuid::Uuid::from_u128(12)),
-            deployment_status: Some(crate::structs::AllocDeploymentStatus {
+            deployment_status: Some(Box::new(crate::structs::AllocDeploymentStatus {
                 healthy: Some(true),
                 timestamp: Some(1_795_328_878_206_863_010),
                 canary: true,
                 modify_index: 1_000_005,
-            }),
+            })),
             create_index: 1_000_000,
             modify_index: 1_000_007,
             alloc_modify_index: 1_000_003,

@@ -1068,7 +1068,7 @@ impl Txn {
         } else {
             stop.desired_status
         };
-        alloc.desired_description = stop.desired_description.clone();
+        alloc.desired_description = stop.desired_description.as_str().into();
         if let Some(status) = stop.client_status {
             alloc.client_status = status;
         }
@@ -1228,7 +1228,7 @@ impl Txn {
             };
             let mut alloc = (*old).clone();
             alloc.client_status = update.client_status;
-            alloc.client_description = update.client_description.clone();
+            alloc.client_description = update.client_description.as_str().into();
             alloc.task_states = update.task_states.clone();
             alloc.node_failure = update.node_failure;
             alloc.modify_index = self.index;
@@ -1238,7 +1238,7 @@ impl Txn {
                 // The canary mark is the server's, not the client's.
                 status.canary = alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
                 status.modify_index = self.index;
-                alloc.deployment_status = Some(status);
+                alloc.deployment_status = Some(Box::new(status));
             }
             self.put_alloc(alloc, Some(&old));
         }

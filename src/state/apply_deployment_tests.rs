@@ -81,9 +81,11 @@ impl World {
             .map(|i| {
                 let mut a = builder.build(i, node.id, crate::structs::new_id(), 1_000);
                 a.deployment_id = Some(self.deployment.id);
-                a.deployment_status = (i < canaries).then(|| AllocDeploymentStatus {
-                    canary: true,
-                    ..Default::default()
+                a.deployment_status = (i < canaries).then(|| {
+                    Box::new(AllocDeploymentStatus {
+                        canary: true,
+                        ..Default::default()
+                    })
                 });
                 a
             })
@@ -284,10 +286,10 @@ fn deployments_and_allocation_health_survive_a_restart() {
         let mut a =
             AllocBuilder::new(&job, "frontend").build(0, node.id, crate::structs::new_id(), 1);
         a.deployment_id = Some(w.deployment.id);
-        a.deployment_status = Some(AllocDeploymentStatus {
+        a.deployment_status = Some(Box::new(AllocDeploymentStatus {
             canary: true,
             ..Default::default()
-        });
+        }));
         let mut node_allocation = HashMap::new();
         node_allocation.insert(node.id, vec![a.clone()]);
         store

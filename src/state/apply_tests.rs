@@ -376,7 +376,7 @@ fn stops_and_client_updates_change_the_right_fields() {
     }));
     let b = h.state.alloc(&allocs[1].id).unwrap();
     assert_eq!(b.desired_status, DesiredStatus::Stop);
-    assert_eq!(b.desired_description, "alloc not needed");
+    assert_eq!(&*b.desired_description, "alloc not needed");
     assert_eq!(b.client_status, ClientStatus::Lost);
     assert_eq!((b.alloc_modify_index, b.modify_time), (stop, 42));
     assert_eq!(

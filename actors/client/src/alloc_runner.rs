@@ -353,7 +353,7 @@ impl AllocRunner {
         self.last_persisted = Some(key);
         let mut alloc = self.config.alloc.clone();
         alloc.client_status = update.client_status;
-        alloc.client_description = update.client_description.clone();
+        alloc.client_description = update.client_description.as_str().into();
         alloc.task_states = update.task_states.clone();
         alloc.node_failure = update.node_failure;
         let persisted = PersistedAlloc {
@@ -867,7 +867,7 @@ impl Handler<UpdateAlloc> for AllocRunner {
         self.config.alloc.alloc_modify_index = alloc.alloc_modify_index;
         if stop {
             let reason = if reason.is_empty() {
-                "alloc is being stopped".to_string()
+                "alloc is being stopped".into()
             } else {
                 reason
             };

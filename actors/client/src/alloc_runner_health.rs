@@ -49,7 +49,7 @@ impl AllocRunner {
             .config
             .alloc
             .deployment_status
-            .as_ref()
+            .as_deref()
             .is_some_and(AllocDeploymentStatus::has_health);
         let Some(group) = self.group.as_ref().filter(|_| !decided) else {
             return;
@@ -157,12 +157,12 @@ impl AllocRunner {
                 .deployment_status
                 .as_ref()
                 .is_some_and(|s| s.canary);
-            self.config.alloc.deployment_status = Some(AllocDeploymentStatus {
+            self.config.alloc.deployment_status = Some(Box::new(AllocDeploymentStatus {
                 healthy: Some(v.healthy),
                 timestamp: Some(v.timestamp),
                 canary,
                 modify_index: 0,
-            });
+            }));
             return;
         }
         if let Some(at) = tracker.next_wake() {
@@ -180,8 +180,9 @@ impl AllocRunner {
         self.config
             .alloc
             .deployment_status
-            .clone()
-            .filter(AllocDeploymentStatus::has_health)
+            .as_deref()
+            .filter(|s| s.has_health())
+            .cloned()
     }
 
     /// The allocation was updated in place to a new job version: its

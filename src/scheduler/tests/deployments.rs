@@ -112,7 +112,7 @@ fn rolling_update_replaces_max_parallel_unhealthy_at_a_time() {
         .collect();
     assert!(replaced
         .iter()
-        .all(|a| a.desired_description == ALLOC_UPDATING));
+        .all(|a| &*a.desired_description == ALLOC_UPDATING));
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn canary_waits_for_promotion_then_the_rest_rolls() {
         .into_iter()
         .find(|a| a.name == "web.web[0]" && a.job_version == j1.version)
         .unwrap();
-    assert_eq!(old0.desired_description, ALLOC_NOT_NEEDED);
+    assert_eq!(&*old0.desired_description, ALLOC_NOT_NEEDED);
     for _ in 0..2 {
         s.all_healthy(&j2);
         s.eval(&j2, TriggeredBy::DeploymentWatcher);
@@ -385,7 +385,7 @@ fn auto_revert_stops_the_failed_canaries_and_redeploys_the_stable_spec() {
     let (j3, _) = s.register(j3);
     let canary = s.h.state.alloc_by_id(&canary.id).unwrap();
     assert!(canary.is_terminal(), "the unpromoted canary is stopped");
-    assert_eq!(canary.desired_description, ALLOC_NOT_NEEDED);
+    assert_eq!(&*canary.desired_description, ALLOC_NOT_NEEDED);
     let live = s.live(&j3);
     assert_eq!(live.len(), 3);
     assert!(

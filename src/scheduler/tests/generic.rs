@@ -80,7 +80,7 @@ fn scaling_down_stops_the_highest_indexes() {
     assert_eq!(stopped.len(), 3);
     assert!(stopped
         .iter()
-        .all(|a| a.desired_description == ALLOC_NOT_NEEDED));
+        .all(|a| &*a.desired_description == ALLOC_NOT_NEEDED));
 }
 
 #[test]
@@ -209,7 +209,7 @@ fn lost_allocations_are_stopped_and_replaced_elsewhere() {
     for old in on_down {
         let old = s.h.state.alloc_by_id(&old.id).unwrap();
         assert_eq!(old.client_status, ClientStatus::Lost);
-        assert_eq!(old.desired_description, ALLOC_LOST);
+        assert_eq!(&*old.desired_description, ALLOC_LOST);
         assert!(live
             .iter()
             .any(|a| a.links().previous_allocation == Some(old.id)));
@@ -245,7 +245,7 @@ fn draining_node_allocations_marked_for_migration_move() {
     assert_eq!(live.len(), 3);
     assert!(live.iter().all(|a| a.node_id != drain));
     let old = s.h.state.alloc_by_id(&moving[0].id).unwrap();
-    assert_eq!(old.desired_description, ALLOC_MIGRATING);
+    assert_eq!(&*old.desired_description, ALLOC_MIGRATING);
 }
 
 #[test]

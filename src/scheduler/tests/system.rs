@@ -66,7 +66,7 @@ fn node_down_marks_lost_and_replaces_when_back() {
     s.eval(&j, TriggeredBy::NodeUpdate);
     let lost = s.h.state.alloc_by_id(&old.id).unwrap();
     assert_eq!(lost.client_status, ClientStatus::Lost);
-    assert_eq!(lost.desired_description, ALLOC_LOST);
+    assert_eq!(&*lost.desired_description, ALLOC_LOST);
     assert_eq!(s.live(&j).len(), 2, "nothing placed on a down node");
     s.h.state
         .update_node(&down, |n| n.status = NodeStatus::Ready);
@@ -100,7 +100,7 @@ fn drain_with_migrate_stops_without_placing_elsewhere() {
     s.eval(&j, TriggeredBy::NodeDrain);
     let stopped = s.h.state.alloc_by_id(&a.id).unwrap();
     assert_eq!(stopped.desired_status, DesiredStatus::Stop);
-    assert_eq!(stopped.desired_description, ALLOC_NODE_TAINTED);
+    assert_eq!(&*stopped.desired_description, ALLOC_NODE_TAINTED);
     assert_eq!(s.live(&j).len(), 2);
     assert!(s.live(&j).iter().all(|x| x.node_id != drained));
 }
