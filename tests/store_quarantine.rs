@@ -271,9 +271,11 @@ fn every_kind_of_bad_row_in_sled_is_quarantined() {
     drop(store);
 
     let other_node = uuid::Uuid::new_v4();
-    let node_json = {
+    let (node_json, alloc_row) = {
         let db = sled::open(tmp.path()).unwrap();
-        db.get(id_key(b'n', node_id)).unwrap().unwrap().to_vec()
+        let node = db.get(id_key(b'n', node_id)).unwrap().unwrap().to_vec();
+        let key = alloc_key(alloc.create_index, alloc.id);
+        (node, db.get(key).unwrap().unwrap().to_vec())
     };
     let bad: Vec<(Vec<u8>, Vec<u8>)> = vec![
         // A binary allocation row that is not one.
@@ -281,6 +283,13 @@ fn every_kind_of_bad_row_in_sled_is_quarantined() {
             alloc_key(alloc.create_index + 100, uuid::Uuid::new_v4()),
             vec![0xff; 7],
         ),
+        // A sound allocation row under another allocation's ID, and under
+        // another create index.
+        (
+            alloc_key(alloc.create_index, uuid::Uuid::new_v4()),
+            alloc_row.clone(),
+        ),
+        (alloc_key(alloc.create_index + 7, alloc.id), alloc_row),
         // A key of no table.
         (b"xsomething".to_vec(), b"{}".to_vec()),
         // An allocation key of the wrong length.

@@ -222,6 +222,8 @@ pub(crate) struct RowSharing {
     /// The last grant decoded and the bytes it was decoded from: rows come
     /// back in creation order, so one plan's allocations arrive together.
     last_resources: Option<(Vec<u8>, Arc<AllocatedResources>)>,
+    /// The same for rows read as JSON, which have no bytes to match.
+    last_json_resources: Option<Arc<AllocatedResources>>,
 }
 
 impl RowSharing {
@@ -265,8 +267,15 @@ impl RowSharing {
     }
 
     /// Shares the values of an allocation decoded some other way (a JSON
-    /// row written by format 3).
+    /// row written by format 3): its strings, and its grant when it equals
+    /// the previous row's (compared by value: there are no bytes to match).
     pub(crate) fn share(&mut self, a: &mut Allocation) {
+        match &self.last_json_resources {
+            Some(grant) if **grant == *a.allocated_resources => {
+                a.allocated_resources = grant.clone();
+            }
+            _ => self.last_json_resources = Some(a.allocated_resources.clone()),
+        }
         for s in [
             &mut a.namespace,
             &mut a.node_name,
@@ -629,6 +638,23 @@ mod tests {
         // Not the previous row's node, but seen before: the same string.
         assert!(Arc::ptr_eq(&a.node_name, &d.node_name));
         assert!(!Arc::ptr_eq(&a.node_name, &b.node_name));
+    }
+
+    #[test]
+    fn json_rows_share_their_strings_and_grant_too() {
+        let first = full_alloc();
+        let mut second = first.clone();
+        second.id = uuid::Uuid::from_u128(31);
+        let mut sharing = RowSharing::default();
+        let [a, b] = [&first, &second].map(|a| {
+            let mut read: Allocation =
+                serde_json::from_slice(&serde_json::to_vec(a).expect("encodes")).expect("decodes");
+            sharing.share(&mut read);
+            read
+        });
+        assert_eq!((&a, &b), (&first, &second));
+        assert!(Arc::ptr_eq(&a.job_id, &b.job_id));
+        assert!(Arc::ptr_eq(&a.allocated_resources, &b.allocated_resources));
     }
 
     #[test]

@@ -608,8 +608,16 @@ fn remove_row(t: &mut LoadingTables, key: &RowKey) {
         RowKey::JobSummary(k) => {
             t.job_summaries.remove(k);
         }
-        RowKey::Alloc { id, .. } => {
-            staged.remove(id);
+        // Only the allocation stored under this very key: a row under
+        // another create index with the same ID (a damaged key) must not
+        // take the real one with it.
+        RowKey::Alloc { id, create_index } => {
+            if staged
+                .get(id)
+                .is_some_and(|a| a.create_index == *create_index)
+            {
+                staged.remove(id);
+            }
         }
         RowKey::Eval(id) => {
             t.evals.remove(id);
@@ -763,9 +771,13 @@ fn decode_row(key: &[u8], value: &[u8], sharing: &mut RowSharing) -> Result<Load
         }
         ALLOC => {
             let alloc = parse_alloc(value, sharing)?;
-            // `encode_key`'s layout, compared in place: a million rows.
-            let (index, id) = rest.split_at_checked(8).unwrap_or((rest, &[]));
-            if index != alloc.create_index.to_be_bytes() || id != alloc.id.as_bytes() {
+            // Read back with `decode_key`, which allocates nothing (encoding
+            // the expected key was a `Vec` for each of a million rows).
+            let expected = RowKey::Alloc {
+                create_index: alloc.create_index,
+                id: alloc.id,
+            };
+            if decode_key(key).ok() != Some(expected) {
                 return Err("the row's ID or create index does not match its key".into());
             }
             LoadedRow::Alloc(Arc::new(alloc))
