@@ -4,7 +4,8 @@
 //! bytes, value = the row as JSON; from format 4, allocation rows in a
 //! binary encoding) plus a meta row holding the format
 //! version; from format 5, the newest commits are in a log beside it
-//! (`wal/`), which a format change would have to read as well. Each step `vN_to_vN1` rewrites raw JSON rows from format N to
+//! (`wal/`), which a format change would have to read as well; from format
+//! 6, packed metrics may mark a score as equal to its normalized score. Each step `vN_to_vN1` rewrites raw JSON rows from format N to
 //! N+1 in one atomic batch that also moves the meta row's version, so an
 //! interrupted upgrade leaves either the old or the new format, never a
 //! mix. Steps work on raw JSON on purpose: they must keep working after the
@@ -15,11 +16,12 @@ mod v1_to_v2;
 mod v2_to_v3;
 mod v3_to_v4;
 mod v4_to_v5;
+mod v5_to_v6;
 
 pub use format::{describe_key, MigrationError, FORMAT_VERSION_FIELD, META_KEY};
 
 /// The format version this build writes.
-pub const CURRENT: u32 = 5;
+pub const CURRENT: u32 = 6;
 
 /// Upgrades the data dir from format `from` to [`CURRENT`], one numbered
 /// step at a time; each step is durable before the next starts.
@@ -31,6 +33,7 @@ pub fn migrate(db: &sled::Db, from: u32) -> Result<(), MigrationError> {
             2 => v2_to_v3::run(db)?,
             3 => v3_to_v4::run(db)?,
             4 => v4_to_v5::run(db)?,
+            5 => v5_to_v6::run(db)?,
             _ => {
                 return Err(MigrationError::NoPath {
                     from: version,

@@ -11,7 +11,8 @@
 //! reschedule events, exhausted resources) are embedded as JSON, length
 //! first (length 0: empty), so they follow the structs' serde rules. The
 //! metrics come last, as the bytes the allocation keeps them packed in
-//! (`structs::PackedMetric`). The building blocks are `structs::codec`.
+//! (`structs::PackedMetric`; from store format 6 a score may be a flag
+//! meaning "the normalized score", which older rows never hold). The building blocks are `structs::codec`.
 //!
 //! A row starts with its encoding's tag. JSON rows start with `{`, so rows
 //! written by format 3 stay readable and are rewritten in this encoding the

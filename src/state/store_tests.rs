@@ -511,3 +511,81 @@ fn variables_and_root_keys_survive_a_restart() {
         before.table_index(Table::Variables)
     );
 }
+
+/// A data dir of format 5, whose allocation rows spell out every score of
+/// their metrics, opens as format 6: the allocation's metric reads back
+/// the same, kept in the shorter form, and the meta row says 6.
+#[test]
+fn a_format_5_allocation_row_reads_back_with_its_metric_shortened() {
+    use crate::structs::{AllocMetric, NodeScoreMeta, PackedMetric, ScoreMap};
+    let dir = tempfile::tempdir().unwrap();
+    // Every commit checkpointed: the row is in sled, where it is rewritten.
+    let checkpoint_each_commit = StoreOptions {
+        wal_segment_bytes: 1,
+        checkpoint_bytes: 0,
+        ..StoreOptions::default()
+    };
+    let store = StateStore::open(dir.path(), checkpoint_each_commit).unwrap();
+    let node = fixtures::node("n1");
+    store
+        .apply(Command::NodeRegister {
+            node: Arc::new(node.clone()),
+        })
+        .unwrap();
+    store.apply(register("web")).unwrap();
+    let job = fixtures::job("default", "web", &[("g", 1)]);
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    let mut alloc = fixtures::AllocBuilder::new(&job, "g").build(0, node.id, eval.id, 1);
+    let metric = AllocMetric {
+        nodes_evaluated: 2,
+        score_meta_data: (1..=2u128)
+            .map(|i| NodeScoreMeta {
+                node_id: uuid::Uuid::from_u128(i),
+                scores: ScoreMap::from_entries([("binpack", 0.25), ("normalized-score", 0.25)]),
+                norm_score: 0.25,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let packed = PackedMetric::pack(&metric);
+    alloc.metrics = Some(packed.clone());
+    let id = alloc.id;
+    store
+        .apply(Command::ApplyPlanResults(crate::state::PlanResults {
+            eval_id: eval.id,
+            node_allocation: [(node.id, vec![alloc])].into_iter().collect(),
+            updated_at: 1,
+            ..Default::default()
+        }))
+        .unwrap();
+    store.close();
+    drop(store);
+
+    // Back to format 5: the row as that format wrote it, the meta's version.
+    let db = sled::open(dir.path()).unwrap();
+    let (key, row) = db.scan_prefix(b"a").next().unwrap().unwrap();
+    assert!(row.ends_with(packed.as_bytes()), "the metric ends the row");
+    let mut old_row = row[..row.len() - packed.as_bytes().len()].to_vec();
+    old_row.extend_from_slice(&packed.spelled_out());
+    db.insert(key, old_row).unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&db.get(b"m").unwrap().unwrap()).unwrap();
+    meta["FormatVersion"] = 5.into();
+    db.insert(b"m", serde_json::to_vec(&meta).unwrap()).unwrap();
+    db.flush().unwrap();
+    drop(db);
+
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let state = store.snapshot();
+    let read = state
+        .alloc(&id)
+        .expect("the allocation is loaded, not quarantined");
+    let read_metric = read.metrics.as_ref().expect("with its metric");
+    assert_eq!(read_metric.as_bytes(), packed.as_bytes(), "kept shortened");
+    assert_eq!(read_metric.unpack(), metric);
+    store.close();
+    drop(store);
+    let db = sled::open(dir.path()).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(&db.get(b"m").unwrap().unwrap()).unwrap();
+    assert_eq!(meta["FormatVersion"], 6);
+}
