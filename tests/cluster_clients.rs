@@ -24,7 +24,7 @@ min_heartbeat_ttl = "2s"
 heartbeat_grace = "3s"
 failover_heartbeat_ttl = "10s"
 "#;
-/// Longer than the failover window's end (20 s) plus a TTL and the grace:
+/// Longer than the failover window (10 s) plus a TTL and the grace:
 /// a node that stopped heartbeating at the kill is down before this has
 /// passed.
 const WATCH_AFTER_KILL: Duration = Duration::from_secs(30);

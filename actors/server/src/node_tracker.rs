@@ -16,7 +16,7 @@
 //! Heartbeat timers are a leader duty ([`SetLeader`]): a server that does
 //! not lead tracks no node, marks nothing down and refuses the node
 //! protocol; on gaining the lead it gives every known node that is not
-//! down a fresh TTL spread over the failover window.
+//! down the failover window as its TTL (the same for all, as Nomad).
 
 use crate::node_lifecycle::{Health, LifecycleConfig, NodeLifecycle, Transition};
 use actix::prelude::*;
@@ -333,16 +333,17 @@ impl NodeTracker {
     }
 
     /// On start as leader, or on gaining the lead: every known node that
-    /// is not down is tracked again with a fresh TTL spread over the
-    /// failover window, so none is marked down for heartbeats that went to
-    /// the old leader and a silent fleet does not expire all at once.
+    /// is not down is tracked again with the whole failover window as its
+    /// TTL, so none is marked down for heartbeats that went to the old
+    /// leader, and a fleet that stays silent goes down together (see
+    /// `NodeLifecycle::failover_ttl`).
     fn restore(&mut self) {
         let snap = self.store.snapshot();
         let now = Instant::now();
         self.lifecycle.clear();
         for node in snap.nodes() {
             if node.status != NodeStatus::Down {
-                let ttl = self.lifecycle.failover_ttl(&mut self.rng);
+                let ttl = self.lifecycle.failover_ttl();
                 self.lifecycle
                     .restore(node.id, node.status == NodeStatus::Ready, ttl, now);
             }

@@ -24,8 +24,8 @@ const FAILOVER_TTL: Duration = Duration::from_secs(2);
 const LONG_FAILOVER_TTL: Duration = Duration::from_secs(300);
 
 /// A server configuration with short heartbeat timings; nodes that never
-/// heartbeat are marked down `failover_ttl` to twice that after a leader
-/// takes over, so tests that place on such nodes give a long one.
+/// heartbeat are marked down `failover_ttl` after a leader takes over, so
+/// tests that place on such nodes give a long one.
 fn config(dir: &Path, failover_ttl: Duration) -> AgentConfig {
     let mut flags = FlagOverrides::default();
     flags.ports.insert("http".into(), 0);
@@ -376,9 +376,9 @@ async fn timers_stop_with_the_lead_and_restart_with_fresh_ttls() {
         .await,
         "the node was marked down within the failover window"
     );
-    // At most twice the window (the spread) plus the tracker's tick.
+    // Once the window is over (plus the tracker's tick).
     assert!(
-        wait_until(2 * FAILOVER_TTL + Duration::from_secs(2), || {
+        wait_until(FAILOVER_TTL + Duration::from_secs(2), || {
             node_status(&store, &node) == Some(NodeStatus::Down)
         })
         .await,
@@ -387,6 +387,80 @@ async fn timers_stop_with_the_lead_and_restart_with_fresh_ttls() {
     assert!(
         children(&store, "cron") > 0,
         "the periodic job was not launched once the lead was regained"
+    );
+    server.stop().await;
+}
+
+/// A fleet that never heartbeats to a new leader (the servers cut off from
+/// every client) goes down together once the failover window is over: its
+/// allocations are marked lost and, with no node left, wait in blocked
+/// evaluations. None is replaced onto a node of the same silent fleet only
+/// to be lost again a moment later (as when each node had its own deadline
+/// within the window, and every expiry rescheduled onto the rest).
+#[actix::test]
+async fn a_silent_fleet_goes_down_together_and_its_work_is_not_replaced_onto_it() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    const NODES: usize = 12;
+    const JOBS: usize = 6;
+    const PER_JOB: i32 = 4;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start_as(&config(dir.path(), WINDOW), dir.path(), false)
+        .await
+        .expect("server starts");
+    let store = server.handle().store.clone();
+    let fleet: Vec<Node> = (0..NODES)
+        .map(|i| {
+            let node = fixtures::node(&format!("n{i}"));
+            store
+                .apply(Command::NodeRegister {
+                    node: Arc::new(node.clone()),
+                })
+                .expect("node stored");
+            node
+        })
+        .collect();
+    for j in 0..JOBS {
+        let job = fixtures::job("default", &format!("job-{j}"), &[("web", PER_JOB)]);
+        let eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now_nanos());
+        store
+            .apply(Command::JobRegister {
+                job: Arc::new(job),
+                eval: Some(eval),
+                enforce_index: None,
+            })
+            .expect("job stored");
+    }
+    server.duties().gain().await;
+    let expected = JOBS * PER_JOB as usize;
+    let all_allocs = || store.snapshot().allocs().count();
+    let live = || {
+        store
+            .snapshot()
+            .allocs()
+            .filter(|a| !a.is_terminal())
+            .count()
+    };
+    assert!(
+        wait_until(WINDOW, || live() == expected).await,
+        "the jobs were not placed within the window ({} of {expected})",
+        live()
+    );
+    assert!(
+        wait_until(WINDOW + Duration::from_secs(3), || fleet
+            .iter()
+            .all(|n| node_status(&store, n) == Some(NodeStatus::Down)))
+        .await,
+        "the silent fleet was not marked down after the window"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || live() == 0).await,
+        "the work of the down fleet was not marked lost ({} live)",
+        live()
+    );
+    assert!(
+        holds_for(Duration::from_secs(1), || all_allocs() == expected).await,
+        "allocations were placed on the silent fleet after it began going down: {} in all, {expected} placed at first",
+        all_allocs()
     );
     server.stop().await;
 }
