@@ -392,9 +392,9 @@ async fn timers_stop_with_the_lead_and_restart_with_fresh_ttls() {
 }
 
 /// A fleet that never heartbeats to a new leader (the servers cut off from
-/// every client) goes down together once the failover window is over: its
-/// allocations are marked lost and, with no node left, wait in blocked
-/// evaluations. None is replaced onto a node of the same silent fleet only
+/// every client) goes down together once the failover window is over, with
+/// one evaluation per job: its allocations are marked lost and, with no
+/// node left, wait in blocked evaluations. None is replaced onto a node of the same silent fleet only
 /// to be lost again a moment later (as when each node had its own deadline
 /// within the window, and every expiry rescheduled onto the rest).
 #[actix::test]
@@ -462,5 +462,13 @@ async fn a_silent_fleet_goes_down_together_and_its_work_is_not_replaced_onto_it(
         "allocations were placed on the silent fleet after it began going down: {} in all, {expected} placed at first",
         all_allocs()
     );
+    // One node-update evaluation per job for the whole fleet, not one per
+    // job per node (Nomad's count, a million for a fleet of 10,000).
+    let node_updates = store
+        .snapshot()
+        .evals()
+        .filter(|e| e.triggered_by == TriggeredBy::NodeUpdate)
+        .count();
+    assert_eq!(node_updates, JOBS, "node-update evaluations");
     server.stop().await;
 }
