@@ -61,7 +61,12 @@ fn store_node(store: &StateStore) -> Node {
 
 /// Registers a service job with its evaluation, as `job run` does.
 fn register_job(store: &StateStore, id: &str) {
-    let job = fixtures::job("default", id, &[("web", 1)]);
+    register_job_of(store, id, 1);
+}
+
+/// Registers a service job of `count` allocations with its evaluation.
+fn register_job_of(store: &StateStore, id: &str, count: i32) {
+    let job = fixtures::job("default", id, &[("web", count)]);
     let eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now_nanos());
     store
         .apply(Command::JobRegister {
@@ -420,15 +425,7 @@ async fn a_silent_fleet_goes_down_together_and_its_work_is_not_replaced_onto_it(
         })
         .collect();
     for j in 0..JOBS {
-        let job = fixtures::job("default", &format!("job-{j}"), &[("web", PER_JOB)]);
-        let eval = Evaluation::for_job(&job, TriggeredBy::JobRegister, now_nanos());
-        store
-            .apply(Command::JobRegister {
-                job: Arc::new(job),
-                eval: Some(eval),
-                enforce_index: None,
-            })
-            .expect("job stored");
+        register_job_of(&store, &format!("job-{j}"), PER_JOB);
     }
     server.duties().gain().await;
     let expected = JOBS * PER_JOB as usize;
