@@ -87,7 +87,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json
     // Last, so the packed bytes need no length: they are the rest.
     w.u8(u8::from(a.metrics.is_some()));
     if let Some(metrics) = &a.metrics {
-        w.bytes(metrics.as_bytes());
+        metrics.write_stored(w.0);
     }
     Ok(())
 }
@@ -165,7 +165,7 @@ pub(crate) fn decode_sharing(
     let has_metrics = r.u8()? != 0;
     let rest = std::mem::take(&mut r.rest);
     let metrics = match (has_metrics, rest.len()) {
-        (true, _) => Some(PackedMetric::from_bytes(rest)?),
+        (true, _) => Some(PackedMetric::from_stored(rest)?),
         (false, 0) => None,
         (false, n) => return Err(CodecError::Trailing(n)),
     };

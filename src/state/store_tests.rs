@@ -564,8 +564,9 @@ fn a_format_5_allocation_row_reads_back_with_its_metric_shortened() {
     // Back to format 5: the row as that format wrote it, the meta's version.
     let db = sled::open(dir.path()).unwrap();
     let (key, row) = db.scan_prefix(b"a").next().unwrap().unwrap();
-    assert!(row.ends_with(packed.as_bytes()), "the metric ends the row");
-    let mut old_row = row[..row.len() - packed.as_bytes().len()].to_vec();
+    let stored = packed.to_stored();
+    assert!(row.ends_with(&stored), "the metric ends the row");
+    let mut old_row = row[..row.len() - stored.len()].to_vec();
     old_row.extend_from_slice(&packed.spelled_out());
     db.insert(key, old_row).unwrap();
     let mut meta: serde_json::Value =
@@ -581,7 +582,7 @@ fn a_format_5_allocation_row_reads_back_with_its_metric_shortened() {
         .alloc(&id)
         .expect("the allocation is loaded, not quarantined");
     let read_metric = read.metrics.as_ref().expect("with its metric");
-    assert_eq!(read_metric.as_bytes(), packed.as_bytes(), "kept shortened");
+    assert_eq!(read_metric, &packed, "kept shortened");
     assert_eq!(read_metric.unpack(), metric);
     store.close();
     drop(store);

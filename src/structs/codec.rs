@@ -192,6 +192,12 @@ impl<'a> Reader<'a> {
         Ok(serde_json::from_slice(self.take(n)?)?)
     }
 
+    /// Past embedded JSON, unread (bytes this process wrote itself).
+    pub(crate) fn skip_json(&mut self) -> Result<(), CodecError> {
+        let n = self.len()?;
+        self.take(n).map(drop)
+    }
+
     pub(crate) fn json_or_default<T: DeserializeOwned + Default>(
         &mut self,
     ) -> Result<T, CodecError> {

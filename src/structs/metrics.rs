@@ -8,6 +8,7 @@
 //! `BTreeMap` allocates a node of eleven slots for its first entry.
 
 use super::codec::{CodecError, Reader, Writer};
+use super::node_numbers;
 use super::resources::Resources;
 use super::serde_util::nullable;
 use super::NodeId;
@@ -349,43 +350,75 @@ impl PackedMetric {
     }
 
     /// The metric. Bytes come from `pack` or were checked by
-    /// `from_bytes`, so this cannot fail; a default stands in if it did.
+    /// `from_stored`, so this cannot fail; a default stands in if it did.
     pub fn unpack(&self) -> AllocMetric {
-        Self::decode(&self.0).unwrap_or_default()
+        Self::decode(&self.0, NodeRefs::Numbered).unwrap_or_default()
     }
 
-    /// Packed bytes read from elsewhere (a stored row), checked. Bytes
-    /// written before format 6 spell out scores equal to their node's
-    /// normalized score; they are kept in today's shorter form.
-    pub fn from_bytes(bytes: &[u8]) -> Result<PackedMetric, CodecError> {
-        let mut r = Reader { rest: bytes };
-        let checked = check_metric(&mut r)?;
-        match r.rest.len() {
-            0 if checked.spelled_out_norm => {
-                Ok(PackedMetric(shorten(bytes, checked.metas_at)?.into()))
-            }
-            0 => Ok(PackedMetric(bytes.into())),
-            n => Err(CodecError::Trailing(n)),
+    /// A metric as a stored row holds it (node IDs in full), checked.
+    /// Rows written before format 6 spell out scores equal to their
+    /// node's normalized score; they are kept in today's shorter form.
+    pub fn from_stored(bytes: &[u8]) -> Result<PackedMetric, CodecError> {
+        let metas_at = checked_metas_at(bytes)?;
+        SCRATCH.with(|scratch| {
+            // A decoder's buffer: the numbered bytes are copied once, into
+            // their `Arc`. Checked as they are rewritten.
+            let mut numbered = scratch.take();
+            numbered.clear();
+            let written = transcode(
+                bytes,
+                metas_at,
+                NodeRefs::Full,
+                NodeRefs::Numbered,
+                &mut numbered,
+            );
+            let packed = written.map(|()| PackedMetric(Arc::from(&numbered[..])));
+            scratch.replace(numbered);
+            packed
+        })
+    }
+
+    /// Appends the metric as a stored row holds it: node IDs in full (the
+    /// numbers are this process's own).
+    pub fn write_stored(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        let written = metas_at(&self.0).and_then(|metas_at| {
+            transcode(&self.0, metas_at, NodeRefs::Numbered, NodeRefs::Full, out)
+        });
+        if written.is_err() {
+            // Unreachable: the bytes were packed or checked here, and a
+            // number handed out is never taken back. An empty metric is
+            // still a readable row.
+            out.truncate(start);
+            let _ = encode_metric(&mut Writer(out), &AllocMetric::default(), NodeRefs::Full);
         }
     }
 
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+    /// [`write_stored`](Self::write_stored) into a vector of its own.
+    pub fn to_stored(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.0.len() + 80);
+        self.write_stored(&mut out);
+        out
+    }
+
+    /// How many bytes it keeps in memory.
+    pub fn len_in_memory(&self) -> usize {
+        self.0.len()
     }
 
     /// This metric as format 5 stored it: every score's value written out.
     #[cfg(test)]
     pub(crate) fn spelled_out(&self) -> Vec<u8> {
-        let mut r = Reader { rest: &self.0 };
-        let checked = check_metric(&mut r).expect("packed bytes check");
-        let (head, metas) = self.0.split_at(checked.metas_at);
+        let stored = self.to_stored();
+        let metas_at = checked_metas_at(&stored).expect("stored bytes check");
+        let (head, metas) = stored.split_at(metas_at);
         let mut out = head.to_vec();
         let mut w = Writer(&mut out);
         let mut r = Reader { rest: metas };
         let count = r.len().expect("a count");
         w.varint(count as u64);
         for _ in 0..count {
-            let (node_id, norm_score, n) = read_meta_head(&mut r).expect("a node");
+            let (node_id, norm_score, n) = read_meta_head(&mut r, NodeRefs::Full, None).expect("a node");
             w.bytes(node_id.as_bytes());
             w.f64(norm_score);
             w.varint(n as u64);
@@ -407,9 +440,9 @@ impl PackedMetric {
         out
     }
 
-    fn decode(bytes: &[u8]) -> Result<AllocMetric, CodecError> {
+    fn decode(bytes: &[u8], refs: NodeRefs) -> Result<AllocMetric, CodecError> {
         let mut r = Reader { rest: bytes };
-        let metric = decode_metric(&mut r)?;
+        let metric = decode_metric(&mut r, refs)?;
         match r.rest.len() {
             0 => Ok(metric),
             n => Err(CodecError::Trailing(n)),
@@ -449,9 +482,9 @@ impl MetricPacker {
         let mut w = Writer(scratch);
         // Only embedded JSON can fail to encode, and a map of plain
         // numbers and strings cannot; an empty metric stands in if so.
-        if encode_metric_with(&mut w, metric, |w| w.bytes(shared)).is_err() {
+        if encode_metric_with(&mut w, metric, NodeRefs::Numbered, |w| w.bytes(shared)).is_err() {
             w.0.clear();
-            let _ = encode_metric(&mut w, &AllocMetric::default());
+            let _ = encode_metric(&mut w, &AllocMetric::default(), NodeRefs::Numbered);
         }
         PackedMetric(Arc::from(&scratch[..]))
     }
@@ -488,8 +521,8 @@ const CODED_SCORE_NAMES: [&str; 7] = [
     "preemption",
 ];
 
-fn encode_metric(w: &mut Writer, m: &AllocMetric) -> Result<(), serde_json::Error> {
-    encode_metric_with(w, m, |w| encode_available(w, &m.nodes_available))
+fn encode_metric(w: &mut Writer, m: &AllocMetric, refs: NodeRefs) -> Result<(), serde_json::Error> {
+    encode_metric_with(w, m, refs, |w| encode_available(w, &m.nodes_available))
 }
 
 fn encode_available(w: &mut Writer, available: &BTreeMap<String, u64>) {
@@ -504,6 +537,7 @@ fn encode_available(w: &mut Writer, available: &BTreeMap<String, u64>) {
 fn encode_metric_with(
     w: &mut Writer,
     m: &AllocMetric,
+    refs: NodeRefs,
     available: impl FnOnce(&mut Writer),
 ) -> Result<(), serde_json::Error> {
     for n in [
@@ -531,7 +565,7 @@ fn encode_metric_with(
     w.json_unless(m.resources_exhausted.is_empty(), &m.resources_exhausted)?;
     w.varint(m.score_meta_data.len() as u64);
     for meta in &m.score_meta_data {
-        write_score_meta(w, meta.node_id, meta.norm_score, meta.scores.iter());
+        write_score_meta(w, refs, meta.node_id, meta.norm_score, meta.scores.iter());
     }
     Ok(())
 }
@@ -545,16 +579,73 @@ fn encode_metric_with(
 /// Format-5 metrics never set the bit (their name bytes are 0-7).
 const SAME_AS_NORM: u8 = 0x80;
 
+thread_local! {
+    /// [`PackedMetric::from_stored`]'s buffer.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// How packed bytes name a scored node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeRefs {
+    /// The ID's 16 bytes: stored rows (frozen with the store format).
+    Full,
+    /// In memory: a varint, the node's number in [`node_numbers`] plus
+    /// one, or 0 and the ID's 16 bytes when the table had no room.
+    Numbered,
+}
+
+fn write_node(w: &mut Writer, refs: NodeRefs, node_id: NodeId) {
+    let number = match refs {
+        NodeRefs::Full => None,
+        NodeRefs::Numbered => node_numbers::number_of(node_id),
+    };
+    write_node_as(w, refs, number, node_id);
+}
+
+/// [`write_node`] with the node's number (if it has one) given.
+fn write_node_as(w: &mut Writer, refs: NodeRefs, number: Option<u32>, node_id: NodeId) {
+    match (refs, number) {
+        (NodeRefs::Numbered, Some(n)) => w.varint(u64::from(n) + 1),
+        (NodeRefs::Numbered, None) => {
+            w.u8(0);
+            w.bytes(node_id.as_bytes());
+        }
+        (NodeRefs::Full, _) => w.bytes(node_id.as_bytes()),
+    }
+}
+
+/// Reads a node written by [`write_node`]; `numbered` resolves numbers
+/// (taken once by the caller, for all of a metric's nodes).
+fn read_node(
+    r: &mut Reader,
+    refs: NodeRefs,
+    numbered: Option<&node_numbers::Numbered>,
+) -> Result<NodeId, CodecError> {
+    match (refs, numbered) {
+        (NodeRefs::Full, _) => r.id(),
+        (NodeRefs::Numbered, _) => match r.varint()? {
+            0 => r.id(),
+            n => numbered
+                .and_then(|table| table.id(n - 1))
+                .ok_or(CodecError::BadCode {
+                    field: "node number",
+                    value: n,
+                }),
+        },
+    }
+}
+
 /// One node's score metadata: node, normalized score, then each score's
 /// name byte (a coded name, or 0 and the name), its value unless it is
 /// the normalized score. The one writing of this layout.
 fn write_score_meta<'s>(
     w: &mut Writer,
+    refs: NodeRefs,
     node_id: NodeId,
     norm_score: f64,
     scores: impl ExactSizeIterator<Item = (&'s str, f64)>,
 ) {
-    w.bytes(node_id.as_bytes());
+    write_node(w, refs, node_id);
     w.f64(norm_score);
     w.varint(scores.len() as u64);
     for (name, value) in scores {
@@ -574,7 +665,7 @@ fn write_score_meta<'s>(
     }
 }
 
-fn decode_metric(r: &mut Reader) -> Result<AllocMetric, CodecError> {
+fn decode_metric(r: &mut Reader, refs: NodeRefs) -> Result<AllocMetric, CodecError> {
     let mut m = AllocMetric {
         nodes_evaluated: r.varint()?,
         nodes_filtered: r.varint()?,
@@ -592,14 +683,19 @@ fn decode_metric(r: &mut Reader) -> Result<AllocMetric, CodecError> {
     m.quota_exhausted = (0..quotas).map(|_| r.string()).collect::<Result<_, _>>()?;
     m.resources_exhausted = r.json_or_default()?;
     let metas = r.len()?;
+    let numbered = (refs == NodeRefs::Numbered).then(node_numbers::numbered);
     m.score_meta_data = (0..metas)
-        .map(|_| decode_score_meta(r))
+        .map(|_| decode_score_meta(r, refs, numbered.as_ref()))
         .collect::<Result<_, _>>()?;
     Ok(m)
 }
 
-fn decode_score_meta(r: &mut Reader) -> Result<NodeScoreMeta, CodecError> {
-    let (node_id, norm_score, count) = read_meta_head(r)?;
+fn decode_score_meta(
+    r: &mut Reader,
+    refs: NodeRefs,
+    numbered: Option<&node_numbers::Numbered>,
+) -> Result<NodeScoreMeta, CodecError> {
+    let (node_id, norm_score, count) = read_meta_head(r, refs, numbered)?;
     let mut scores = Vec::with_capacity(count);
     for _ in 0..count {
         let score = read_score(r, norm_score)?;
@@ -635,16 +731,18 @@ impl<'a> ScoreNameRead<'a> {
 struct ScoreRead<'a> {
     name: ScoreNameRead<'a>,
     value: f64,
-    /// Its value was written out (always so before format 6).
-    spelled_out: bool,
 }
 
 /// The start of one node's score metadata: node, normalized score, and
 /// how many scores follow (each read by [`read_score`]). With
 /// `read_score`, the one reading of `write_score_meta`'s layout, for
 /// decoding and for checking alike.
-fn read_meta_head(r: &mut Reader) -> Result<(NodeId, f64, usize), CodecError> {
-    Ok((r.id()?, r.f64()?, r.len()?))
+fn read_meta_head(
+    r: &mut Reader,
+    refs: NodeRefs,
+    numbered: Option<&node_numbers::Numbered>,
+) -> Result<(NodeId, f64, usize), CodecError> {
+    Ok((read_node(r, refs, numbered)?, r.f64()?, r.len()?))
 }
 
 fn read_score<'a>(r: &mut Reader<'a>, norm_score: f64) -> Result<ScoreRead<'a>, CodecError> {
@@ -663,53 +761,58 @@ fn read_score<'a>(r: &mut Reader<'a>, norm_score: f64) -> Result<ScoreRead<'a>, 
     };
     let spelled_out = code & SAME_AS_NORM == 0;
     let value = if spelled_out { r.f64()? } else { norm_score };
-    Ok(ScoreRead {
-        name,
-        value,
-        spelled_out,
-    })
+    Ok(ScoreRead { name, value })
 }
 
-/// What checking a stored metric learned of it.
-struct CheckedMetric {
-    /// Where its score metadata starts (the count of nodes).
+/// Rewrites a metric's score metadata (from `metas_at`) from one way of
+/// naming nodes to the other, appending to `out`; every score equal to its
+/// node's normalized score comes out written as such (stored rows before
+/// format 6 spelled them out). Holds the number table only when reading
+/// numbers: giving out numbers (`Full` to `Numbered`) takes it to write.
+fn transcode(
+    bytes: &[u8],
     metas_at: usize,
-    /// A score equal to its normalized score is written out (a metric
-    /// stored before format 6): [`shorten`] would make it smaller.
-    spelled_out_norm: bool,
-}
-
-/// `bytes` (checked: score metadata from `metas_at`) with every score
-/// equal to its node's normalized score written as such.
-fn shorten(bytes: &[u8], metas_at: usize) -> Result<Vec<u8>, CodecError> {
+    from: NodeRefs,
+    to: NodeRefs,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
     let (head, metas) = bytes.split_at(metas_at);
-    let mut out = Vec::with_capacity(bytes.len());
     out.extend_from_slice(head);
-    let mut w = Writer(&mut out);
+    let mut w = Writer(out);
     let mut r = Reader { rest: metas };
+    let numbered = (from == NodeRefs::Numbered).then(node_numbers::numbered);
     let count = r.len()?;
     w.varint(count as u64);
     let mut scores = Vec::new();
     for _ in 0..count {
-        let (node_id, norm_score, n) = read_meta_head(&mut r)?;
+        let (node_id, norm_score, n) = read_meta_head(&mut r, from, numbered.as_ref())?;
         scores.clear();
         for _ in 0..n {
             let score = read_score(&mut r, norm_score)?;
             scores.push((score.name.as_str(), score.value));
         }
-        write_score_meta(&mut w, node_id, norm_score, scores.iter().copied());
+        write_score_meta(&mut w, to, node_id, norm_score, scores.iter().copied());
     }
-    Ok(out)
+    match r.rest.len() {
+        0 => Ok(()),
+        n => Err(CodecError::Trailing(n)),
+    }
 }
 
-/// Checks that `r` holds a metric as `decode_metric` reads it, without
-/// building it: a restart checks a million stored metrics, and building
-/// each (its maps, its score list) only to drop it was a fifth of the
-/// restart's CPU. Mirrors `decode_metric` field for field (the layout is
-/// frozen with format 4); `a_checked_metric_is_one_that_decodes` holds the
-/// two to the same answers.
-fn check_metric(r: &mut Reader) -> Result<CheckedMetric, CodecError> {
-    let start = r.rest.len();
+/// Where the score metadata of bytes this process packed starts (their
+/// head holds no node: it is the same in either form).
+fn metas_at(bytes: &[u8]) -> Result<usize, CodecError> {
+    let mut r = Reader { rest: bytes };
+    skip_head(&mut r, |r| r.skip_json())?;
+    Ok(bytes.len() - r.rest.len())
+}
+
+/// Reads past a metric's counts and exhausted resources (`json` reads or
+/// checks the embedded JSON), up to its score metadata.
+fn skip_head<'a>(
+    r: &mut Reader<'a>,
+    json: impl FnOnce(&mut Reader<'a>) -> Result<(), CodecError>,
+) -> Result<(), CodecError> {
     for _ in 0..4 {
         r.varint()?;
     }
@@ -724,27 +827,28 @@ fn check_metric(r: &mut Reader) -> Result<CheckedMetric, CodecError> {
     for _ in 0..r.len()? {
         r.str()?;
     }
-    r.json_or_default::<BTreeMap<String, Resources>>()?;
-    let metas_at = start - r.rest.len();
-    let mut spelled_out_norm = false;
-    for _ in 0..r.len()? {
-        let (_, norm_score, count) = read_meta_head(r)?;
-        for _ in 0..count {
-            let score = read_score(r, norm_score)?;
-            spelled_out_norm |= score.spelled_out && score.value.to_bits() == norm_score.to_bits();
-        }
-    }
-    Ok(CheckedMetric {
-        metas_at,
-        spelled_out_norm,
-    })
+    json(r)
+}
+
+/// Where the score metadata of stored bytes starts, their head checked
+/// as `decode_metric` reads it, without building it: a restart reads a
+/// million stored metrics, and building each (its maps, its score list)
+/// only to drop it was a fifth of the restart's CPU. The metadata is then
+/// checked as [`transcode`] rewrites it; `a_checked_metric_is_one_that_decodes`
+/// holds the two to `decode_metric`'s answers.
+fn checked_metas_at(bytes: &[u8]) -> Result<usize, CodecError> {
+    let mut r = Reader { rest: bytes };
+    skip_head(&mut r, |r| {
+        r.json_or_default::<BTreeMap<String, Resources>>().map(drop)
+    })?;
+    Ok(bytes.len() - r.rest.len())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Checking (a restart's `from_bytes`) and decoding read the same
+    /// Checking (a restart's `from_stored`) and decoding read the same
     /// layout: they accept and refuse the same bytes, for every cut of a
     /// metric with every part present and for every single-byte change.
     #[test]
@@ -776,18 +880,22 @@ mod tests {
             norm_score: 0.375,
         }];
         let packed = PackedMetric::pack(&m);
-        let bytes = packed.as_bytes();
-        assert_eq!(PackedMetric::from_bytes(bytes).expect("checks").unpack(), m);
+        let stored = packed.to_stored();
+        let bytes = &stored[..];
+        assert_eq!(
+            PackedMetric::from_stored(bytes).expect("checks").unpack(),
+            m
+        );
         let agree = |b: &[u8]| {
             assert_eq!(
-                PackedMetric::from_bytes(b).is_ok(),
-                PackedMetric::decode(b).is_ok(),
+                PackedMetric::from_stored(b).is_ok(),
+                PackedMetric::decode(b, NodeRefs::Full).is_ok(),
                 "{b:?}"
             )
         };
         for cut in 0..bytes.len() {
             assert!(
-                PackedMetric::from_bytes(&bytes[..cut]).is_err(),
+                PackedMetric::from_stored(&bytes[..cut]).is_err(),
                 "cut at {cut}"
             );
             agree(&bytes[..cut]);
@@ -877,7 +985,7 @@ mod tests {
         assert_eq!(back, packed);
         // What makes it worth packing: a placement's metric in a few
         // hundred bytes.
-        assert!(packed.as_bytes().len() < 320, "{}", packed.as_bytes().len());
+        assert!(packed.len_in_memory() < 320, "{}", packed.len_in_memory());
     }
 
     /// One packer across an evaluation's placements: the shared counts
@@ -911,18 +1019,18 @@ mod tests {
 
     #[test]
     fn packed_bytes_from_elsewhere_are_checked() {
-        let bytes = PackedMetric::pack(&placement_metric()).as_bytes().to_vec();
-        assert!(PackedMetric::from_bytes(&bytes).is_ok());
+        let bytes = PackedMetric::pack(&placement_metric()).to_stored();
+        assert!(PackedMetric::from_stored(&bytes).is_ok());
         for cut in 0..bytes.len() {
             assert!(
-                PackedMetric::from_bytes(&bytes[..cut]).is_err(),
+                PackedMetric::from_stored(&bytes[..cut]).is_err(),
                 "cut at {cut}"
             );
         }
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(matches!(
-            PackedMetric::from_bytes(&longer),
+            PackedMetric::from_stored(&longer),
             Err(CodecError::Trailing(1))
         ));
     }
@@ -972,17 +1080,62 @@ mod tests {
         let packed = PackedMetric::pack(&metric);
         assert_eq!(packed.unpack(), metric);
         let spelled_out = packed.spelled_out().len();
+        let stored = packed.to_stored().len();
         assert!(spelled_out + 16 > 256, "format 5 took {spelled_out} bytes");
         assert!(
-            packed.as_bytes().len() + 16 <= 224,
-            "{} bytes packed ({spelled_out} spelled out)",
-            packed.as_bytes().len()
+            stored + 16 <= 224,
+            "{stored} bytes stored ({spelled_out} spelled out)"
         );
+        assert_eq!(spelled_out - stored, 9 * 8, "nine values not written");
+    }
+
+    /// In memory a metric names its nodes by number: the same metric
+    /// fits the allocator's 160-byte class with its `Arc` (224 with the
+    /// IDs in full), and writes out, and reads back, with the IDs.
+    #[test]
+    fn a_metric_in_memory_names_its_nodes_by_number() {
+        let metric = binpack_metric();
+        let packed = PackedMetric::pack(&metric);
+        let stored = packed.to_stored();
+        assert!(
+            packed.len_in_memory() + 16 <= 160,
+            "{} bytes in memory",
+            packed.len_in_memory()
+        );
+        assert!(stored.len() - packed.len_in_memory() >= 5 * 14);
+        let read = PackedMetric::from_stored(&stored).expect("checks");
+        assert_eq!(read, packed, "the same numbers");
+        assert_eq!(read.unpack(), metric);
         assert_eq!(
-            spelled_out - packed.as_bytes().len(),
-            9 * 8,
-            "nine values not written"
+            PackedMetric::decode(&stored, NodeRefs::Full).expect("decodes"),
+            metric
         );
+    }
+
+    /// A node the table had no room for is written in full in memory too
+    /// (0, then its ID), and a number the table never gave out does not
+    /// read.
+    #[test]
+    fn a_node_without_a_number_is_written_in_full() {
+        let id = NodeId::new_v4();
+        let mut bytes = Vec::new();
+        write_node_as(&mut Writer(&mut bytes), NodeRefs::Numbered, None, id);
+        assert_eq!(bytes.len(), 17);
+        let table = node_numbers::numbered();
+        let read = read_node(
+            &mut Reader { rest: &bytes },
+            NodeRefs::Numbered,
+            Some(&table),
+        );
+        assert_eq!(read.expect("reads"), id);
+        let mut unknown = Vec::new();
+        Writer(&mut unknown).varint(node_numbers::MAX_NUMBERED as u64 + 1);
+        let read = read_node(
+            &mut Reader { rest: &unknown },
+            NodeRefs::Numbered,
+            Some(&table),
+        );
+        assert!(matches!(read, Err(CodecError::BadCode { .. })));
     }
 
     /// Format-5 metrics (every value written out) read back as the same
@@ -992,11 +1145,15 @@ mod tests {
         for metric in [binpack_metric(), placement_metric()] {
             let packed = PackedMetric::pack(&metric);
             let old = packed.spelled_out();
-            assert!(old.len() > packed.as_bytes().len());
-            let read = PackedMetric::from_bytes(&old).expect("format-5 bytes check");
-            assert_eq!(read.as_bytes(), packed.as_bytes());
+            assert!(old.len() > packed.to_stored().len());
+            let read = PackedMetric::from_stored(&old).expect("format-5 bytes check");
+            assert_eq!(read, packed);
+            assert_eq!(read.to_stored(), packed.to_stored());
             assert_eq!(read.unpack(), metric);
-            assert_eq!(PackedMetric::decode(&old).expect("decodes"), metric);
+            assert_eq!(
+                PackedMetric::decode(&old, NodeRefs::Full).expect("decodes"),
+                metric
+            );
         }
     }
 
@@ -1020,7 +1177,7 @@ mod tests {
             ..Default::default()
         };
         let packed = PackedMetric::pack(&metric);
-        let back = PackedMetric::from_bytes(packed.as_bytes())
+        let back = PackedMetric::from_stored(&packed.to_stored())
             .expect("checks")
             .unpack();
         let first = &back.score_meta_data[0].scores;
@@ -1037,7 +1194,7 @@ mod tests {
             .get("binpack")
             .is_some_and(f64::is_nan));
         assert_eq!(
-            packed.spelled_out().len() - packed.as_bytes().len(),
+            packed.spelled_out().len() - packed.to_stored().len(),
             8,
             "only `custom`'s value"
         );

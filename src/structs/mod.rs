@@ -14,6 +14,7 @@ pub mod job;
 pub mod metrics;
 pub mod namespace;
 pub mod node;
+pub mod node_numbers;
 pub mod operator;
 pub mod plan;
 pub mod resources;
