@@ -12,7 +12,7 @@
 use super::planner::MonotonicClock;
 use crate::structs::{
     AllocId, AllocMetric, AllocStop, Allocation, ClientStatus, ComparableResources, DesiredStatus,
-    EvalId, Job, Node, NodeId, Plan,
+    EvalId, Job, Node, NodeId, Plan, SharedStr,
 };
 use crate::view::fast_map::FastMap;
 use crate::view::usage_column::UsageColumn;
@@ -28,7 +28,7 @@ pub struct NodeUsage {
     /// Host ports in use, and the node's reserved host ports.
     pub ports: HashSet<u16>,
     /// Live allocations of the evaluation's job on the node, per group.
-    pub job_groups: Vec<(Arc<str>, u32)>,
+    pub job_groups: Vec<(SharedStr, u32)>,
 }
 
 impl NodeUsage {
@@ -74,7 +74,7 @@ impl Default for UsageHint {
 #[derive(Clone, Debug)]
 pub struct PlanChange {
     pub node: NodeId,
-    pub group: Arc<str>,
+    pub group: SharedStr,
     pub delta: i32,
 }
 
@@ -149,7 +149,7 @@ pub struct EvalContext {
     /// fetched, and without one): the node's slot in `usage_slots`, or
     /// [`UNTOUCHED`] or [`JOB_ON_NODE`].
     by_position: Vec<u32>,
-    priorities: FastMap<(Arc<str>, Arc<str>), i32>,
+    priorities: FastMap<(SharedStr, SharedStr), i32>,
     /// The empty `nodes_available` of blank metrics (see
     /// [`Self::blank_metric`]).
     no_nodes_available: Arc<BTreeMap<String, u64>>,
@@ -654,7 +654,7 @@ fn add_to_usage(job_key: Option<&(String, String)>, usage: &mut NodeUsage, alloc
     }
 }
 
-fn count_group(usage: &mut NodeUsage, group: &Arc<str>) {
+fn count_group(usage: &mut NodeUsage, group: &SharedStr) {
     match usage.job_groups.iter_mut().find(|(g, _)| g == group) {
         Some((_, n)) => *n += 1,
         None => usage.job_groups.push((group.clone(), 1)),
@@ -662,7 +662,7 @@ fn count_group(usage: &mut NodeUsage, group: &Arc<str>) {
 }
 
 /// The evaluation job's live allocations on each node, with their groups.
-type JobAllocsByNode = FastMap<NodeId, Vec<(AllocId, Arc<str>)>>;
+type JobAllocsByNode = FastMap<NodeId, Vec<(AllocId, SharedStr)>>;
 
 /// The job's live allocations by node, with their groups.
 fn live_job_allocs_by_node(

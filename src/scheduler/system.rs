@@ -18,7 +18,7 @@ use super::stack::{SelectOptions, Stack, StackKind};
 use super::util::*;
 use crate::structs::{
     AllocMetric, Allocation, ClientStatus, EvalStatus, Evaluation, Job, Node, NodeId,
-    PlanAnnotations, PlanResult, TaskGroup, TriggeredBy,
+    PlanAnnotations, PlanResult, SharedStr, TaskGroup, TriggeredBy,
 };
 use crate::view::fast_map::FastMap;
 use crate::view::State;
@@ -41,7 +41,7 @@ pub struct SystemScheduler<'p> {
 #[derive(Clone)]
 pub struct AllocTuple {
     pub name: Arc<str>,
-    pub group: Arc<str>,
+    pub group: SharedStr,
     pub node: NodeId,
     /// The node itself when it is eligible (where placements may go).
     pub target: Option<Arc<Node>>,
@@ -446,13 +446,13 @@ pub fn diff_system_allocs(
     tainted: &HashMap<NodeId, Option<Arc<Node>>>,
     allocs: &[Arc<Allocation>],
 ) -> SystemDiff {
-    let required: Vec<(Arc<str>, Arc<str>, &TaskGroup)> = job
+    let required: Vec<(Arc<str>, SharedStr, &TaskGroup)> = job
         .map(|j| {
             j.task_groups
                 .iter()
                 .map(|tg| {
                     let name = Arc::from(system_alloc_name(j, tg));
-                    (name, Arc::from(tg.name.as_str()), tg)
+                    (name, SharedStr::from(tg.name.as_str()), tg)
                 })
                 .collect()
         })
@@ -461,7 +461,7 @@ pub fn diff_system_allocs(
     let mut terminal: HashMap<(NodeId, &str), &Arc<Allocation>> = HashMap::new();
     for a in allocs {
         if a.is_terminal() {
-            let e = terminal.entry((a.node_id, a.name.as_str())).or_insert(a);
+            let e = terminal.entry((a.node_id, &*a.name)).or_insert(a);
             if a.create_index > e.create_index {
                 *e = a;
             }
@@ -503,7 +503,7 @@ pub fn diff_system_allocs(
             };
             let mut existing: HashSet<&str> = HashSet::new();
             for a in live {
-                existing.insert(a.name.as_str());
+                existing.insert(&*a.name);
                 differ.diff_live(&mut diff, node_id, target, a);
             }
             differ.diff_missing(&mut diff, node_id, target, position, &existing);
@@ -522,7 +522,7 @@ struct NodeDiffer<'a> {
     sysbatch: bool,
     job_version: u64,
     /// Each group's allocation name, group name and group.
-    required: &'a [(Arc<str>, Arc<str>, &'a TaskGroup)],
+    required: &'a [(Arc<str>, SharedStr, &'a TaskGroup)],
     tainted: &'a HashMap<NodeId, Option<Arc<Node>>>,
     /// The newest terminal allocation by node and name.
     terminal: &'a HashMap<(NodeId, &'a str), &'a Arc<Allocation>>,
@@ -539,7 +539,7 @@ impl NodeDiffer<'_> {
         a: &Arc<Allocation>,
     ) {
         let tuple = |a: &Arc<Allocation>| AllocTuple {
-            name: Arc::from(a.name.as_str()),
+            name: Arc::from(&*a.name),
             group: a.task_group.clone(),
             node: node_id,
             target: target.cloned(),

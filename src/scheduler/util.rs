@@ -9,7 +9,7 @@ use crate::structs::job::delay_function;
 use crate::structs::{
     AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
     Evaluation, Job, Links, MetricPacker, Node, NodeId, NodeStatus, Plan, PlanResult,
-    RescheduleEvent, ReschedulePolicy, RescheduleTracker, TaskGroup, TriggeredBy,
+    RescheduleEvent, ReschedulePolicy, RescheduleTracker, SharedStr, TaskGroup, TriggeredBy,
 };
 use crate::view::fast_map::FastMap;
 use crate::view::node_target::datacenter_matches;
@@ -219,14 +219,14 @@ pub fn try_update(
 /// allocation costs pointer copies rather than copies of its strings and
 /// resources (at a million allocations, the copies were hundreds of MB).
 pub struct AllocTemplate {
-    pub namespace: Arc<str>,
-    pub job_id: Arc<str>,
+    pub namespace: SharedStr,
+    pub job_id: SharedStr,
     pub job_version: u64,
     pub eval_id: uuid::Uuid,
     /// Few per job: scanned, not hashed.
-    groups: Vec<Arc<str>>,
+    groups: Vec<SharedStr>,
     /// `None` when nodes are not expected to repeat (system placements).
-    node_names: Option<FastMap<NodeId, Arc<str>>>,
+    node_names: Option<FastMap<NodeId, SharedStr>>,
     /// The last grant handed out: consecutive placements of a group
     /// without ports get equal grants.
     last_resources: Option<Arc<AllocatedResources>>,
@@ -236,14 +236,14 @@ pub struct AllocTemplate {
 impl AllocTemplate {
     pub fn new(job: &Job, eval: &Evaluation) -> Self {
         AllocTemplate {
-            namespace: Arc::from(job.namespace.as_str()),
-            job_id: Arc::from(job.id.as_str()),
+            namespace: SharedStr::from(job.namespace.as_str()),
+            job_id: SharedStr::from(job.id.as_str()),
             job_version: job.version,
             eval_id: eval.id,
             groups: job
                 .task_groups
                 .iter()
-                .map(|tg| Arc::from(tg.name.as_str()))
+                .map(|tg| SharedStr::from(tg.name.as_str()))
                 .collect(),
             node_names: Some(FastMap::default()),
             last_resources: None,
@@ -281,9 +281,9 @@ impl AllocTemplate {
         let node_name = match &mut self.node_names {
             Some(names) => names
                 .entry(ranked.node.id)
-                .or_insert_with(|| Arc::from(ranked.node.name.as_str()))
+                .or_insert_with(|| SharedStr::from(ranked.node.name.as_str()))
                 .clone(),
-            None => Arc::from(ranked.node.name.as_str()),
+            None => SharedStr::from(ranked.node.name.as_str()),
         };
         let allocated_resources = self.share_resources(resources);
         // Every field spelled out: `..Default::default()` built (and
@@ -292,7 +292,7 @@ impl AllocTemplate {
             id: new_alloc_id(),
             namespace: self.namespace.clone(),
             eval_id: self.eval_id,
-            name,
+            name: name.into_boxed_str(),
             node_id: ranked.node.id,
             node_name,
             job_id: self.job_id.clone(),
@@ -302,11 +302,11 @@ impl AllocTemplate {
                 .iter()
                 .find(|g| ***g == *group)
                 .cloned()
-                .unwrap_or_else(|| Arc::from(group)),
+                .unwrap_or_else(|| SharedStr::from(group)),
             allocated_resources,
             metrics: Some(self.packer.pack(metrics)),
             desired_status: DesiredStatus::Run,
-            desired_description: Box::default(),
+            desired_description: SharedStr::default(),
             desired_transition: Default::default(),
             client_status: ClientStatus::Pending,
             client_description: Box::default(),

@@ -23,7 +23,7 @@ use crate::structs::codec::{CodecError, Reader, Writer};
 use crate::structs::{
     AllocLinks, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
     AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus,
-    DesiredTransition, Links, PackedMetric, VecMap,
+    DesiredTransition, Links, PackedMetric, SharedStr, TaskStates, VecMap,
 };
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -133,11 +133,11 @@ pub(crate) fn decode_sharing(
     let node_name = sharing.str(1, &mut r)?;
     let job_id = sharing.str(2, &mut r)?;
     let task_group = sharing.str(3, &mut r)?;
-    let name = r.string()?;
+    let name = r.str()?.into();
     let job_version = r.varint()?;
     let desired_status = desired_status(r.u8()?)?;
     let client_status = client_status(r.u8()?)?;
-    let desired_description = r.str()?.into();
+    let desired_description = sharing.str(4, &mut r)?;
     let client_description = r.str()?.into();
     let desired_transition = transition(r.u8()?)?;
     let node_failure = r.u8()? != 0;
@@ -151,7 +151,7 @@ pub(crate) fn decode_sharing(
     let (create_index, modify_index, alloc_modify_index) = (r.varint()?, r.varint()?, r.varint()?);
     let (create_time, modify_time) = (r.signed()?, r.signed()?);
     let allocated_resources = sharing.resources(&mut r)?;
-    let task_states = r.json_or_default::<VecMap<_, _>>()?;
+    let task_states = r.json_or_default::<TaskStates>()?;
     let preempted = r.len()?;
     links.preempted_allocations = (0..preempted).map(|_| r.id()).collect::<Result<_, _>>()?;
     if r.u8()? != 0 {
@@ -216,10 +216,11 @@ pub(crate) struct RowSharing {
     /// Keyed by the standard hash: job IDs and node names are a client's
     /// choice, and a chosen set of colliding names must not turn a restart
     /// quadratic.
-    strings: HashSet<SharedStr>,
+    strings: HashSet<KnownStr>,
     /// Each string field's value in the previous row: one plan's rows
-    /// repeat their namespace, job and group, found by one comparison.
-    recent: [Option<Arc<str>>; 4],
+    /// repeat their namespace, job, group and stop reason, found by one
+    /// comparison.
+    recent: [Option<SharedStr>; 5],
     /// The last grant decoded and the bytes it was decoded from: rows come
     /// back in creation order, so one plan's allocations arrive together.
     last_resources: Option<(Vec<u8>, Arc<AllocatedResources>)>,
@@ -229,7 +230,7 @@ pub(crate) struct RowSharing {
 
 impl RowSharing {
     /// The string at the reader (the row's `field`th string), shared.
-    fn str(&mut self, field: usize, r: &mut Reader) -> Result<Arc<str>, CodecError> {
+    fn str(&mut self, field: usize, r: &mut Reader) -> Result<SharedStr, CodecError> {
         let n = r.len()?;
         let bytes = r.take(n)?;
         let recent = &mut self.recent[field];
@@ -240,8 +241,8 @@ impl RowSharing {
             Some(known) => known.0.clone(),
             None => {
                 let s =
-                    Arc::<str>::from(std::str::from_utf8(bytes).map_err(|_| CodecError::NotUtf8)?);
-                self.strings.insert(SharedStr(s.clone()));
+                    SharedStr::from(std::str::from_utf8(bytes).map_err(|_| CodecError::NotUtf8)?);
+                self.strings.insert(KnownStr(s.clone()));
                 s
             }
         };
@@ -282,11 +283,12 @@ impl RowSharing {
             &mut a.node_name,
             &mut a.job_id,
             &mut a.task_group,
+            &mut a.desired_description,
         ] {
             match self.strings.get(s.as_bytes()) {
                 Some(known) => *s = known.0.clone(),
                 None => {
-                    self.strings.insert(SharedStr(s.clone()));
+                    self.strings.insert(KnownStr(s.clone()));
                 }
             }
         }
@@ -296,15 +298,15 @@ impl RowSharing {
 /// A shared string found by its bytes (its hash is its bytes' hash, so a
 /// row's raw bytes look it up without being checked as UTF-8 first).
 #[derive(PartialEq, Eq)]
-struct SharedStr(Arc<str>);
+struct KnownStr(SharedStr);
 
-impl Hash for SharedStr {
+impl Hash for KnownStr {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.0.as_bytes().hash(state);
     }
 }
 
-impl Borrow<[u8]> for SharedStr {
+impl Borrow<[u8]> for KnownStr {
     fn borrow(&self) -> &[u8] {
         self.0.as_bytes()
     }
@@ -520,7 +522,7 @@ mod tests {
             },
             client_status: ClientStatus::Lost,
             client_description: "node is down".into(),
-            task_states,
+            task_states: task_states.into(),
             links: Links::new(AllocLinks {
                 previous_allocation: Some(uuid::Uuid::from_u128(5)),
                 next_allocation: Some(uuid::Uuid::from_u128(6)),
@@ -585,7 +587,7 @@ mod tests {
     #[test]
     fn a_placed_allocation_is_a_fraction_of_its_json() {
         let mut a = full_alloc();
-        a.task_states = VecMap::new();
+        a.task_states = TaskStates::default();
         a.links_mut().reschedule_tracker = None;
         let mut binary = Vec::new();
         encode(&mut binary, &a).unwrap();
@@ -633,12 +635,15 @@ mod tests {
         let [a, b, c, d] = &decoded[..] else {
             unreachable!("four rows")
         };
-        assert!(Arc::ptr_eq(&a.job_id, &b.job_id) && Arc::ptr_eq(&a.namespace, &c.namespace));
+        assert!(
+            SharedStr::ptr_eq(&a.job_id, &b.job_id)
+                && SharedStr::ptr_eq(&a.namespace, &c.namespace)
+        );
         assert!(Arc::ptr_eq(&a.allocated_resources, &b.allocated_resources));
         assert!(!Arc::ptr_eq(&b.allocated_resources, &c.allocated_resources));
         // Not the previous row's node, but seen before: the same string.
-        assert!(Arc::ptr_eq(&a.node_name, &d.node_name));
-        assert!(!Arc::ptr_eq(&a.node_name, &b.node_name));
+        assert!(SharedStr::ptr_eq(&a.node_name, &d.node_name));
+        assert!(!SharedStr::ptr_eq(&a.node_name, &b.node_name));
     }
 
     #[test]
@@ -654,7 +659,7 @@ mod tests {
             read
         });
         assert_eq!((&a, &b), (&first, &second));
-        assert!(Arc::ptr_eq(&a.job_id, &b.job_id));
+        assert!(SharedStr::ptr_eq(&a.job_id, &b.job_id));
         assert!(Arc::ptr_eq(&a.allocated_resources, &b.allocated_resources));
     }
 

@@ -21,7 +21,7 @@ use crate::structs::{
     AllocId, AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, DrainStrategy,
     EvalId, EvalStatus, Evaluation, Job, JobChildrenSummary, JobScalingEvents, JobSummary, JobType,
     Node, NodeEvent, NodeId, NodeStatus, ScalingEvent, SchedulerConfiguration,
-    SchedulingEligibility, TaskGroupSummary,
+    SchedulingEligibility, SharedStr, TaskGroupSummary,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -72,6 +72,9 @@ pub(crate) struct Txn {
     /// The last version of each allocation this command wrote, so that
     /// listing its changes does not walk the allocation table again.
     written_allocs: HashMap<AllocId, Arc<Allocation>>,
+    /// The last reason written on a stopped allocation: one plan stops
+    /// many allocations for the same reason, and they share the string.
+    last_stop_reason: SharedStr,
 }
 
 impl Txn {
@@ -82,6 +85,7 @@ impl Txn {
             touched: BTreeSet::new(),
             status_refresh: BTreeMap::new(),
             written_allocs: HashMap::new(),
+            last_stop_reason: SharedStr::default(),
         }
     }
 
@@ -1068,7 +1072,10 @@ impl Txn {
         } else {
             stop.desired_status
         };
-        alloc.desired_description = stop.desired_description.as_str().into();
+        if self.last_stop_reason != *stop.desired_description {
+            self.last_stop_reason = SharedStr::from(stop.desired_description.as_str());
+        }
+        alloc.desired_description = self.last_stop_reason.clone();
         if let Some(status) = stop.client_status {
             alloc.client_status = status;
         }
@@ -1229,7 +1236,7 @@ impl Txn {
             let mut alloc = (*old).clone();
             alloc.client_status = update.client_status;
             alloc.client_description = update.client_description.as_str().into();
-            alloc.task_states = update.task_states.clone();
+            alloc.task_states = update.task_states.clone().into();
             alloc.node_failure = update.node_failure;
             alloc.modify_index = self.index;
             alloc.modify_time = update.modify_time;

@@ -9,7 +9,7 @@ use crate::structs::AutopilotConfiguration;
 use crate::structs::{
     AllocId, Allocation, Deployment, DeploymentId, EvalId, Evaluation, Job, JobScalingEvents,
     JobSummary, Namespace, Node, NodeId, RootKey, SchedulerConfiguration, ServiceRegistration,
-    VariableEncrypted,
+    SharedStr, VariableEncrypted,
 };
 use equivalent::{Comparable, Equivalent};
 use std::cmp::Ordering;
@@ -125,15 +125,15 @@ impl TableSet {
 /// allocations that reference the job.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct JobKey {
-    pub namespace: Arc<str>,
-    pub id: Arc<str>,
+    pub namespace: SharedStr,
+    pub id: SharedStr,
 }
 
 impl JobKey {
     pub fn new(namespace: &str, id: &str) -> Self {
         JobKey {
-            namespace: Arc::from(namespace),
-            id: Arc::from(id),
+            namespace: SharedStr::from(namespace),
+            id: SharedStr::from(id),
         }
     }
     pub fn of_job(job: &Job) -> Self {

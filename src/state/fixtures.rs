@@ -7,7 +7,7 @@ use crate::structs::{
     new_id, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
     AllocatedSharedResources, AllocatedTaskResources, Allocation, DriverInfo, EvalId, Evaluation,
     Job, JobType, Node, NodeCpuResources, NodeDiskResources, NodeId, NodeMemoryResources,
-    NodeResources, NodeStatus, Resources, Task, TaskGroup, TriggeredBy, VecMap,
+    NodeResources, NodeStatus, Resources, SharedStr, Task, TaskGroup, TriggeredBy, VecMap,
 };
 use std::sync::Arc;
 
@@ -104,10 +104,10 @@ pub fn eval(job: &Job, triggered_by: TriggeredBy, now: i64) -> Evaluation {
 /// placed by `eval`. Namespace, job ID and group name are shared `Arc`s
 /// so many allocations of one job share their strings.
 pub struct AllocBuilder {
-    namespace: Arc<str>,
-    job_id: Arc<str>,
+    namespace: SharedStr,
+    job_id: SharedStr,
     job_version: u64,
-    group: Arc<str>,
+    group: SharedStr,
     resources: AllocatedResources,
 }
 
@@ -129,10 +129,10 @@ impl AllocBuilder {
             },
         );
         AllocBuilder {
-            namespace: Arc::from(job.namespace.as_str()),
-            job_id: Arc::from(job.id.as_str()),
+            namespace: SharedStr::from(job.namespace.as_str()),
+            job_id: SharedStr::from(job.id.as_str()),
             job_version: job.version,
-            group: Arc::from(group),
+            group: SharedStr::from(group),
             resources: AllocatedResources {
                 tasks,
                 shared: AllocatedSharedResources {
@@ -148,9 +148,9 @@ impl AllocBuilder {
             id: new_id(),
             namespace: self.namespace.clone(),
             eval_id: eval,
-            name: Allocation::name_for(&self.job_id, &self.group, index),
+            name: Allocation::name_for(&self.job_id, &self.group, index).into(),
             node_id: node,
-            node_name: Arc::from(""),
+            node_name: SharedStr::default(),
             job_id: self.job_id.clone(),
             job_version: self.job_version,
             task_group: self.group.clone(),

@@ -20,7 +20,7 @@ use crate::structs::job::DEFAULT_NAMESPACE;
 use crate::structs::{
     AllocId, AllocStop, Allocation, Deployment, DeploymentId, DesiredStatus, EvalId, Evaluation,
     Job, JobScalingEvents, JobSummary, Namespace, Node, NodeId, RootKey, RootKeyState,
-    SchedulerConfiguration, ServiceRegistration, VariableEncrypted,
+    SchedulerConfiguration, ServiceRegistration, SharedStr, VariableEncrypted,
 };
 use imbl::OrdSet;
 use std::sync::Arc;
@@ -285,7 +285,7 @@ impl StateSnapshot {
 
     /// The namespaces that hold jobs, each once, in order; one lookup per
     /// namespace (it jumps over each namespace's jobs).
-    pub fn job_namespaces(&self) -> impl Iterator<Item = Arc<str>> + '_ {
+    pub fn job_namespaces(&self) -> impl Iterator<Item = SharedStr> + '_ {
         // The smallest namespace after `ns` is `ns` followed by NUL.
         let mut from = Some(String::new());
         std::iter::from_fn(move || {

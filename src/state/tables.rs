@@ -234,14 +234,11 @@ fn fill_in_order<T>(sorted: Vec<T>, mut insert: impl FnMut(T)) {
 /// job ID. The allocations of one job share those strings (the scheduler
 /// makes them so, and the loader's `alloc_row::RowSharing`), so grouping
 /// by address hashes two words instead of two strings per allocation. Two
-/// live `Arc`s never share an address, so one address is one string; a
+/// live strings never share an address, so one address is one string; a
 /// job whose allocations hold separate copies (each loader thread keeps
 /// its own) gets one group per copy, merged by value afterwards.
 fn job_strings(a: &Allocation) -> (*const u8, *const u8) {
-    (
-        Arc::as_ptr(&a.namespace).cast::<u8>(),
-        Arc::as_ptr(&a.job_id).cast::<u8>(),
-    )
+    (a.namespace.as_ptr(), a.job_id.as_ptr())
 }
 
 /// The allocations of each job (`allocs_by_job`).
@@ -411,8 +408,8 @@ mod tests {
         for n in 1..=2u128 {
             let alloc = Allocation {
                 id: AllocId::from_u128(n),
-                namespace: Arc::from("default"),
-                job_id: Arc::from("web"),
+                namespace: crate::structs::SharedStr::from("default"),
+                job_id: crate::structs::SharedStr::from("web"),
                 job_version: 3,
                 ..Default::default()
             };

@@ -418,7 +418,8 @@ impl PackedMetric {
         let count = r.len().expect("a count");
         w.varint(count as u64);
         for _ in 0..count {
-            let (node_id, norm_score, n) = read_meta_head(&mut r, NodeRefs::Full, None).expect("a node");
+            let (node_id, norm_score, n) =
+                read_meta_head(&mut r, NodeRefs::Full, None).expect("a node");
             w.bytes(node_id.as_bytes());
             w.f64(norm_score);
             w.varint(n as u64);

@@ -21,6 +21,7 @@ pub mod resources;
 pub mod scaling;
 pub mod serde_util;
 pub mod service;
+pub mod shared_str;
 pub mod summary;
 pub mod task_files;
 pub mod unhonoured;
@@ -32,7 +33,7 @@ pub mod version;
 pub use acl::{AclPolicy, AclRole, AclToken};
 pub use alloc::{
     AllocLinks, Allocation, ClientStatus, DesiredStatus, DesiredTransition, Links, RescheduleEvent,
-    RescheduleTracker, TaskEvent, TaskState,
+    RescheduleTracker, TaskEvent, TaskState, TaskStates,
 };
 pub use deployment::{
     AllocDeploymentStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
@@ -58,6 +59,7 @@ pub use resources::{
 };
 pub use scaling::{JobScalingEvents, ScalingEvent, ScalingPolicy};
 pub use service::{Service, ServiceCheck, ServiceRegistration};
+pub use shared_str::SharedStr;
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use task_files::{TaskArtifact, Template};
 pub use validate::ValidationError;

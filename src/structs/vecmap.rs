@@ -24,6 +24,11 @@ impl<K, V> Default for VecMap<K, V> {
 }
 
 impl<K, V> VecMap<K, V> {
+    /// An empty map (a constant: for statics).
+    pub const fn empty() -> Self {
+        VecMap(Vec::new())
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

@@ -354,7 +354,7 @@ impl AllocRunner {
         let mut alloc = self.config.alloc.clone();
         alloc.client_status = update.client_status;
         alloc.client_description = update.client_description.as_str().into();
-        alloc.task_states = update.task_states.clone();
+        alloc.task_states = update.task_states.clone().into();
         alloc.node_failure = update.node_failure;
         let persisted = PersistedAlloc {
             alloc,

@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 /// What the servers say of an allocation: whose it is, what it holds.
 struct AllocMeta {
-    namespace: Arc<str>,
+    namespace: herder::structs::SharedStr,
     /// The job's name (Nomad labels task metrics with it, not the ID).
     job_name: String,
-    task_group: Arc<str>,
+    task_group: herder::structs::SharedStr,
     resources: ComparableResources,
     server_terminal: bool,
 }

@@ -182,7 +182,7 @@ fn nomad_vars(inputs: &EnvInputs<'_>) -> BTreeMap<String, String> {
     let alloc_id = alloc.id.to_string();
     set("SHORT_ALLOC_ID", alloc_id.chars().take(8).collect());
     set("ALLOC_ID", alloc_id);
-    set("ALLOC_NAME", alloc.name.clone());
+    set("ALLOC_NAME", alloc.name.to_string());
     set(
         "ALLOC_INDEX",
         alloc.index().map_or_else(String::new, |i| i.to_string()),

@@ -176,7 +176,7 @@ fn no_restarts() -> RestartPolicy {
 fn alloc_for(job: &Job) -> Allocation {
     let mut alloc = Allocation {
         id: herder::structs::new_id(),
-        name: Allocation::name_for(&job.id, "group", 0),
+        name: Allocation::name_for(&job.id, "group", 0).into(),
         job_id: job.id.as_str().into(),
         task_group: "group".into(),
         namespace: "default".into(),
@@ -683,7 +683,7 @@ async fn client_restart_reattaches_live_tasks_and_reports_dead_ones_lost() {
     assert!(alive(pid), "shutdown leaves the task running");
 
     let mut known = alloc.clone();
-    known.task_states = running.task_states.clone();
+    known.task_states = running.task_states.clone().into();
     let second = AllocRunner::restore(h.config(&known, &job)).start();
     let state = second.send(GetAllocState).await.unwrap();
     assert_ne!(state.client_status, ClientStatus::Lost);
@@ -717,7 +717,7 @@ async fn client_restart_reattaches_live_tasks_and_reports_dead_ones_lost() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     eventually("the killed task to be gone", || !alive(pid)).await;
     let mut known = alloc2.clone();
-    known.task_states = running.task_states.clone();
+    known.task_states = running.task_states.clone().into();
     let _fourth = AllocRunner::restore(h.config(&known, &job)).start();
     let lost = h
         .until("lost", |u| {

@@ -493,13 +493,12 @@ impl Reconciler<'_> {
             });
         };
         if !canaries.holding && !canaries.set.is_empty() {
-            let canary_names: HashSet<&str> =
-                canaries.set.iter().map(|a| a.name.as_str()).collect();
+            let canary_names: HashSet<&str> = canaries.set.iter().map(|a| &*a.name).collect();
             let mut keep = Vec::with_capacity(untainted.len());
             for a in untainted.drain(..) {
                 let replaced_by_canary = !a.is_terminal()
                     && !canaries.ids.contains(&a.id)
-                    && canary_names.contains(a.name.as_str());
+                    && canary_names.contains(&*a.name);
                 if remove > 0 && replaced_by_canary {
                     stop(a, results);
                     remove -= 1;
@@ -708,7 +707,7 @@ fn admit_destructive(
     desired.destructive_update += take as u64;
     for a in destructive.into_iter().take(take) {
         results.destructive.push(DestructiveRequest {
-            name: a.name.clone(),
+            name: a.name.to_string(),
             group: tg.name.clone(),
             alloc: a,
         });
@@ -785,7 +784,7 @@ impl Wanted<'_> {
         let mut place = Vec::new();
         for a in reschedule_now {
             place.push(PlaceRequest {
-                name: a.name.clone(),
+                name: a.name.to_string(),
                 group: tg.name.clone(),
                 previous: Some(a.clone()),
                 reschedule: true,
@@ -799,7 +798,7 @@ impl Wanted<'_> {
             }
             existing += 1;
             place.push(PlaceRequest {
-                name: a.name.clone(),
+                name: a.name.to_string(),
                 group: tg.name.clone(),
                 previous: Some(a.clone()),
                 reschedule: false,
@@ -841,7 +840,7 @@ fn migrate_all(
             client_status: None,
         });
         results.place.push(PlaceRequest {
-            name: a.name.clone(),
+            name: a.name.to_string(),
             group: tg.name.clone(),
             canary: is_canary(&a),
             downgrade_from: downgrade(canarying, &a),

@@ -131,7 +131,7 @@ fn canary_waits_for_promotion_then_the_rest_rolls() {
         .deployment_status
         .as_ref()
         .is_some_and(|s| s.canary));
-    assert_eq!(canary[0].name, "web.web[0]", "named after a replaced one");
+    assert_eq!(&*canary[0].name, "web.web[0]", "named after a replaced one");
     assert_eq!(s.live(&j2).len(), 4, "beside the three old allocations");
     // Healthy but not promoted: nothing else changes.
     s.set_health(&canary[0].id, true);
@@ -147,7 +147,7 @@ fn canary_waits_for_promotion_then_the_rest_rolls() {
     let old0 = s
         .all(&j2)
         .into_iter()
-        .find(|a| a.name == "web.web[0]" && a.job_version == j1.version)
+        .find(|a| &*a.name == "web.web[0]" && a.job_version == j1.version)
         .unwrap();
     assert_eq!(&*old0.desired_description, ALLOC_NOT_NEEDED);
     for _ in 0..2 {

@@ -89,7 +89,7 @@ fn a_freed_index_is_reused() {
     s.add_nodes(3);
     let (j, _) = s.register(job(JobType::Service, 3));
     let victim = s.live(&j)[1].clone();
-    assert_eq!(victim.name, "web.web[1]");
+    assert_eq!(&*victim.name, "web.web[1]");
     s.h.state.update_alloc(&victim.id, |a| {
         a.desired_status = crate::structs::DesiredStatus::Stop
     });
@@ -1111,7 +1111,7 @@ fn placements_are_reproducible_for_the_same_eval() {
             .state
             .allocs_by_job(&j.namespace, &j.id)
             .iter()
-            .map(|a| (a.name.clone(), a.node_id))
+            .map(|a| (a.name.to_string(), a.node_id))
             .collect();
         v.sort();
         v

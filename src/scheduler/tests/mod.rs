@@ -241,7 +241,7 @@ impl Scenario {
     }
 
     pub fn names(&self, job: &Job) -> Vec<String> {
-        let mut v: Vec<String> = self.live(job).iter().map(|a| a.name.clone()).collect();
+        let mut v: Vec<String> = self.live(job).iter().map(|a| a.name.to_string()).collect();
         v.sort();
         v
     }

@@ -31,7 +31,7 @@ fn register_places_one_per_ready_node() {
     let live = s.live(&j);
     assert_eq!(live.len(), 5);
     assert_eq!(s.per_node(&j).len(), 5);
-    assert!(live.iter().all(|a| a.name == "agent.web[0]"));
+    assert!(live.iter().all(|a| &*a.name == "agent.web[0]"));
     assert!(nodes.iter().all(|n| live.iter().any(|a| a.node_id == n.id)));
     let e = s.h.last_eval().unwrap();
     assert_eq!(e.status, EvalStatus::Complete);
