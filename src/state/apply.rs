@@ -1318,7 +1318,7 @@ impl Txn {
     fn reindex_alloc(&mut self, old: &Allocation, new: &Allocation) {
         let same_job = old.namespace == new.namespace && old.job_id == new.job_id;
         let same_version = same_job && old.job_version == new.job_version;
-        if old.node_id == new.node_id && old.eval_id == new.eval_id && same_version {
+        if old.node_id == new.node_id && same_version {
             return;
         }
         index_alloc(&mut self.t, new);
@@ -1326,9 +1326,6 @@ impl Txn {
         // Unindexing removed the ID from sets the new row shares with it.
         if old.node_id == new.node_id {
             set_insert(&mut self.t.allocs_by_node, new.node_id, new.id);
-        }
-        if old.eval_id == new.eval_id {
-            set_insert(&mut self.t.allocs_by_eval, new.eval_id, new.id);
         }
         if same_job {
             set_insert(&mut self.t.allocs_by_job, JobKey::of_alloc(new), new.id);
@@ -1340,7 +1337,6 @@ impl Txn {
     fn unindex_alloc(&mut self, alloc: &Allocation) -> JobKey {
         let key = JobKey::of_alloc(alloc);
         set_remove(&mut self.t.allocs_by_node, &alloc.node_id, &alloc.id);
-        set_remove(&mut self.t.allocs_by_eval, &alloc.eval_id, &alloc.id);
         set_remove(&mut self.t.allocs_by_job, &key, &alloc.id);
         let version = JobVersionKey {
             job: key.clone(),

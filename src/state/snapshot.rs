@@ -245,8 +245,16 @@ impl StateSnapshot {
         self.resolve_allocs(self.tables.allocs_by_node.get(node_id))
     }
 
-    pub fn allocs_by_eval(&self, eval_id: &EvalId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
-        self.resolve_allocs(self.tables.allocs_by_eval.get(eval_id))
+    /// The allocations an evaluation placed (or last updated): found among
+    /// its job's (none once the evaluation is gone).
+    pub fn allocs_by_eval<'a>(
+        &'a self,
+        eval_id: &'a EvalId,
+    ) -> impl Iterator<Item = &'a Arc<Allocation>> + 'a {
+        self.eval(eval_id)
+            .into_iter()
+            .flat_map(|eval| self.allocs_by_job(&eval.namespace, &eval.job_id))
+            .filter(move |a| a.eval_id == *eval_id)
     }
 
     fn resolve_allocs<'a>(
@@ -616,7 +624,6 @@ impl PartialEq for StateSnapshot {
             && a.latest_index == b.latest_index
             && a.allocs_by_node == b.allocs_by_node
             && a.allocs_by_job == b.allocs_by_job
-            && a.allocs_by_eval == b.allocs_by_eval
             && a.evals_by_job == b.evals_by_job
             && a.version_refs == b.version_refs
     }

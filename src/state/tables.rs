@@ -19,7 +19,7 @@ use crate::view::usage_column::{UsageColumnCache, UsageMap};
 use fxhash::FxHashMap;
 use imbl::{OrdMap, OrdSet};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
+use std::hash::Hash;
 use std::sync::Arc;
 
 /// What each node's live allocations hold, by node. Ordered, so that the
@@ -61,8 +61,10 @@ pub(crate) struct Tables {
     /// the rows it describes. `None` for a state only `apply` wrote.
     pub applied_position: Option<Arc<[u8]>>,
     pub allocs_by_node: OrdMap<NodeId, OrdSet<AllocId>>,
+    /// (No index by evaluation: an evaluation's allocations are among its
+    /// job's, and a million-entry index for the rare reads, the GC and one
+    /// API route, cost 20 MB and a write per placement.)
     pub allocs_by_job: OrdMap<JobKey, OrdSet<AllocId>>,
-    pub allocs_by_eval: OrdMap<EvalId, OrdSet<AllocId>>,
     pub evals_by_job: OrdMap<JobKey, OrdSet<EvalId>>,
     /// Each job's deployments (few per job: a cheap index, rebuilt at load).
     pub deployments_by_job: OrdMap<JobKey, OrdSet<DeploymentId>>,
@@ -94,9 +96,6 @@ impl Tables {
         let (allocs, evals) = (&self.allocs, &self.evals);
         let built = std::thread::scope(|s| {
             let by_node = in_parallel(s, || group_ids(allocs.values().map(|a| (a.node_id, a.id))));
-            let by_eval = in_parallel(s, || {
-                group_by_server_id(allocs.values().map(|a| (a.eval_id, a.id)))
-            });
             let by_job = in_parallel(s, || group_allocs_by_job(allocs));
             let evals_by_job = in_parallel(s, || {
                 group_ids(
@@ -109,7 +108,6 @@ impl Tables {
             let node_usage = in_parallel(s, || sum_node_usage(allocs));
             (
                 by_node.join(),
-                by_eval.join(),
                 by_job.join(),
                 evals_by_job.join(),
                 version_refs.join(),
@@ -118,7 +116,6 @@ impl Tables {
         });
         (
             self.allocs_by_node,
-            self.allocs_by_eval,
             self.allocs_by_job,
             self.evals_by_job,
             self.version_refs,
@@ -156,27 +153,12 @@ impl<T> Joining<'_, T> {
 /// map, then sorted once: for a million allocations, one hash per key is
 /// cheaper than a sorted map's dozen comparisons per insert.
 ///
-/// Hashed with `S`: keys a client can choose (node IDs, job IDs) take the
-/// standard keyed hash, which no one can make collide on purpose; IDs the
-/// servers draw at random (evaluations) take `FxHash`, several times
-/// faster, which [`group_by_server_id`] names.
+/// Hashed with the standard keyed hash: the keys (node IDs, job IDs) are
+/// a client's choice, and no one can make them collide on purpose.
 fn group_ids<K: Ord + Hash + Clone, V: Ord + Clone>(
     pairs: impl Iterator<Item = (K, V)>,
 ) -> OrdMap<K, OrdSet<V>> {
-    group_ids_with::<K, V, std::hash::RandomState>(pairs)
-}
-
-/// [`group_ids`] for keys the servers drew at random.
-fn group_by_server_id<K: Ord + Hash + Clone, V: Ord + Clone>(
-    pairs: impl Iterator<Item = (K, V)>,
-) -> OrdMap<K, OrdSet<V>> {
-    group_ids_with::<K, V, fxhash::FxBuildHasher>(pairs)
-}
-
-fn group_ids_with<K: Ord + Hash + Clone, V: Ord + Clone, S: BuildHasher + Default>(
-    pairs: impl Iterator<Item = (K, V)>,
-) -> OrdMap<K, OrdSet<V>> {
-    let mut grouped: HashMap<K, Vec<V>, S> = HashMap::default();
+    let mut grouped: HashMap<K, Vec<V>> = HashMap::new();
     for (key, id) in pairs {
         grouped.entry(key).or_default().push(id);
     }
@@ -306,11 +288,10 @@ pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
     index_alloc_by_job(t, alloc);
 }
 
-/// `index_alloc` but for the node index: the job and evaluation indexes
-/// and the version reference.
+/// `index_alloc` but for the node index: the job index and the version
+/// reference.
 pub(crate) fn index_alloc_by_job(t: &mut Tables, alloc: &Allocation) {
     let job = JobKey::of_alloc(alloc);
-    set_insert(&mut t.allocs_by_eval, alloc.eval_id, alloc.id);
     *t.version_refs
         .entry(JobVersionKey {
             job: job.clone(),

@@ -42,7 +42,7 @@ use herder::structs::{
     AllocId, Allocation, ClientStatus, DeploymentId, EvalId, Evaluation, Job, JobType, NodeId,
     NodeStatus,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -462,6 +462,8 @@ fn plan_gc(snap: &StateSnapshot, cutoffs: &Cutoffs) -> GcPlan {
             plan.jobs.push((job.namespace.clone(), job.id.clone()));
         }
     }
+    // By job, in order (the plan's order is the evaluations' within a job).
+    let mut candidates: BTreeMap<(&str, &str), Vec<&Evaluation>> = BTreeMap::new();
     for eval in snap.evals() {
         if planned.contains(&eval.id) || !eval.is_terminal() || eval.modify_time > cutoffs.eval {
             continue;
@@ -474,9 +476,19 @@ fn plan_gc(snap: &StateSnapshot, cutoffs: &Cutoffs) -> GcPlan {
         {
             continue;
         }
-        if let Some(allocs) = collectable_eval(snap, eval, cutoffs.eval) {
-            plan.evals.push((eval.id, allocs));
-        }
+        candidates
+            .entry((&eval.namespace, &eval.job_id))
+            .or_default()
+            .push(eval);
+    }
+    for ((namespace, job_id), evals) in candidates {
+        plan.evals.extend(collectable_evals(
+            snap,
+            namespace,
+            job_id,
+            &evals,
+            cutoffs.eval,
+        ));
     }
     for node in snap.nodes() {
         let old_and_down =
@@ -508,21 +520,41 @@ fn collectable_deployments(snap: &StateSnapshot, cutoff: u64) -> Vec<DeploymentI
         .collect()
 }
 
-/// The allocations of a terminal evaluation, when all of them may go and
-/// the evaluation may go with them.
-fn collectable_eval(snap: &StateSnapshot, eval: &Evaluation, cutoff: i64) -> Option<Vec<AllocId>> {
-    let job = snap.job(&eval.namespace, &eval.job_id);
-    if eval.eval_type == JobType::Batch && job.is_some_and(|j| !j.stop && !job_is_dead(j)) {
-        return None;
-    }
-    let mut ids = Vec::new();
-    for alloc in snap.allocs_by_eval(&eval.id) {
-        if !alloc_collectable(alloc, job.map(|j| &**j)) || alloc.modify_time > cutoff {
-            return None;
+/// Of one job's terminal evaluations, those that may go, each with its
+/// allocations (all of which may go with it). The job's allocations are
+/// read once for all of its evaluations (there is no index by evaluation).
+fn collectable_evals(
+    snap: &StateSnapshot,
+    namespace: &str,
+    job_id: &str,
+    evals: &[&Evaluation],
+    cutoff: i64,
+) -> EvalsWithAllocs {
+    let job = snap.job(namespace, job_id);
+    let batch_kept = job.is_some_and(|j| !j.stop && !job_is_dead(j));
+    // `None`: an allocation of the evaluation must stay, and so must it.
+    let mut by_eval: HashMap<EvalId, Option<Vec<AllocId>>> = evals
+        .iter()
+        .filter(|e| !(e.eval_type == JobType::Batch && batch_kept))
+        .map(|e| (e.id, Some(Vec::new())))
+        .collect();
+    for alloc in snap.allocs_by_job(namespace, job_id) {
+        let Some(entry) = by_eval.get_mut(&alloc.eval_id) else {
+            continue;
+        };
+        let collectable =
+            alloc_collectable(alloc, job.map(|j| &**j)) && alloc.modify_time <= cutoff;
+        match entry {
+            Some(ids) if collectable => ids.push(alloc.id),
+            _ => *entry = None,
         }
-        ids.push(alloc.id);
     }
-    Some(ids)
+    let mut collectable: EvalsWithAllocs = by_eval
+        .into_iter()
+        .filter_map(|(id, allocs)| Some((id, allocs?)))
+        .collect();
+    collectable.sort_unstable_by_key(|(id, _)| *id);
+    collectable
 }
 
 type EvalsWithAllocs = Vec<(EvalId, Vec<AllocId>)>;
