@@ -37,8 +37,11 @@ struct NodeNumbers {
     numbers: HashMap<NodeId, u32>,
 }
 
-/// How many numbers a thread remembers before it starts over.
-const THREAD_CACHE: usize = 1 << 16;
+/// How many numbers a thread remembers before it starts over: about
+/// 1.3 MB at most for each thread that packs or loads metrics (scheduler
+/// workers, the loader's decoders), and room for twice the largest
+/// clusters herder is measured with.
+const THREAD_CACHE: usize = 1 << 15;
 
 thread_local! {
     /// Numbers this thread looked up: a restart's decoders number five
