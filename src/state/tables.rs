@@ -1,5 +1,5 @@
 //! The state's tables: the primary rows by ID and the secondary indexes
-//! derived from them (allocations by node, evaluation and job; evaluations
+//! derived from them (allocations by node and job; evaluations
 //! by job; the job versions allocations still run; each node's usage), and
 //! the helpers that keep those indexes in step with a row's change.
 //!
