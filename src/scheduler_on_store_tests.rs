@@ -347,6 +347,109 @@ fn place_in_turn(
     placed
 }
 
+/// Every allocation's node and metrics (counts, exhaustion, top scores
+/// bit for bit) after the steps, by job and name.
+fn placements_and_metrics(
+    nodes: &[crate::structs::Node],
+    steps: &[(crate::structs::Job, Evaluation, Option<usize>)],
+    hide_column: bool,
+) -> Vec<String> {
+    let mut p = SnapshotPlanner {
+        snap: StateSnapshot::new(),
+        index: 0,
+        evals: vec![],
+    };
+    for node in nodes {
+        p.apply(Command::NodeRegister {
+            node: Arc::new(node.clone()),
+        });
+    }
+    for (job, eval, _) in steps {
+        p.apply(Command::JobRegister {
+            job: Arc::new(job.clone()),
+            eval: Some(eval.clone()),
+            enforce_index: None,
+        });
+        let eval = p.stored(eval);
+        let state: Arc<dyn State> = if hide_column {
+            Arc::new(WithoutColumn(p.snap.clone()))
+        } else {
+            Arc::new(p.snap.clone())
+        };
+        new_scheduler(&job.job_type, state, &mut p, 1)
+            .expect("scheduler")
+            .process(&eval)
+            .expect("processed");
+    }
+    let names: std::collections::HashMap<_, _> =
+        nodes.iter().map(|n| (n.id, n.name.clone())).collect();
+    let jobs: std::collections::BTreeSet<&str> = steps.iter().map(|s| &*s.0.id).collect();
+    let mut placed = Vec::new();
+    for job in jobs {
+        for a in p.snap.allocs_by_job("default", job) {
+            let metric = a.metrics.as_ref().map(|m| m.unpack());
+            let node = &names[&a.node_id];
+            placed.push(format!("{} {node} {metric:?}", a.name));
+        }
+    }
+    placed.sort();
+    placed
+}
+
+/// The stack remembers what it worked out from the usage column for nodes
+/// the evaluation has not touched; every decision and every metric (filter
+/// and exhaustion counts, the top scores bit for bit) must be what working
+/// it out again at each visit gives. Nodes of two sizes filled by earlier
+/// jobs, so that spread placements pass over full, untouched nodes.
+#[test]
+fn remembered_untouched_nodes_score_and_count_as_looked_up_each_time() {
+    let nodes: Vec<_> = (0..24)
+        .map(|i| {
+            let mut n = fixtures::node(&format!("n{i}"));
+            n.meta.insert("rack".into(), format!("r{}", i % 4));
+            if i % 3 == 0 {
+                n.node_resources.cpu.cpu_shares = 1500;
+            }
+            n
+        })
+        .collect();
+    let job = |id: &str, count: i32, kind: JobType, spread: bool| {
+        let mut job = fixtures::job("default", id, &[("g", count)]);
+        job.job_type = kind;
+        if spread {
+            job.spreads.push(crate::structs::Spread {
+                attribute: "${meta.rack}".into(),
+                weight: 50,
+                ..Default::default()
+            });
+        }
+        job.canonicalize();
+        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+        (job, eval, None)
+    };
+    let steps = vec![
+        job("fill", 300, JobType::Service, false),
+        job("s", 150, JobType::Service, true),
+        job("b", 120, JobType::Batch, false),
+        job("t", 260, JobType::Service, true),
+        job("s", 220, JobType::Service, true),
+    ];
+    let with = placements_and_metrics(&nodes, &steps, false);
+    let without = placements_and_metrics(&nodes, &steps, true);
+    let exhausted = with
+        .iter()
+        .filter(|l| !l.contains("nodes_exhausted: 0"))
+        .count();
+    assert!(
+        exhausted > 50,
+        "too few placements passed over full nodes: {exhausted}"
+    );
+    assert_eq!(with.len(), without.len());
+    for (w, wo) in with.iter().zip(&without) {
+        assert_eq!(w, wo);
+    }
+}
+
 /// The usage column (carried from state to state by difference) must
 /// place exactly as looking every node up does: across placements,
 /// scale-downs that free capacity, spreads, batch jobs, and nodes that

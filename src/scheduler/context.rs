@@ -316,10 +316,23 @@ impl EvalContext {
         (usage.used, usage.job_count(Some(group)))
     }
 
+    /// Whether nothing in this evaluation has touched the catalog node at
+    /// `position`: neither the plan nor the job's allocations are on it,
+    /// so its usage is the state's usage column's for the whole
+    /// evaluation (and what follows from it can be remembered). `false`
+    /// when the state keeps no column.
+    #[inline]
+    pub fn is_untouched(&mut self, position: u32) -> bool {
+        if self.column.is_none() {
+            self.fetch_column();
+        }
+        self.by_position.get(position as usize) == Some(&UNTOUCHED)
+    }
+
     /// The column's usage of the node at `position`, if nothing in this
     /// evaluation has touched it.
     #[inline]
-    fn untouched_usage(&mut self, position: u32, id: &NodeId) -> Option<ComparableResources> {
+    pub fn untouched_usage(&mut self, position: u32, id: &NodeId) -> Option<ComparableResources> {
         if self.column.is_none() {
             self.fetch_column();
         }

@@ -422,6 +422,12 @@ struct GroupInfo {
     count: u32,
     /// `ask.template`, shared by every placement granted it unchanged.
     template: Arc<AllocatedResources>,
+    /// The group's number in the stack + 1, naming it in the candidates'
+    /// [`UntouchedMemo`]s (0 names no group).
+    stamp: u32,
+    /// Whether a candidate's outcome is its resources alone: no cores,
+    /// ports or distinct_* rules to check against the plan.
+    plain: bool,
 }
 
 /// A `distinct_property` rule, its per-value counts, and the reasons a
@@ -472,7 +478,7 @@ impl GroupInfo {
                 }
             })
             .collect();
-        let distinct = feasibility
+        let distinct: Vec<DistinctTracker> = feasibility
             .distinct_properties
             .iter()
             .map(|d| {
@@ -486,6 +492,9 @@ impl GroupInfo {
             })
             .collect();
         let ask = GroupAsk::new(tg);
+        let f = &feasibility;
+        let rules = f.distinct_hosts_job || f.distinct_hosts_group || !distinct.is_empty();
+        let plain = ask.cores.is_empty() && !ask.has_networks() && !rules;
         GroupInfo {
             name: tg.name.clone(),
             feasibility,
@@ -498,6 +507,8 @@ impl GroupInfo {
             distinct,
             distinct_hosts_label: Arc::from("distinct_hosts"),
             count: count.max(1),
+            stamp: 0,
+            plain,
         }
     }
 
@@ -532,6 +543,23 @@ struct CandidateCache {
     /// Where the context keeps the node's usage.
     usage: UsageHint,
     fit: FitMemo,
+    untouched: UntouchedMemo,
+}
+
+/// What a group's allocation would do to a node nothing in the evaluation
+/// has touched (most of them): its usage is the state's for the whole
+/// evaluation, so whether the group fits there, and its fit score, are
+/// the same at every visit. Remembered, a revisit (a spread placement
+/// comes back to each node about every tenth placement) skips reading the
+/// usage column, whose entries it would read in shuffled order (a cache
+/// miss each), and the fit checks.
+#[derive(Clone, Copy, Default)]
+struct UntouchedMemo {
+    /// [`GroupInfo::stamp`] of the group remembered; 0: none.
+    group: u32,
+    /// The first resource the node lacks, or `None` if the group fits.
+    exhausted: Option<&'static str>,
+    fit: f64,
 }
 
 /// The last fit score computed for a candidate and the usage it was
@@ -795,7 +823,8 @@ impl Stack {
         let mut info = match self.groups[slot].1.take() {
             Some(info) => info,
             None => {
-                let info = Box::new(GroupInfo::new(&self.job, tg));
+                let mut info = Box::new(GroupInfo::new(&self.job, tg));
+                info.stamp = u32::try_from(slot + 1).unwrap_or(0);
                 if info.feasibility.escaped {
                     ctx.eligibility.set_escaped();
                 }
@@ -975,6 +1004,32 @@ impl Stack {
                 }
             }
         }
+        if info.plain {
+            match self.untouched_outcome(ctx, info, at, &capacity) {
+                Some(UntouchedMemo {
+                    exhausted: None,
+                    fit,
+                    ..
+                }) => {
+                    let scores = self.score(info, opts, at, fit, 0);
+                    let scored = Scored {
+                        final_score: scores.final_score(),
+                        slot,
+                        grant: None,
+                    };
+                    return Some((scored, scores));
+                }
+                // Evictions could make room: the full path below.
+                Some(UntouchedMemo {
+                    exhausted: Some(dimension),
+                    ..
+                }) if !opts.preempt => {
+                    self.tally.exhaust(self.meta[slot].node_class, dimension);
+                    return None;
+                }
+                _ => {}
+            }
+        }
         if info.has_placement_rules() {
             if let Some(reason) = placement_conflict(ctx, info, self.candidates.node(slot), at) {
                 self.tally.filter(self.meta[slot].node_class, reason);
@@ -1026,7 +1081,8 @@ impl Stack {
             let resources = g.resources.get_or_insert_with(|| info.ask.template.clone());
             apply_cores(resources, cores, per_core);
         }
-        let mut scores = self.score(info, opts, at, &capacity, &util, group_collisions);
+        let fit = self.fit(slot, &capacity, &util);
+        let mut scores = self.score(info, opts, at, fit, group_collisions);
         if let Some(g) = grant.as_ref().filter(|g| !g.preempted.is_empty()) {
             let priorities: Vec<i32> = g.preempted.iter().map(|a| ctx.job_priority(a)).collect();
             scores.set(Component::Preemption, preemption_score(&priorities));
@@ -1037,6 +1093,57 @@ impl Stack {
             grant,
         };
         Some((scored, scores))
+    }
+
+    /// The group's outcome on the candidate at `at` while nothing in the
+    /// evaluation has touched its node, remembered per candidate (see
+    /// [`UntouchedMemo`]); `None` for a touched node, or when the state
+    /// keeps no usage column.
+    #[inline(always)]
+    fn untouched_outcome(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        at: SlotRef,
+        capacity: &ComparableResources,
+    ) -> Option<UntouchedMemo> {
+        let position = at.position?;
+        if !ctx.is_untouched(position) {
+            return None;
+        }
+        let memo = self.cached[at.slot].untouched;
+        if memo.group != 0 && memo.group == info.stamp {
+            return Some(memo);
+        }
+        self.remember_untouched(ctx, info, at.slot, position, capacity)
+    }
+
+    /// Works out and remembers [`untouched_outcome`](Self::untouched_outcome)
+    /// from the usage column, as the full path would: fit checked on the
+    /// column's usage plus the group's ask, scored only if it fits.
+    #[inline(never)]
+    fn remember_untouched(
+        &mut self,
+        ctx: &mut EvalContext,
+        info: &GroupInfo,
+        slot: usize,
+        position: u32,
+        capacity: &ComparableResources,
+    ) -> Option<UntouchedMemo> {
+        let mut util = ctx.untouched_usage(position, &self.meta[slot].id)?;
+        util.add(&info.ask.resources);
+        let exhausted = ComparableResources::superset_of(capacity, &util).err();
+        let fit = match exhausted {
+            None => self.fit(slot, capacity, &util),
+            Some(_) => 0.0,
+        };
+        let memo = UntouchedMemo {
+            group: info.stamp,
+            exhausted,
+            fit,
+        };
+        self.cached[slot].untouched = memo;
+        Some(memo)
     }
 
     /// Feasibility of a candidate the class cache cannot answer for (a new
@@ -1134,11 +1241,10 @@ impl Stack {
         info: &mut GroupInfo,
         opts: &SelectOptions,
         at: SlotRef,
-        capacity: &ComparableResources,
-        util: &ComparableResources,
+        fit: f64,
         group_collisions: u32,
     ) -> Scores {
-        let mut scores = Scores::with_fit(self.fit(at.slot, capacity, util));
+        let mut scores = Scores::with_fit(fit);
         if self.kind == StackKind::System {
             return scores;
         }
