@@ -132,7 +132,7 @@ impl Planner for CommitAll {
 fn peer_node(i: usize) -> Node {
     let mut n = Node {
         id: herder::structs::new_id(),
-        name: format!("node-{i}"),
+        name: format!("node-{i}").into(),
         datacenter: "dc1".into(),
         node_class: "linux-medium-pci".into(),
         node_pool: "default".into(),

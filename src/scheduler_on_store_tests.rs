@@ -144,7 +144,7 @@ fn evaluations_see_every_node_change_and_share_the_catalog_otherwise() {
     job.canonicalize();
     let ready = |snap: &StateSnapshot| -> Vec<String> {
         let (nodes, _) = crate::scheduler::util::ready_nodes(snap, &job);
-        let mut names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let mut names: Vec<String> = nodes.iter().map(|n| n.name.to_string()).collect();
         names.sort();
         names
     };
@@ -207,7 +207,7 @@ fn evaluations_see_every_node_change_and_share_the_catalog_otherwise() {
     let names: std::collections::BTreeSet<String> = p
         .snap
         .allocs_by_job("default", "api")
-        .map(|a| p.snap.node(&a.node_id).expect("node").name.clone())
+        .map(|a| p.snap.node(&a.node_id).expect("node").name.to_string())
         .collect();
     assert_eq!(p.snap.allocs_by_job("default", "api").count(), 9);
     let allowed = ["n0", "n4", "n5"].map(String::from).into();

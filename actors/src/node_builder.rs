@@ -43,7 +43,7 @@ impl NodeBuilder {
             id: uuid::Uuid::new_v4(),
             secret_id: uuid::Uuid::new_v4().to_string(),
             datacenter: "dc1".into(),
-            name: name.into(),
+            name: name.into().into(),
             node_pool: "default".into(),
             status: NodeStatus::Ready,
             node_resources: NodeResources {

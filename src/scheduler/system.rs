@@ -271,7 +271,7 @@ impl<'p> SystemScheduler<'p> {
         place: &[AllocTuple],
         by_dc: &Arc<BTreeMap<String, u64>>,
     ) -> Result<(), SchedulerError> {
-        let mut template = AllocTemplate::new(job, eval).for_distinct_nodes();
+        let mut template = AllocTemplate::new(job, eval);
         let catalog = stack.catalog().clone();
         let opts = SelectOptions {
             penalty_nodes: Vec::new(),

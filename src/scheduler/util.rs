@@ -11,7 +11,6 @@ use crate::structs::{
     Evaluation, Job, Links, MetricPacker, Node, NodeId, NodeStatus, Plan, PlanResult,
     RescheduleEvent, ReschedulePolicy, RescheduleTracker, SharedStr, TaskGroup, TriggeredBy,
 };
-use crate::view::fast_map::FastMap;
 use crate::view::node_target::datacenter_matches;
 use crate::view::State;
 use std::collections::{BTreeMap, HashMap};
@@ -225,8 +224,6 @@ pub struct AllocTemplate {
     pub eval_id: uuid::Uuid,
     /// Few per job: scanned, not hashed.
     groups: Vec<SharedStr>,
-    /// `None` when nodes are not expected to repeat (system placements).
-    node_names: Option<FastMap<NodeId, SharedStr>>,
     /// The last grant handed out: consecutive placements of a group
     /// without ports get equal grants.
     last_resources: Option<Arc<AllocatedResources>>,
@@ -245,17 +242,9 @@ impl AllocTemplate {
                 .iter()
                 .map(|tg| SharedStr::from(tg.name.as_str()))
                 .collect(),
-            node_names: Some(FastMap::default()),
             last_resources: None,
             packer: MetricPacker::default(),
         }
-    }
-
-    /// For placements that go to a different node each (a system job's):
-    /// node names are not kept to be shared, as none would be.
-    pub fn for_distinct_nodes(mut self) -> Self {
-        self.node_names = None;
-        self
     }
 
     fn share_resources(&mut self, resources: Arc<AllocatedResources>) -> Arc<AllocatedResources> {
@@ -278,13 +267,9 @@ impl AllocTemplate {
         metrics: &AllocMetric,
         now: i64,
     ) -> Allocation {
-        let node_name = match &mut self.node_names {
-            Some(names) => names
-                .entry(ranked.node.id)
-                .or_insert_with(|| SharedStr::from(ranked.node.name.as_str()))
-                .clone(),
-            None => SharedStr::from(ranked.node.name.as_str()),
-        };
+        // The node's own name, shared: one string per node however many
+        // allocations it holds.
+        let node_name = ranked.node.name.clone();
         let allocated_resources = self.share_resources(resources);
         // Every field spelled out: `..Default::default()` built (and
         // dropped) a default grant per placement.

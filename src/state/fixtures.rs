@@ -49,7 +49,7 @@ pub fn node(name: &str) -> Node {
         id: new_id(),
         secret_id: new_id().to_string(),
         datacenter: "dc1".to_string(),
-        name: name.to_string(),
+        name: name.into(),
         node_class: "standard".to_string(),
         status: NodeStatus::Ready,
         node_resources: NodeResources {

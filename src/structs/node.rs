@@ -7,6 +7,7 @@
 use super::resources::{ComparableResources, NodeReservedResources, NodeResources};
 use super::serde_util::{null_default, nullable, rfc3339_opt};
 use super::NodeId;
+use super::shared_str::SharedStr;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -131,8 +132,9 @@ pub struct Node {
     pub secret_id: String,
     #[serde(deserialize_with = "null_default::deserialize")]
     pub datacenter: String,
+    /// Shared with every allocation placed on the node (`node_name`).
     #[serde(deserialize_with = "null_default::deserialize")]
-    pub name: String,
+    pub name: SharedStr,
     #[serde(rename = "HTTPAddr", deserialize_with = "null_default::deserialize")]
     pub http_addr: String,
     #[serde(rename = "TLSEnabled", deserialize_with = "null_default::deserialize")]

@@ -80,9 +80,9 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     let mut node = Node {
         datacenter: config.datacenter.clone(),
         name: if config.name.is_empty() {
-            facts.hostname.clone()
+            facts.hostname.as_str().into()
         } else {
-            config.name.clone()
+            config.name.as_str().into()
         },
         http_addr: format!("{}:{}", config.bind_addr, config.ports.http),
         node_class: c.node_class.clone(),

@@ -324,7 +324,7 @@ fn lookup(key: &str, env: &BTreeMap<String, String>, node: &Node) -> Option<Stri
     }
     match key {
         "node.unique.id" => return Some(node.id.to_string()),
-        "node.unique.name" => return Some(node.name.clone()),
+        "node.unique.name" => return Some(node.name.to_string()),
         "node.datacenter" => return Some(node.datacenter.clone()),
         "node.class" => return Some(node.node_class.clone()),
         "node.pool" => return Some(node.node_pool.clone()),

@@ -149,7 +149,7 @@ async fn wrong_secrets_and_unknown_nodes_are_refused() {
         .unwrap_err();
     assert!(matches!(err, NodeError::NotFound), "{err}");
     let mut nameless = ready_node();
-    nameless.name.clear();
+    nameless.name = Default::default();
     let err = tracker
         .send(RegisterNode(nameless))
         .await

@@ -264,9 +264,9 @@ pub fn build_nodes(config: &SimConfig) -> Vec<Node> {
             let mut node = template.clone();
             node.id = new_id();
             node.secret_id = new_id().to_string();
-            node.name = format!("{}-{i:0width$}", config.name_prefix);
+            node.name = format!("{}-{i:0width$}", config.name_prefix).into();
             node.attributes
-                .insert("unique.hostname".into(), node.name.clone());
+                .insert("unique.hostname".into(), node.name.to_string());
             if !config.datacenters.is_empty() {
                 node.datacenter = config.datacenters[i % config.datacenters.len()].clone();
             }

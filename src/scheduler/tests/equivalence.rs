@@ -25,9 +25,9 @@ const GOLDEN: &str = include_str!("equivalence_golden.txt");
 fn fixed_node(i: u128, dc: &str, rack: Option<&str>) -> Node {
     let mut n = node();
     n.id = uuid::Uuid::from_u128(i);
-    n.name = format!("node-{i}");
+    n.name = format!("node-{i}").into();
     n.attributes
-        .insert("unique.hostname".into(), n.name.clone());
+        .insert("unique.hostname".into(), n.name.to_string());
     n.datacenter = dc.into();
     if let Some(r) = rack {
         n.meta.insert("rack".into(), r.into());

@@ -35,7 +35,7 @@ pub fn node() -> Node {
         status: NodeStatus::Ready,
         ..Default::default()
     };
-    n.name = format!("node-{}", &n.id.to_string()[..8]);
+    n.name = format!("node-{}", &n.id.to_string()[..8]).into();
     n.node_resources = NodeResources {
         cpu: NodeCpuResources {
             cpu_shares: 4000,
@@ -53,7 +53,7 @@ pub fn node() -> Node {
     n.attributes.insert("kernel.name".into(), "linux".into());
     n.attributes.insert("arch".into(), "x86".into());
     n.attributes
-        .insert("unique.hostname".into(), n.name.clone());
+        .insert("unique.hostname".into(), n.name.to_string());
     for d in ["exec", "mock_driver"] {
         n.drivers.insert(
             d.into(),
