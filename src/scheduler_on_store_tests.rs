@@ -7,6 +7,7 @@
 use crate::scheduler::{new_scheduler, Planner, PlannerError, State};
 use crate::state::fixtures;
 use crate::state::{Command, PlanResults, StateSnapshot};
+use crate::structs::shared_str::SharedStr;
 use crate::structs::{
     DrainStrategy, Evaluation, JobType, NodeStatus, Plan, PlanResult, SchedulingEligibility,
     TriggeredBy,
@@ -210,6 +211,16 @@ fn evaluations_see_every_node_change_and_share_the_catalog_otherwise() {
         .map(|a| p.snap.node(&a.node_id).expect("node").name.to_string())
         .collect();
     assert_eq!(p.snap.allocs_by_job("default", "api").count(), 9);
+    // Each allocation names its node with the node's own string: one
+    // string per node however many allocations it holds.
+    for a in p.snap.allocs_by_job("default", "api") {
+        let node = p.snap.node(&a.node_id).expect("node");
+        assert!(
+            SharedStr::ptr_eq(&a.node_name, &node.name),
+            "{}",
+            a.node_name
+        );
+    }
     let allowed = ["n0", "n4", "n5"].map(String::from).into();
     assert!(names.is_subset(&allowed), "placed on {names:?}");
     assert!(names.contains("n5"), "the new node is used: {names:?}");
@@ -224,6 +235,14 @@ fn system_job_places_one_per_node_over_the_store_snapshot() {
     nodes.sort();
     nodes.dedup();
     assert_eq!(nodes.len(), 4, "one per node");
+    for a in &allocs {
+        let node = p.snap.node(&a.node_id).expect("node");
+        assert!(
+            SharedStr::ptr_eq(&a.node_name, &node.name),
+            "{}",
+            a.node_name
+        );
+    }
 }
 
 /// The store's snapshot with its usage column hidden: placements then

@@ -6,8 +6,8 @@
 
 use super::resources::{ComparableResources, NodeReservedResources, NodeResources};
 use super::serde_util::{null_default, nullable, rfc3339_opt};
-use super::NodeId;
 use super::shared_str::SharedStr;
+use super::NodeId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
