@@ -23,6 +23,7 @@
 //! JSON format the names are Nomad's dotted ones (`nomad.nomad.broker.total_ready`),
 //! as Nomad's `/v1/metrics` answers them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -332,8 +333,32 @@ pub struct Line {
     pub value: f64,
 }
 
+/// A label of a sample line, borrowed from the line; the value is copied
+/// only when it held escapes.
+pub type LabelRef<'a> = (&'a str, Cow<'a, str>);
+
 /// Parses `name{label="value",...} value` (label values unescaped).
 pub fn parse_line(line: &str) -> Option<Line> {
+    let mut labels = Vec::new();
+    let (name, value) = parse_line_into(line, &mut labels)?;
+    Some(Line {
+        name: name.to_string(),
+        labels: labels
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into_owned()))
+            .collect(),
+        value,
+    })
+}
+
+/// [`parse_line`] without copying: the name and value, and the labels in
+/// `labels` (cleared first). The JSON answer of `/v1/metrics` parses every
+/// line of the scrape, thousands of them, so one buffer serves them all.
+pub fn parse_line_into<'a>(
+    line: &'a str,
+    labels: &mut Vec<LabelRef<'a>>,
+) -> Option<(&'a str, f64)> {
+    labels.clear();
     let (series, value) = line.trim_end().rsplit_once(' ')?;
     let value = match value {
         "+Inf" | "Inf" => f64::INFINITY,
@@ -341,14 +366,8 @@ pub fn parse_line(line: &str) -> Option<Line> {
         v => v.parse().ok()?,
     };
     let Some(open) = series.find('{') else {
-        return Some(Line {
-            name: series.to_string(),
-            labels: Vec::new(),
-            value,
-        });
+        return Some((series, value));
     };
-    let name = series[..open].to_string();
-    let mut labels = Vec::new();
     let mut rest = series[open + 1..].strip_suffix('}')?;
     loop {
         rest = rest.trim_start_matches(',');
@@ -356,26 +375,33 @@ pub fn parse_line(line: &str) -> Option<Line> {
             break;
         }
         let (key, after) = rest.split_once("=\"")?;
-        let mut value = String::new();
-        let mut chars = after.char_indices();
-        let end = loop {
-            match chars.next()? {
-                (i, '"') => break i,
-                (_, '\\') => match chars.next()?.1 {
-                    'n' => value.push('\n'),
-                    c => value.push(c),
-                },
-                (_, c) => value.push(c),
-            }
-        };
-        labels.push((key.to_string(), value));
-        rest = &after[end + 1..];
+        let (value, after) = label_value(after)?;
+        labels.push((key, value));
+        rest = after;
     }
-    Some(Line {
-        name,
-        labels,
-        value,
-    })
+    Some((&series[..open], value))
+}
+
+/// A label's value, from just after its opening quote: the value
+/// unescaped, and what follows its closing quote.
+fn label_value(after: &str) -> Option<(Cow<'_, str>, &str)> {
+    let stop = after.find(['"', '\\'])?;
+    if after[stop..].starts_with('"') {
+        return Some((Cow::Borrowed(&after[..stop]), &after[stop + 1..]));
+    }
+    let mut value = after[..stop].to_string();
+    let mut chars = after[stop..].char_indices();
+    let end = loop {
+        match chars.next()? {
+            (i, '"') => break stop + i,
+            (_, '\\') => match chars.next()?.1 {
+                'n' => value.push('\n'),
+                c => value.push(c),
+            },
+            (_, c) => value.push(c),
+        }
+    };
+    Some((Cow::Owned(value), &after[end + 1..]))
 }
 
 /// A value as Prometheus' text format writes it.

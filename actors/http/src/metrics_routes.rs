@@ -11,11 +11,13 @@
 use super::errors::ApiError;
 use super::query::QueryOptions;
 use crate::AgentInfo;
+use actix_web::http::header::ContentType;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder_common::nomad_metrics;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -141,70 +143,216 @@ async fn metrics(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpRes
         Some("prometheus") => Ok(HttpResponse::Ok()
             .content_type("text/plain; version=0.0.4; charset=utf-8")
             .body(text)),
-        None | Some("" | "json") => Ok(HttpResponse::Ok().json(to_json(&text, &nomad.dotted))),
+        None | Some("" | "json") => {
+            let json = to_json(&text, &nomad.dotted, &chrono_like_now())
+                .map_err(|e| ApiError::Internal(format!("metrics as JSON: {e}")))?;
+            Ok(HttpResponse::Ok()
+                .insert_header(ContentType::json())
+                .body(json))
+        }
         Some(other) => Err(ApiError::BadRequest(format!(
             "Invalid format {other:?}: use prometheus or leave it out for JSON"
         ))),
     }
 }
 
-/// Summaries (how histograms render) as Nomad's `Samples`.
-#[derive(Default)]
-struct Summary {
-    name: String,
-    labels: Map<String, Value>,
+/// A label as the JSON answer holds it (see [`nomad_metrics::parse_line_into`]).
+type Label<'a> = nomad_metrics::LabelRef<'a>;
+
+/// A series' labels as Nomad's JSON map: sorted by name, as
+/// `serde_json::Map` (a `BTreeMap` here) kept them.
+struct LabelMap<'s, 'a>(&'s [Label<'a>]);
+
+impl Serialize for LabelMap<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// One of Nomad's `Gauges`. The fields are in the order of their names,
+/// as the answer built from `serde_json::Value` objects had them.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Gauge<'s, 'a> {
+    labels: LabelMap<'s, 'a>,
+    name: &'a str,
+    value: f64,
+}
+
+/// One of Nomad's `Counters` or `Samples` (same shape; a counter's figures
+/// are all its value). Fields in the order of their names, as for [`Gauge`].
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Aggregate<'s, 'a> {
+    count: f64,
+    labels: LabelMap<'s, 'a>,
+    max: f64,
+    mean: f64,
+    min: f64,
+    name: &'a str,
+    rate: f64,
+    stddev: u8,
+    sum: f64,
+}
+
+impl<'s, 'a> Aggregate<'s, 'a> {
+    fn counter(name: &'a str, labels: &'s [Label<'a>], value: f64) -> Self {
+        Aggregate {
+            count: value,
+            labels: LabelMap(labels),
+            max: value,
+            mean: value,
+            min: value,
+            name,
+            rate: value,
+            stddev: 0,
+            sum: value,
+        }
+    }
+}
+
+/// A summary series (how histograms render) being gathered from its lines
+/// into one of Nomad's `Samples`.
+struct Summary<'a> {
+    name: &'a str,
+    labels: Vec<Label<'a>>,
     count: f64,
     sum: f64,
     min: f64,
     max: f64,
 }
 
+impl<'a> Summary<'a> {
+    fn new(name: &'a str, labels: &[Label<'a>]) -> Self {
+        Summary {
+            name,
+            labels: labels.to_vec(),
+            count: 0.0,
+            sum: 0.0,
+            min: 0.0,
+            max: 0.0,
+        }
+    }
+
+    fn sample(&self) -> Aggregate<'_, 'a> {
+        let mean = if self.count > 0.0 {
+            self.sum / self.count
+        } else {
+            0.0
+        };
+        Aggregate {
+            count: self.count,
+            labels: LabelMap(&self.labels),
+            max: self.max,
+            mean,
+            min: self.min,
+            name: self.name,
+            rate: self.sum,
+            stddev: 0,
+            sum: self.sum,
+        }
+    }
+}
+
+/// A JSON array being written, one element at a time.
+#[derive(Default)]
+struct JsonList(Vec<u8>);
+
+impl JsonList {
+    fn push(&mut self, element: &impl Serialize) -> serde_json::Result<()> {
+        self.0.push(if self.0.is_empty() { b'[' } else { b',' });
+        serde_json::to_writer(&mut self.0, element)
+    }
+
+    /// The array's text (`[]` when nothing was pushed).
+    fn finish(mut self) -> Vec<u8> {
+        if self.0.is_empty() {
+            self.0.push(b'[');
+        }
+        self.0.push(b']');
+        self.0
+    }
+}
+
+/// The parts of the answer being gathered from the scrape's lines.
+#[derive(Default)]
+struct Answer<'a> {
+    gauges: JsonList,
+    counters: JsonList,
+    /// Summary series by family, then by labels (the quantile aside).
+    summaries: HashMap<&'a str, HashMap<Vec<Label<'a>>, Summary<'a>>>,
+}
+
 /// Nomad's JSON shape from the Prometheus text; `names` renames families
 /// (Prometheus name → the name the JSON gives, Nomad's dotted one).
-fn to_json(text: &str, names: &HashMap<String, String>) -> Value {
-    let mut kinds: BTreeMap<String, String> = BTreeMap::new();
-    let (mut gauges, mut counters) = (Vec::new(), Vec::new());
-    // One per series: by name and labels (the quantile aside).
-    let mut summaries: BTreeMap<(String, String), Summary> = BTreeMap::new();
+///
+/// Written straight out rather than built as a `serde_json::Value`: a
+/// loaded server's scrape has thousands of lines and monitoring reads it
+/// several times a second. The answer is the one the `Value` gave, key
+/// order included (`serde_json::Map` sorts its keys).
+fn to_json<'a>(
+    text: &'a str,
+    names: &'a HashMap<String, String>,
+    timestamp: &str,
+) -> serde_json::Result<Vec<u8>> {
+    let mut kinds: HashMap<&str, &str> = HashMap::new();
+    let mut answer = Answer::default();
+    let mut labels: Vec<Label<'a>> = Vec::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             if let Some((name, kind)) = rest.split_once(' ') {
-                kinds.insert(name.to_string(), kind.to_string());
+                kinds.insert(name, kind);
             }
             continue;
         }
         if line.starts_with('#') || line.trim().is_empty() {
             continue;
         }
-        let Some(sample) = nomad_metrics::parse_line(line) else {
+        let Some((name, value)) = nomad_metrics::parse_line_into(line, &mut labels) else {
             continue;
         };
-        let name = sample.name.as_str();
+        answer.add(name, value, &mut labels, &kinds, names)?;
+    }
+    answer.finish(timestamp)
+}
+
+impl<'a> Answer<'a> {
+    /// One sample line, by its family's declared kind (a gauge if none).
+    fn add(
+        &mut self,
+        name: &'a str,
+        value: f64,
+        labels: &mut Vec<Label<'a>>,
+        kinds: &HashMap<&str, &str>,
+        names: &'a HashMap<String, String>,
+    ) -> serde_json::Result<()> {
+        let is_summary = |b: &str| kinds.get(b) == Some(&"summary");
         let base = name
             .strip_suffix("_sum")
             .or_else(|| name.strip_suffix("_count"))
-            .filter(|b| kinds.get(*b).is_some_and(|k| k == "summary"))
-            .unwrap_or(name)
-            .to_string();
-        let shown = names.get(&base).cloned().unwrap_or_else(|| base.clone());
-        let mut quantile = None;
-        let mut labels = Map::new();
-        for (k, v) in sample.labels {
-            if k == "quantile" {
-                quantile = v.parse::<f64>().ok();
-            } else {
-                labels.insert(k, json!(v));
-            }
-        }
-        let value = sample.value;
-        match kinds.get(&base).map(String::as_str) {
-            Some("counter") => counters.push(json!({
-                "Name": shown, "Count": value, "Rate": value, "Sum": value, "Min": value,
-                "Max": value, "Mean": value, "Stddev": 0, "Labels": labels,
-            })),
+            .filter(|b| is_summary(b))
+            .unwrap_or(name);
+        let shown = names.get(base).map_or(base, String::as_str);
+        let quantile = take_quantile(labels);
+        as_json_map(labels);
+        match kinds.get(base).copied() {
+            Some("counter") => self
+                .counters
+                .push(&Aggregate::counter(shown, labels, value)),
             Some("summary") => {
-                let key = (base, Value::Object(labels.clone()).to_string());
-                let s = summaries.entry(key).or_default();
+                let series = self.summaries.entry(base).or_default();
+                // Looked up by the borrowed labels: copied once per series,
+                // not once per line.
+                if !series.contains_key(labels.as_slice()) {
+                    series.insert(labels.clone(), Summary::new(shown, labels));
+                }
+                let Some(s) = series.get_mut(labels.as_slice()) else {
+                    return Ok(());
+                };
                 match quantile {
                     Some(0.0) => s.min = value,
                     Some(1.0) => s.max = value,
@@ -212,27 +360,69 @@ fn to_json(text: &str, names: &HashMap<String, String>) -> Value {
                     None if name.ends_with("_sum") => s.sum = value,
                     None => s.count = value,
                 }
-                s.name = shown;
-                s.labels = labels;
+                Ok(())
             }
-            _ => gauges.push(json!({"Name": shown, "Value": value, "Labels": labels})),
+            _ => self.gauges.push(&Gauge {
+                labels: LabelMap(labels),
+                name: shown,
+                value,
+            }),
         }
     }
-    let samples: Vec<Value> = summaries
-        .into_values()
-        .map(|s| {
-            let mean = if s.count > 0.0 { s.sum / s.count } else { 0.0 };
-            json!({"Name": s.name, "Count": s.count, "Sum": s.sum, "Min": s.min, "Max": s.max,
-                   "Mean": mean, "Rate": s.sum, "Stddev": 0, "Labels": s.labels})
-        })
-        .collect();
-    json!({
-        "Timestamp": chrono_like_now(),
-        "Gauges": gauges,
-        "Counters": counters,
-        "Samples": samples,
-        "Points": [],
-    })
+
+    /// The answer's text. Samples come by family, then by the text of
+    /// their labels' JSON map, as the answer always ordered them.
+    fn finish(self, timestamp: &str) -> serde_json::Result<Vec<u8>> {
+        let mut samples = Vec::new();
+        for (base, series) in &self.summaries {
+            for s in series.values() {
+                samples.push((*base, serde_json::to_string(&LabelMap(&s.labels))?, s));
+            }
+        }
+        samples.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut list = JsonList::default();
+        for (_, _, s) in &samples {
+            list.push(&s.sample())?;
+        }
+        let mut out = b"{\"Counters\":".to_vec();
+        out.extend(self.counters.finish());
+        out.extend_from_slice(b",\"Gauges\":");
+        out.extend(self.gauges.finish());
+        out.extend_from_slice(b",\"Points\":[],\"Samples\":");
+        out.extend(list.finish());
+        out.extend_from_slice(b",\"Timestamp\":");
+        serde_json::to_writer(&mut out, timestamp)?;
+        out.push(b'}');
+        Ok(out)
+    }
+}
+
+/// Takes the `quantile` label out of `labels`: a summary's line gives it,
+/// Nomad's JSON has no such label. The last one counts.
+fn take_quantile(labels: &mut Vec<Label<'_>>) -> Option<f64> {
+    let mut quantile = None;
+    labels.retain(|(k, v)| {
+        let is_quantile = *k == "quantile";
+        if is_quantile {
+            quantile = v.parse::<f64>().ok();
+        }
+        !is_quantile
+    });
+    quantile
+}
+
+/// Orders `labels` as a JSON map holds them: by name, a name given twice
+/// keeping its last value (as `Map::insert` did).
+fn as_json_map(labels: &mut Vec<Label<'_>>) {
+    // Stable, so a repeated name's values stay in the line's order.
+    labels.sort_by_key(|(name, _)| *name);
+    labels.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
 }
 
 /// `YYYY-MM-DD HH:MM:SS +0000 UTC` as Nomad's metrics timestamp, from
@@ -266,6 +456,125 @@ fn chrono_like_now() -> String {
 mod tests {
     use super::*;
 
+    /// A scrape with every kind of line `/v1/metrics` meets: herder's own
+    /// families, Nomad-renamed ones, summaries whose series differ only in
+    /// labels, label values with escapes, commas and braces, samples of no
+    /// declared type, values JSON cannot hold, lines that do not parse.
+    const SCRAPE: &str = "\
+# HELP herder_http_requests requests
+# TYPE herder_http_requests counter
+herder_http_requests{method=\"GET\",route=\"/v1/jobs\",status=\"200\"} 5
+herder_http_requests{status=\"500\",route=\"/v1/job/{id}\",method=\"PUT\"} 2
+
+# TYPE herder_state_jobs gauge
+herder_state_jobs 1000
+herder_state_nodes 12.5
+# TYPE herder_odd gauge
+herder_odd{a=\"q\\\"uo\\\\te\",b=\"x,y=\\\"z\\\"\",c=\"line\\nbreak\",d=\"}{\"} -0.25
+herder_odd{z=\"1\",a=\"2\",a=\"3\",quantile=\"0.5\"} 1e21
+herder_odd{a=\"é\\tü\"} NaN
+herder_odd{a=\"inf\"} +Inf
+herder_odd{a=\"ninf\"} -Inf
+herder_odd{a=\"unterminated} 1
+herder_odd{a=\"x\"} notanumber
+herder_odd_nolabels_trailing_space 7\x20\x20
+
+# TYPE herder_http_request_seconds summary
+herder_http_request_seconds{method=\"GET\",route=\"/v1/jobs\",quantile=\"0\"} 0.001
+herder_http_request_seconds{method=\"GET\",route=\"/v1/jobs\",quantile=\"0.5\"} 0.002
+herder_http_request_seconds{method=\"GET\",route=\"/v1/jobs\",quantile=\"1\"} 0.125
+herder_http_request_seconds_sum{method=\"GET\",route=\"/v1/jobs\"} 0.75
+herder_http_request_seconds_count{method=\"GET\",route=\"/v1/jobs\"} 30
+herder_http_request_seconds{method=\"GET\",quantile=\"1\"} 0.5
+herder_http_request_seconds_sum{method=\"GET\"} 1
+herder_http_request_seconds_count{method=\"GET\"} 0
+herder_http_request_seconds{route=\"/v1/jobs\",method=\"GET\",quantile=\"0.99\"} 0.1
+herder_http_request_seconds{method=\"G\\\"ET\",quantile=\"0\"} 3
+herder_http_request_seconds_count{method=\"G\\\"ET\"} 3
+herder_http_request_seconds{method=\"G ET\",quantile=\"0\"} 4
+herder_http_request_seconds_sum{method=\"G ET\"} 8
+herder_http_request_seconds{method=\"GET\",route=\"/v1/jobs\",zone=\"a\",quantile=\"1\"} 9
+herder_http_request_seconds_sum 2
+herder_http_request_seconds_count 1
+# TYPE herder_plan_apply_seconds summary
+herder_plan_apply_seconds{quantile=\"0\"} 0.0005
+herder_plan_apply_seconds{quantile=\"1\"} 0.003
+herder_plan_apply_seconds_sum 0.01
+herder_plan_apply_seconds_count 4
+herder_gauge_sum 3
+
+# TYPE nomad_nomad_job_summary_running gauge
+nomad_nomad_job_summary_running{host=\"h1\",job=\"we\\\"b\",namespace=\"default\",task_group=\"g\"} 2
+nomad_nomad_job_summary_running{host=\"h1\",job=\"a\\\\b,c\",namespace=\"default\",task_group=\"g\"} 0
+# TYPE nomad_nomad_rpc_request counter
+nomad_nomad_rpc_request{host=\"h1\"} 7
+# TYPE nomad_nomad_plan_apply summary
+nomad_nomad_plan_apply{host=\"h1\",quantile=\"0\"} 0.5
+nomad_nomad_plan_apply{host=\"h1\",quantile=\"1\"} 3
+nomad_nomad_plan_apply_sum{host=\"h1\"} 10
+nomad_nomad_plan_apply_count{host=\"h1\"} 4
+# TYPE nomad_nomad_unnamed gauge
+nomad_nomad_unnamed{host=\"h1\"} 1
+";
+
+    const SCRAPE_JSON: &str = concat!(
+        r#"{"Counters":["#,
+        r#"{"Count":5.0,"Labels":{"method":"GET","route":"/v1/jobs","status":"200"},"Max":5.0,"Mean":5.0,"Min":5.0,"Name":"herder_http_requests","Rate":5.0,"Stddev":0,"Sum":5.0},"#,
+        r#"{"Count":2.0,"Labels":{"method":"PUT","route":"/v1/job/{id}","status":"500"},"Max":2.0,"Mean":2.0,"Min":2.0,"Name":"herder_http_requests","Rate":2.0,"Stddev":0,"Sum":2.0},"#,
+        r#"{"Count":7.0,"Labels":{"host":"h1"},"Max":7.0,"Mean":7.0,"Min":7.0,"Name":"nomad.nomad.rpc.request","Rate":7.0,"Stddev":0,"Sum":7.0}],"#,
+        r#""Gauges":["#,
+        r#"{"Labels":{},"Name":"herder_state_jobs","Value":1000.0},"#,
+        r#"{"Labels":{},"Name":"renamed.before.its.type","Value":12.5},"#,
+        r#"{"Labels":{"a":"q\"uo\\te","b":"x,y=\"z\"","c":"line\nbreak","d":"}{"},"Name":"herder_odd","Value":-0.25},"#,
+        r#"{"Labels":{"a":"3","z":"1"},"Name":"herder_odd","Value":1e+21},"#,
+        r#"{"Labels":{"a":"étü"},"Name":"herder_odd","Value":null},"#,
+        r#"{"Labels":{"a":"inf"},"Name":"herder_odd","Value":null},"#,
+        r#"{"Labels":{"a":"ninf"},"Name":"herder_odd","Value":null},"#,
+        r#"{"Labels":{},"Name":"herder_odd_nolabels_trailing_space","Value":7.0},"#,
+        r#"{"Labels":{},"Name":"herder_gauge_sum","Value":3.0},"#,
+        r#"{"Labels":{"host":"h1","job":"we\"b","namespace":"default","task_group":"g"},"Name":"nomad.nomad.job_summary.running","Value":2.0},"#,
+        r#"{"Labels":{"host":"h1","job":"a\\b,c","namespace":"default","task_group":"g"},"Name":"nomad.nomad.job_summary.running","Value":0.0},"#,
+        r#"{"Labels":{"host":"h1"},"Name":"nomad_nomad_unnamed","Value":1.0}],"#,
+        r#""Points":[],"#,
+        r#""Samples":["#,
+        r#"{"Count":0.0,"Labels":{"method":"G ET"},"Max":0.0,"Mean":0.0,"Min":4.0,"Name":"herder_http_request_seconds","Rate":8.0,"Stddev":0,"Sum":8.0},"#,
+        r#"{"Count":0.0,"Labels":{"method":"GET","route":"/v1/jobs","zone":"a"},"Max":9.0,"Mean":0.0,"Min":0.0,"Name":"herder_http_request_seconds","Rate":0.0,"Stddev":0,"Sum":0.0},"#,
+        r#"{"Count":30.0,"Labels":{"method":"GET","route":"/v1/jobs"},"Max":0.125,"Mean":0.025,"Min":0.001,"Name":"herder_http_request_seconds","Rate":0.75,"Stddev":0,"Sum":0.75},"#,
+        r#"{"Count":0.0,"Labels":{"method":"GET"},"Max":0.5,"Mean":0.0,"Min":0.0,"Name":"herder_http_request_seconds","Rate":1.0,"Stddev":0,"Sum":1.0},"#,
+        r#"{"Count":3.0,"Labels":{"method":"G\"ET"},"Max":0.0,"Mean":0.0,"Min":3.0,"Name":"herder_http_request_seconds","Rate":0.0,"Stddev":0,"Sum":0.0},"#,
+        r#"{"Count":1.0,"Labels":{},"Max":0.0,"Mean":2.0,"Min":0.0,"Name":"herder_http_request_seconds","Rate":2.0,"Stddev":0,"Sum":2.0},"#,
+        r#"{"Count":4.0,"Labels":{},"Max":0.003,"Mean":0.0025,"Min":0.0005,"Name":"herder_plan_apply_seconds","Rate":0.01,"Stddev":0,"Sum":0.01},"#,
+        r#"{"Count":4.0,"Labels":{"host":"h1"},"Max":3.0,"Mean":2.5,"Min":0.5,"Name":"nomad.nomad.plan.apply","Rate":10.0,"Stddev":0,"Sum":10.0}],"#,
+        r#""Timestamp":"TS"}"#,
+    );
+
+    fn scrape_names() -> HashMap<String, String> {
+        [
+            (
+                "nomad_nomad_job_summary_running",
+                "nomad.nomad.job_summary.running",
+            ),
+            ("nomad_nomad_rpc_request", "nomad.nomad.rpc.request"),
+            ("nomad_nomad_plan_apply", "nomad.nomad.plan.apply"),
+            ("herder_state_nodes", "renamed.before.its.type"),
+        ]
+        .into_iter()
+        .map(|(p, d)| (p.to_string(), d.to_string()))
+        .collect()
+    }
+
+    /// The answer, read back as JSON.
+    fn answer(text: &str, names: &HashMap<String, String>) -> serde_json::Value {
+        let json = to_json(text, names, "TS").unwrap_or_default();
+        serde_json::from_slice(&json).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_answer_is_the_one_nomads_shape_always_had() {
+        let json = to_json(SCRAPE, &scrape_names(), "TS").unwrap_or_default();
+        assert_eq!(String::from_utf8_lossy(&json), SCRAPE_JSON);
+    }
+
     #[test]
     fn prometheus_text_becomes_nomads_json_shape() {
         let text = "# TYPE jobs gauge\njobs{ns=\"default\"} 3\n\
@@ -273,7 +582,7 @@ mod tests {
                     # TYPE apply_seconds summary\n\
                     apply_seconds{quantile=\"0\"} 0.5\napply_seconds{quantile=\"1\"} 2\n\
                     apply_seconds_sum 4\napply_seconds_count 4\n";
-        let json = to_json(text, &HashMap::new());
+        let json = answer(text, &HashMap::new());
         assert_eq!(json["Gauges"][0]["Name"], "jobs");
         assert_eq!(json["Gauges"][0]["Value"], 3.0);
         assert_eq!(json["Gauges"][0]["Labels"]["ns"], "default");
@@ -302,7 +611,7 @@ mod tests {
             "nomad_nomad_plan_queue_depth".to_string(),
             "nomad.nomad.plan.queue_depth".to_string(),
         )]);
-        let json = to_json(text, &names);
+        let json = answer(text, &names);
         let samples = json["Samples"].as_array().cloned().unwrap_or_default();
         assert_eq!(samples.len(), 2, "{json}");
         let b = samples
