@@ -22,7 +22,8 @@
 //! With spreads a job scores about `count` candidates per placement, so the
 //! per-candidate path is kept lean without changing any decision: what a
 //! candidate's score needs is remembered per candidate slot (its usage
-//! cache slot, its fit for its current usage, its spread values),
+//! cache slot, its fit for its current usage, its spread values, and for
+//! a node the evaluation has not touched whether the group fits there),
 //! candidates travel as small records, filter and exhaustion counts are
 //! tallied and written into the metrics once per placement, and the rare
 //! paths (a class seen for the first time, preemption, ports, affinities,
