@@ -303,13 +303,17 @@ impl State for WithoutColumn {
     }
 }
 
+/// A job, the evaluation that schedules it, and the node (by index) whose
+/// failure triggers it (`None`: the job's registration does).
+type Step = (crate::structs::Job, Evaluation, Option<usize>);
+
 /// Runs evaluations one after the other over one store, each against
-/// the state the previous ones left; where the live allocations ended.
-fn place_in_turn(
+/// the state the previous ones left.
+fn run_in_turn(
     nodes: &[crate::structs::Node],
-    steps: &[(crate::structs::Job, Evaluation, Option<usize>)],
+    steps: &[Step],
     hide_column: bool,
-) -> Vec<String> {
+) -> SnapshotPlanner {
     let mut p = SnapshotPlanner {
         snap: StateSnapshot::new(),
         index: 0,
@@ -347,6 +351,29 @@ fn place_in_turn(
             .process(&eval)
             .expect("processed");
     }
+    p
+}
+
+/// Job `id` of `count` in one group "g", registered: spread over
+/// `${meta.rack}` if `spread`.
+fn register_step(id: &str, count: i32, kind: JobType, spread: bool) -> Step {
+    let mut job = fixtures::job("default", id, &[("g", count)]);
+    job.job_type = kind;
+    if spread {
+        job.spreads.push(crate::structs::Spread {
+            attribute: "${meta.rack}".into(),
+            weight: 50,
+            ..Default::default()
+        });
+    }
+    job.canonicalize();
+    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
+    (job, eval, None)
+}
+
+/// [`run_in_turn`]; where the live allocations ended.
+fn place_in_turn(nodes: &[crate::structs::Node], steps: &[Step], hide_column: bool) -> Vec<String> {
+    let p = run_in_turn(nodes, steps, hide_column);
     let names: std::collections::HashMap<_, _> =
         nodes.iter().map(|n| (n.id, n.name.clone())).collect();
     // Which node each write placed how many of a job's allocations
@@ -366,40 +393,14 @@ fn place_in_turn(
     placed
 }
 
-/// Every allocation's node and metrics (counts, exhaustion, top scores
-/// bit for bit) after the steps, by job and name.
+/// [`run_in_turn`]; every allocation's node and metrics (counts,
+/// exhaustion, top scores bit for bit), by job and name.
 fn placements_and_metrics(
     nodes: &[crate::structs::Node],
-    steps: &[(crate::structs::Job, Evaluation, Option<usize>)],
+    steps: &[Step],
     hide_column: bool,
 ) -> Vec<String> {
-    let mut p = SnapshotPlanner {
-        snap: StateSnapshot::new(),
-        index: 0,
-        evals: vec![],
-    };
-    for node in nodes {
-        p.apply(Command::NodeRegister {
-            node: Arc::new(node.clone()),
-        });
-    }
-    for (job, eval, _) in steps {
-        p.apply(Command::JobRegister {
-            job: Arc::new(job.clone()),
-            eval: Some(eval.clone()),
-            enforce_index: None,
-        });
-        let eval = p.stored(eval);
-        let state: Arc<dyn State> = if hide_column {
-            Arc::new(WithoutColumn(p.snap.clone()))
-        } else {
-            Arc::new(p.snap.clone())
-        };
-        new_scheduler(&job.job_type, state, &mut p, 1)
-            .expect("scheduler")
-            .process(&eval)
-            .expect("processed");
-    }
+    let p = run_in_turn(nodes, steps, hide_column);
     let names: std::collections::HashMap<_, _> =
         nodes.iter().map(|n| (n.id, n.name.clone())).collect();
     let jobs: std::collections::BTreeSet<&str> = steps.iter().map(|s| &*s.0.id).collect();
@@ -432,26 +433,12 @@ fn remembered_untouched_nodes_score_and_count_as_looked_up_each_time() {
             n
         })
         .collect();
-    let job = |id: &str, count: i32, kind: JobType, spread: bool| {
-        let mut job = fixtures::job("default", id, &[("g", count)]);
-        job.job_type = kind;
-        if spread {
-            job.spreads.push(crate::structs::Spread {
-                attribute: "${meta.rack}".into(),
-                weight: 50,
-                ..Default::default()
-            });
-        }
-        job.canonicalize();
-        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-        (job, eval, None)
-    };
     let steps = vec![
-        job("fill", 300, JobType::Service, false),
-        job("s", 150, JobType::Service, true),
-        job("b", 120, JobType::Batch, false),
-        job("t", 260, JobType::Service, true),
-        job("s", 220, JobType::Service, true),
+        register_step("fill", 300, JobType::Service, false),
+        register_step("s", 150, JobType::Service, true),
+        register_step("b", 120, JobType::Batch, false),
+        register_step("t", 260, JobType::Service, true),
+        register_step("s", 220, JobType::Service, true),
     ];
     let with = placements_and_metrics(&nodes, &steps, false);
     let without = placements_and_metrics(&nodes, &steps, true);
@@ -485,37 +472,23 @@ fn the_usage_column_places_exactly_as_per_node_lookups() {
             n
         })
         .collect();
-    let job = |id: &str, count: i32, kind: JobType, spread: bool| {
-        let mut job = fixtures::job("default", id, &[("g", count)]);
-        job.job_type = kind;
-        if spread {
-            job.spreads.push(crate::structs::Spread {
-                attribute: "${meta.rack}".into(),
-                weight: 50,
-                ..Default::default()
-            });
-        }
-        job.canonicalize();
-        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-        (job, eval, None)
-    };
     // Its allocations on node `n` are lost and placed again, beside
     // the job's others on nodes this evaluation does not touch.
-    let node_down = |step: &(crate::structs::Job, Evaluation, Option<usize>), n| {
+    let node_down = |step: &Step, n| {
         let eval = fixtures::eval(&step.0, TriggeredBy::NodeUpdate, 1);
         (step.0.clone(), eval, Some(n))
     };
     let steps = vec![
-        job("a", 40, JobType::Service, true),
-        job("b", 25, JobType::Batch, false),
-        job("c", 30, JobType::Service, false),
-        job("a", 12, JobType::Service, true),
-        job("d", 45, JobType::Service, false),
-        job("b", 5, JobType::Batch, false),
-        job("e", 20, JobType::Service, true),
+        register_step("a", 40, JobType::Service, true),
+        register_step("b", 25, JobType::Batch, false),
+        register_step("c", 30, JobType::Service, false),
+        register_step("a", 12, JobType::Service, true),
+        register_step("d", 45, JobType::Service, false),
+        register_step("b", 5, JobType::Batch, false),
+        register_step("e", 20, JobType::Service, true),
         // Scaled up: new placements beside the job's own allocations.
-        job("c", 44, JobType::Service, false),
-        job("e", 33, JobType::Service, true),
+        register_step("c", 44, JobType::Service, false),
+        register_step("e", 33, JobType::Service, true),
     ];
     let steps = {
         let mut steps = steps;
