@@ -479,7 +479,7 @@ impl GroupInfo {
                 }
             })
             .collect();
-        let distinct: Vec<DistinctTracker> = feasibility
+        let distinct = feasibility
             .distinct_properties
             .iter()
             .map(|d| {
@@ -493,10 +493,7 @@ impl GroupInfo {
             })
             .collect();
         let ask = GroupAsk::new(tg);
-        let f = &feasibility;
-        let rules = f.distinct_hosts_job || f.distinct_hosts_group || !distinct.is_empty();
-        let plain = ask.cores.is_empty() && !ask.has_networks() && !rules;
-        GroupInfo {
+        let mut info = GroupInfo {
             name: tg.name.clone(),
             feasibility,
             template: Arc::new(ask.template.clone()),
@@ -509,8 +506,11 @@ impl GroupInfo {
             distinct_hosts_label: Arc::from("distinct_hosts"),
             count: count.max(1),
             stamp: 0,
-            plain,
-        }
+            plain: false,
+        };
+        info.plain =
+            info.ask.cores.is_empty() && !info.ask.has_networks() && !info.has_placement_rules();
+        info
     }
 
     fn sync(&mut self, ctx: &EvalContext, job: &Job, catalog: &NodeCatalog) {
