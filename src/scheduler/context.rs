@@ -149,6 +149,10 @@ pub struct EvalContext {
     /// fetched, and without one): the node's slot in `usage_slots`, or
     /// [`UNTOUCHED`] or [`JOB_ON_NODE`].
     by_position: Vec<u32>,
+    /// Every position marked touched in `by_position`, in order: the
+    /// stack's spread lane drains it to forget what it remembered about
+    /// those nodes (see `spread_lane`).
+    touched_log: Vec<u32>,
     priorities: FastMap<(SharedStr, SharedStr), i32>,
     /// The empty `nodes_available` of blank metrics (see
     /// [`Self::blank_metric`]).
@@ -172,6 +176,7 @@ impl EvalContext {
             job_alloc_list: std::sync::OnceLock::new(),
             column: None,
             by_position: Vec::new(),
+            touched_log: Vec::new(),
             priorities: FastMap::default(),
             no_nodes_available: Arc::default(),
         }
@@ -329,6 +334,14 @@ impl EvalContext {
         self.by_position.get(position as usize) == Some(&UNTOUCHED)
     }
 
+    /// The catalog positions of the nodes marked touched since the log's
+    /// first `from` entries (see [`Self::is_untouched`]): a node is never
+    /// untouched again within the evaluation.
+    #[inline(always)]
+    pub fn touched_since(&self, from: usize) -> &[u32] {
+        self.touched_log.get(from..).unwrap_or(&[])
+    }
+
     /// The column's usage of the node at `position`, if nothing in this
     /// evaluation has touched it.
     #[inline]
@@ -359,11 +372,13 @@ impl EvalContext {
             for node in job_allocs.keys() {
                 if let Some(p) = column.position(node) {
                     by_position[p as usize] = JOB_ON_NODE;
+                    self.touched_log.push(p);
                 }
             }
             for (slot, entry) in self.usage_slots.iter().enumerate() {
                 if let Some(p) = column.position(&entry.id) {
                     by_position[p as usize] = slot as u32;
+                    self.touched_log.push(p);
                 }
             }
             self.by_position = by_position;
@@ -395,7 +410,11 @@ impl EvalContext {
         }
         let column = self.column.as_ref().and_then(Option::as_ref);
         if let Some(p) = column.and_then(|c| c.position(&id)) {
-            self.by_position[p as usize] = slot;
+            let mark = &mut self.by_position[p as usize];
+            if *mark == UNTOUCHED {
+                self.touched_log.push(p);
+            }
+            *mark = slot;
         }
     }
 

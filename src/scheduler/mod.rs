@@ -17,7 +17,7 @@
 //! columns. From the bottom:
 //!
 //! 0. [`planner`] (the `Planner` and `Scheduler` traits, their errors),
-//!    [`feasible`], [`rank`], `tally`: plain functions of a node and a job;
+//!    [`feasible`], [`rank`], `tally`, `spread_lane`: plain functions of a node and a job;
 //!    and, on `view` alone, [`harness_state`] (an in-memory `State`).
 //! 1. [`context`]: the evaluation's working set (plan, usage per node).
 //! 2. [`preemption`]: what to evict, from the context's usage.
@@ -41,6 +41,7 @@ pub mod planner;
 pub mod preemption;
 pub mod rank;
 pub mod reconcile;
+mod spread_lane;
 pub mod stack;
 pub mod system;
 mod tally;

@@ -34,6 +34,7 @@ use super::feasible::{check_operand, ConstraintCache, DistinctProperty, GroupFea
 use super::planner::NodeShare;
 use super::preemption::select_preemptions;
 use super::rank::{apply_cores, assign_cores, assign_ports, fit_score, GroupAsk, CORES_EXHAUSTED};
+use super::spread_lane::{LaneHit, SpreadLane, VALUE_MISSING};
 use super::tally::MetricTally;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
@@ -638,6 +639,8 @@ pub struct Stack {
     last_fit: Option<([i64; 4], f64)>,
     /// Room for a placement's top scores, kept between placements.
     top: Vec<(f64, NodeId, Scores)>,
+    /// Spread revisits of untouched nodes, in slot order.
+    lane: SpreadLane,
 }
 
 impl Stack {
@@ -669,6 +672,7 @@ impl Stack {
             score_maps: ScoreMapMemo::default(),
             last_fit: None,
             top: Vec::with_capacity(TOP_SCORES + 1),
+            lane: SpreadLane::default(),
         }
     }
 
@@ -691,6 +695,7 @@ impl Stack {
         self.meta.push(meta);
         self.cached.clear();
         self.cached.push(CandidateCache::default());
+        self.lane.reset(1);
         self.candidates.order.clear();
         self.candidates.single = Some(node);
         self.offset = 0;
@@ -711,6 +716,7 @@ impl Stack {
         self.meta.push(*self.candidates.catalog.meta(position));
         self.cached.clear();
         self.cached.push(CandidateCache::default());
+        self.lane.reset(1);
         self.candidates.order.clear();
         self.candidates.order.push(position);
         self.candidates.single = None;
@@ -750,6 +756,7 @@ impl Stack {
             .extend(positions.iter().map(|p| *catalog.meta(*p)));
         self.cached.clear();
         self.cached.resize(n, CandidateCache::default());
+        self.lane.reset(n);
         self.candidates.order = positions;
         self.candidates.single = None;
         self.offset = 0;
@@ -885,6 +892,7 @@ impl Stack {
             // The share cannot offer the candidates this group compares.
             self.widen();
         }
+        self.activate_lane(info, opts, limit);
         let mut seen = 0usize;
         let mut skipped: Vec<(Scored, Scores)> = Vec::new();
         let mut skipped_next = 0usize;
@@ -963,6 +971,15 @@ impl Stack {
             }
             *seen += 1;
             ctx.metrics.evaluate_node();
+            if self.lane.active() != 0 {
+                let touched = ctx.touched_since(self.lane.log_seen());
+                if !touched.is_empty() {
+                    self.lane.drain(touched, &self.candidates.order);
+                }
+                if let Some(hit) = self.lane.hit(slot) {
+                    return Some(lane_scored(slot, hit));
+                }
+            }
             if let Some(ranked) = self.rank_candidate(ctx, info, opts, slot) {
                 return Some(ranked);
             }
@@ -993,8 +1010,8 @@ impl Stack {
             len: self.meta.len(),
             generation: self.generation,
         };
-        match info.feasibility.cached(self.meta[slot].class) {
-            Some(Ok(())) => {}
+        let class_cached = match info.feasibility.cached(self.meta[slot].class) {
+            Some(Ok(())) => true,
             Some(Err(label)) => {
                 self.tally.filter(self.meta[slot].node_class, label);
                 return None;
@@ -1003,8 +1020,9 @@ impl Stack {
                 if !self.check_feasibility(ctx, info, slot) {
                     return None;
                 }
+                false
             }
-        }
+        };
         if info.plain {
             match self.untouched_outcome(ctx, info, at, &capacity) {
                 Some(UntouchedMemo {
@@ -1013,6 +1031,9 @@ impl Stack {
                     ..
                 }) => {
                     let scores = self.score(info, opts, at, fit, 0);
+                    if class_cached && self.lane.active() == info.stamp {
+                        self.remember_in_lane(info, at, fit);
+                    }
                     let scored = Scored {
                         final_score: scores.final_score(),
                         slot,
@@ -1094,6 +1115,46 @@ impl Stack {
             grant,
         };
         Some((scored, scores))
+    }
+
+    /// Lets the spread lane answer for this placement's revisits of
+    /// untouched nodes when their score is the fit and one spread's boost
+    /// alone: a plain group (no cores, ports or distinct_* rules; so no
+    /// job anti-affinity on an untouched node either), one spread, no
+    /// affinity, no reschedule penalty. The boosts are worked out for every
+    /// value, so the lane is used only where the values are fewer than the
+    /// candidates a placement compares.
+    fn activate_lane(&mut self, info: &mut GroupInfo, opts: &SelectOptions, limit: usize) {
+        let eligible = info.plain
+            && self.kind != StackKind::System
+            && self.candidates.single.is_none()
+            && info.spreads.len() == 1
+            && info.affinity_weight_sum <= 0.0
+            && opts.penalty_nodes.is_empty()
+            && info.spreads[0].counter.values.len() < limit;
+        if !eligible {
+            self.lane.deactivate();
+            return;
+        }
+        let weight_sum = info.spread_weight_sum;
+        let spread = &mut info.spreads[0];
+        // As `spread_score` sums them: from 0.0.
+        let missing = 0.0 + spread_term(spread, weight_sum, None);
+        let values = spread.counter.values.len() as u32;
+        let boosts = (0..values).map(|v| 0.0 + spread_term(spread, weight_sum, Some(v)));
+        self.lane.activate(info.stamp, boosts, missing);
+    }
+
+    /// Remembers in the lane that the group fits on the untouched node at
+    /// `at` with `fit`, and the node's spread value.
+    #[inline(never)]
+    fn remember_in_lane(&mut self, info: &mut GroupInfo, at: SlotRef, fit: f64) {
+        let candidates = &self.candidates;
+        let value = info.spreads[0]
+            .counter
+            .value_at(at, || candidates.node(at.slot));
+        self.lane
+            .remember(at.slot, value.unwrap_or(VALUE_MISSING), fit);
     }
 
     /// The group's outcome on the candidate at `at` while nothing in the
@@ -1425,37 +1486,59 @@ fn spread_score<'n>(info: &mut GroupInfo, node: impl Fn() -> &'n Node, at: SlotR
     let weight_sum = info.spread_weight_sum;
     let mut total = 0.0;
     for s in &mut info.spreads {
-        let Some(value) = s.counter.value_at(at, &node) else {
-            total -= 1.0;
-            continue;
-        };
-        if s.desired.is_empty() {
-            total += even_spread_boost(s, value);
-            continue;
-        }
-        let used = s.counter.count(value) as f64 + 1.0;
-        while s.desired_by_id.len() <= value as usize {
-            let name = &s.counter.values[s.desired_by_id.len()];
-            let d = s
-                .desired
-                .get(name)
-                .or_else(|| s.desired.get(IMPLICIT_TARGET))
-                .copied();
-            s.desired_by_id.push(d);
-        }
-        match s.desired_by_id[value as usize] {
-            Some(d) if d > 0.0 => {
-                let weight = if weight_sum > 0.0 {
-                    s.weight / weight_sum
-                } else {
-                    0.0
-                };
-                total += (d - used) / d * weight;
-            }
-            _ => total -= 1.0,
-        }
+        let value = s.counter.value_at(at, &node);
+        total += spread_term(s, weight_sum, value);
     }
     total
+}
+
+/// One spread's part of [`spread_score`] for a node whose value is `value`
+/// (`None`: the node lacks the attribute): -1 for a missing value or one
+/// no target wants.
+fn spread_term(s: &mut SpreadInfo, weight_sum: f64, value: Option<u32>) -> f64 {
+    let Some(value) = value else {
+        return -1.0;
+    };
+    if s.desired.is_empty() {
+        return even_spread_boost(s, value);
+    }
+    let used = s.counter.count(value) as f64 + 1.0;
+    while s.desired_by_id.len() <= value as usize {
+        let name = &s.counter.values[s.desired_by_id.len()];
+        let d = s
+            .desired
+            .get(name)
+            .or_else(|| s.desired.get(IMPLICIT_TARGET))
+            .copied();
+        s.desired_by_id.push(d);
+    }
+    match s.desired_by_id[value as usize] {
+        Some(d) if d > 0.0 => {
+            let weight = if weight_sum > 0.0 {
+                s.weight / weight_sum
+            } else {
+                0.0
+            };
+            (d - used) / d * weight
+        }
+        _ => -1.0,
+    }
+}
+
+/// A candidate the spread lane answered for, scored as the full path
+/// scores an untouched node: its fit and the spread's boost.
+#[inline(always)]
+fn lane_scored(slot: usize, hit: LaneHit) -> (Scored, Scores) {
+    let mut scores = Scores::with_fit(hit.fit);
+    if hit.boost != 0.0 {
+        scores.set(Component::Spread, hit.boost);
+    }
+    let scored = Scored {
+        final_score: scores.final_score(),
+        slot,
+        grant: None,
+    };
+    (scored, scores)
 }
 
 fn even_spread_boost(s: &SpreadInfo, value: u32) -> f64 {
