@@ -911,6 +911,19 @@ impl Stack {
             if !skipping && chosen.returned >= limit {
                 break;
             }
+            if self.lane.active() != 0 {
+                let mut run = LaneRun {
+                    chosen: &mut chosen,
+                    skipped: &mut skipped,
+                    skipping: &mut skipping,
+                    seen: &mut seen,
+                    limit,
+                };
+                self.run_lane(ctx, &mut run);
+                if !skipping && chosen.returned >= limit {
+                    break;
+                }
+            }
             let (candidate, scores) = match self.next_ranked(ctx, info, opts, &mut seen) {
                 Some(ranked) => ranked,
                 None if skipped_next < skipped.len() => {
@@ -920,7 +933,7 @@ impl Stack {
                         // is taken whatever its score.
                         skipping = false;
                         let id = self.meta[c.slot].id;
-                        chosen.accept(c, &scores, id);
+                        chosen.accept(c, &scores, || id);
                         continue;
                     }
                     (c, scores)
@@ -935,7 +948,7 @@ impl Stack {
             }
             skipping = false;
             let id = self.meta[candidate.slot].id;
-            chosen.accept(candidate, &scores, id);
+            chosen.accept(candidate, &scores, || id);
         }
         let Chosen { mut top, best, .. } = chosen;
         let memo = &mut self.score_maps;
@@ -949,6 +962,59 @@ impl Stack {
         }));
         self.top = top;
         best
+    }
+
+    /// Takes the lane's answers for the candidates from the walk's offset
+    /// on, exactly as the loop in [`select_with`](Self::select_with) takes
+    /// them one by one (skipping low scores, counting them evaluated),
+    /// until a candidate the lane does not hold (left for the full path),
+    /// the limit, or the end of the window. Nothing in the run touches a
+    /// node, so the touched-node log is drained once, before it.
+    #[inline(never)]
+    fn run_lane(&mut self, ctx: &mut EvalContext, run: &mut LaneRun<'_>) {
+        let touched = ctx.touched_since(self.lane.log_seen());
+        if !touched.is_empty() {
+            self.lane.drain(touched, &self.candidates.order);
+        }
+        // In locals for the loop: written back once, after it.
+        let (n, limit) = (self.window, run.limit);
+        let (mut offset, mut seen) = (self.offset, *run.seen);
+        let (lane, meta) = (&self.lane, &self.meta);
+        let chosen = &mut *run.chosen;
+        // A kept candidate scoring at or below the bar changes nothing
+        // but the count (see `Chosen::bar`).
+        let mut bar = chosen.bar();
+        while seen < n && chosen.returned < limit {
+            let slot = offset;
+            let Some(hit) = lane.hit(slot) else {
+                break;
+            };
+            offset += 1;
+            if offset == n {
+                offset = 0;
+            }
+            seen += 1;
+            // The components are built only for a candidate that is kept
+            // aside, makes the top scores or is the best so far.
+            let final_score = lane_final_score(hit);
+            if final_score > SKIP_SCORE_THRESHOLD || run.skipped.len() >= MAX_SKIP {
+                *run.skipping = false;
+                if final_score <= bar {
+                    chosen.returned += 1;
+                } else {
+                    let (candidate, scores) = lane_scored(slot, hit);
+                    chosen.accept(candidate, &scores, || meta[slot].id);
+                    bar = chosen.bar();
+                }
+            } else {
+                run.skipped.push(lane_scored(slot, hit));
+                *run.skipping = true;
+            }
+        }
+        let evaluated = (seen - *run.seen) as u64;
+        self.offset = offset;
+        *run.seen = seen;
+        ctx.metrics.nodes_evaluated += evaluated;
     }
 
     /// Pulls nodes from the source until one is feasible and fits.
@@ -1412,6 +1478,16 @@ fn placement_conflict<'i>(
     None
 }
 
+/// The state of a placement's candidate loop that a run of lane answers
+/// carries on (see [`Stack::run_lane`]).
+struct LaneRun<'a> {
+    chosen: &'a mut Chosen,
+    skipped: &'a mut Vec<(Scored, Scores)>,
+    skipping: &'a mut bool,
+    seen: &'a mut usize,
+    limit: usize,
+}
+
 /// The candidates a placement has taken so far: how many, the best, and
 /// the top scores for the metrics.
 #[derive(Default)]
@@ -1422,8 +1498,10 @@ struct Chosen {
 }
 
 impl Chosen {
+    /// Takes a candidate; `id` names its node, read only if it makes the
+    /// top scores (most candidates do not: their entry stays unread).
     #[inline(always)]
-    fn accept(&mut self, candidate: Scored, scores: &Scores, id: NodeId) {
+    fn accept(&mut self, candidate: Scored, scores: &Scores, id: impl FnOnce() -> NodeId) {
         self.returned += 1;
         record_top(&mut self.top, &candidate, scores, id);
         if self
@@ -1432,6 +1510,28 @@ impl Chosen {
             .is_none_or(|(b, _)| candidate.final_score > b.final_score)
         {
             self.best = Some((candidate, *scores));
+        }
+    }
+}
+
+impl Chosen {
+    /// The score a candidate must beat to change the best or the top
+    /// scores: the lower of the two once both are set. A candidate at or
+    /// below it is only counted (`accept` would do nothing else with it).
+    /// Minus infinity while either is unset or either is NaN; a NaN
+    /// candidate is never at or below the bar: `accept` takes it.
+    #[inline(always)]
+    fn bar(&self) -> f64 {
+        match (&self.best, self.top.len() == TOP_SCORES) {
+            (Some((best, _)), true) => {
+                let last = self.top.last().map_or(f64::NAN, |l| l.0);
+                if last.is_nan() || best.final_score.is_nan() {
+                    // `min` would pass over a NaN; `accept` is always right.
+                    return f64::NEG_INFINITY;
+                }
+                best.final_score.min(last)
+            }
+            _ => f64::NEG_INFINITY,
         }
     }
 }
@@ -1448,10 +1548,16 @@ fn take_skipped(skipped: &mut [(Scored, Scores)], next: &mut usize) -> (Scored, 
 }
 
 #[inline]
-fn record_top(top: &mut Vec<(f64, NodeId, Scores)>, c: &Scored, scores: &Scores, id: NodeId) {
+fn record_top(
+    top: &mut Vec<(f64, NodeId, Scores)>,
+    c: &Scored,
+    scores: &Scores,
+    id: impl FnOnce() -> NodeId,
+) {
     if top.len() == TOP_SCORES && top.last().is_some_and(|l| l.0 >= c.final_score) {
         return;
     }
+    let id = id();
     let pos = top
         .iter()
         .position(|t| t.0 < c.final_score)
@@ -1533,12 +1639,25 @@ fn lane_scored(slot: usize, hit: LaneHit) -> (Scored, Scores) {
     if hit.boost != 0.0 {
         scores.set(Component::Spread, hit.boost);
     }
+    let final_score = scores.final_score();
+    debug_assert_eq!(final_score.to_bits(), lane_final_score(hit).to_bits());
     let scored = Scored {
-        final_score: scores.final_score(),
+        final_score,
         slot,
         grant: None,
     };
     (scored, scores)
+}
+
+/// [`lane_scored`]'s final score without building the components: the
+/// same operations, so the same bits (asserted there).
+#[inline(always)]
+fn lane_final_score(hit: LaneHit) -> f64 {
+    if hit.boost != 0.0 {
+        (hit.fit + hit.boost) / 2.0
+    } else {
+        hit.fit / 1.0
+    }
 }
 
 fn even_spread_boost(s: &SpreadInfo, value: u32) -> f64 {
