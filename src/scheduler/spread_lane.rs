@@ -16,6 +16,10 @@
 //! revisit read the touched-node marks and the attribute column by catalog
 //! position: shuffled reads, a cache miss each, on every visit.
 //!
+//! A node the group does not fit on is remembered too, with the first
+//! resource it lacks: a revisit only counts it exhausted, unless the
+//! placement may preempt (then the full path looks for evictions).
+//!
 //! An entry is valid for one group (its stamp) while the node stays
 //! untouched. The evaluation's context logs every node it marks touched
 //! (`EvalContext::touched_since`); the lane drains that log before it
@@ -29,6 +33,8 @@
 
 /// An entry's value when the node lacks the spread's attribute.
 pub const VALUE_MISSING: u32 = u32::MAX;
+/// An entry's value when the group does not fit on the node.
+const VALUE_EXHAUSTED: u32 = u32::MAX - 1;
 
 /// One candidate's remembered outcome: the group (stamp; 0 none) that fits
 /// there, the node's spread value, and the fit score.
@@ -39,7 +45,7 @@ struct LaneEntry {
     fit: f64,
 }
 
-/// What the lane answers for a revisited candidate.
+/// What the lane answers for a revisited candidate that fits.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LaneHit {
     pub fit: f64,
@@ -47,10 +53,21 @@ pub struct LaneHit {
     pub boost: f64,
 }
 
+/// What the lane answers for a revisited candidate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LaneAnswer {
+    Fits(LaneHit),
+    /// The group does not fit: the first resource the node lacks.
+    Exhausted(&'static str),
+}
+
 #[derive(Default)]
 pub struct SpreadLane {
     /// By candidate slot.
     entries: Vec<LaneEntry>,
+    /// By candidate slot, for the exhausted entries: the resource lacking
+    /// (read only for those).
+    lacking: Vec<&'static str>,
     /// Candidate slot by catalog position, built on the first drain that
     /// finds entries to forget (empty until then).
     slot_of: Vec<u32>,
@@ -61,6 +78,9 @@ pub struct SpreadLane {
     /// The group whose placement is in progress, when the lane may answer
     /// for it (0: it may not).
     active: u32,
+    /// Whether exhausted entries may answer in this placement (not when
+    /// it may preempt).
+    exhausted_answer: bool,
     /// Boost by interned value for the placement in progress.
     boosts: Vec<f64>,
     missing_boost: f64,
@@ -71,6 +91,8 @@ impl SpreadLane {
     pub fn reset(&mut self, len: usize) {
         self.entries.clear();
         self.entries.resize(len, LaneEntry::default());
+        self.lacking.clear();
+        self.lacking.resize(len, "");
         self.slot_of.clear();
         self.active = 0;
         self.filled = false;
@@ -78,9 +100,17 @@ impl SpreadLane {
 
     /// Lets the lane answer for group `stamp` in the placement starting,
     /// with the boosts of every value (`boosts[v]`) and of a node without
-    /// the attribute. `stamp` 0 turns the lane off for the placement.
-    pub fn activate(&mut self, stamp: u32, boosts: impl Iterator<Item = f64>, missing: f64) {
+    /// the attribute; exhausted nodes too unless the placement may
+    /// `preempt`. `stamp` 0 turns the lane off for the placement.
+    pub fn activate(
+        &mut self,
+        stamp: u32,
+        preempt: bool,
+        boosts: impl Iterator<Item = f64>,
+        missing: f64,
+    ) {
         self.active = stamp;
+        self.exhausted_answer = !preempt;
         self.boosts.clear();
         if stamp != 0 {
             self.boosts.extend(boosts);
@@ -130,22 +160,26 @@ impl SpreadLane {
         self.log_seen
     }
 
-    /// The candidate at `slot`'s fit and boost, if the lane holds it for
-    /// the active group (the log drained first).
+    /// The candidate at `slot`'s outcome, if the lane holds it for the
+    /// active group (the log drained first).
     #[inline(always)]
-    pub fn hit(&self, slot: usize) -> Option<LaneHit> {
+    pub fn hit(&self, slot: usize) -> Option<LaneAnswer> {
         let entry = self.entries.get(slot)?;
         if entry.stamp == 0 || entry.stamp != self.active {
             return None;
         }
         let boost = match entry.value {
             VALUE_MISSING => self.missing_boost,
+            VALUE_EXHAUSTED if self.exhausted_answer => {
+                return self.lacking.get(slot).map(|d| LaneAnswer::Exhausted(d));
+            }
+            VALUE_EXHAUSTED => return None,
             v => *self.boosts.get(v as usize)?,
         };
-        Some(LaneHit {
+        Some(LaneAnswer::Fits(LaneHit {
             fit: entry.fit,
             boost,
-        })
+        }))
     }
 
     /// Remembers that the active group fits on the untouched node at
@@ -153,6 +187,21 @@ impl SpreadLane {
     /// [`VALUE_MISSING`]).
     #[inline]
     pub fn remember(&mut self, slot: usize, value: u32, fit: f64) {
+        debug_assert_ne!(value, VALUE_EXHAUSTED, "not an attribute value");
+        self.set(slot, value, fit);
+    }
+
+    /// Remembers that the active group does not fit on the untouched node
+    /// at `slot`, for lack of `dimension`.
+    #[inline]
+    pub fn remember_exhausted(&mut self, slot: usize, dimension: &'static str) {
+        if let Some(lacking) = self.lacking.get_mut(slot) {
+            *lacking = dimension;
+            self.set(slot, VALUE_EXHAUSTED, 0.0);
+        }
+    }
+
+    fn set(&mut self, slot: usize, value: u32, fit: f64) {
         let stamp = self.active;
         if let Some(entry) = self.entries.get_mut(slot) {
             *entry = LaneEntry { stamp, value, fit };
@@ -168,8 +217,12 @@ mod tests {
     fn lane_with_two_values() -> SpreadLane {
         let mut lane = SpreadLane::default();
         lane.reset(3);
-        lane.activate(1, [0.5, -0.25].into_iter(), -1.0);
+        lane.activate(1, false, [0.5, -0.25].into_iter(), -1.0);
         lane
+    }
+
+    fn fits(fit: f64, boost: f64) -> Option<LaneAnswer> {
+        Some(LaneAnswer::Fits(LaneHit { fit, boost }))
     }
 
     #[test]
@@ -177,39 +230,21 @@ mod tests {
         let mut lane = lane_with_two_values();
         lane.remember(0, 1, 0.75);
         lane.remember(2, VALUE_MISSING, 0.5);
-        assert_eq!(
-            lane.hit(0),
-            Some(LaneHit {
-                fit: 0.75,
-                boost: -0.25
-            })
-        );
+        assert_eq!(lane.hit(0), fits(0.75, -0.25));
         assert_eq!(lane.hit(1), None, "never remembered");
-        assert_eq!(
-            lane.hit(2),
-            Some(LaneHit {
-                fit: 0.5,
-                boost: -1.0
-            })
-        );
+        assert_eq!(lane.hit(2), fits(0.5, -1.0));
         // The next placement's counts change the boosts, not the entries.
-        lane.activate(1, [0.0, 0.125].into_iter(), -1.0);
-        assert_eq!(
-            lane.hit(0),
-            Some(LaneHit {
-                fit: 0.75,
-                boost: 0.125
-            })
-        );
+        lane.activate(1, false, [0.0, 0.125].into_iter(), -1.0);
+        assert_eq!(lane.hit(0), fits(0.75, 0.125));
     }
 
     #[test]
     fn entries_answer_only_for_their_group_and_only_while_active() {
         let mut lane = lane_with_two_values();
         lane.remember(0, 0, 0.75);
-        lane.activate(2, [0.5, -0.25].into_iter(), -1.0);
+        lane.activate(2, false, [0.5, -0.25].into_iter(), -1.0);
         assert_eq!(lane.hit(0), None, "another group");
-        lane.activate(1, [0.5, -0.25].into_iter(), -1.0);
+        lane.activate(1, false, [0.5, -0.25].into_iter(), -1.0);
         lane.deactivate();
         assert_eq!(lane.hit(0), None, "off for this placement");
     }
@@ -226,7 +261,16 @@ mod tests {
         assert!(lane.hit(0).is_some());
         assert_eq!(lane.hit(2), None, "position 5 was touched");
         lane.reset(3);
-        lane.activate(1, [0.5, -0.25].into_iter(), -1.0);
+        lane.activate(1, false, [0.5, -0.25].into_iter(), -1.0);
         assert_eq!(lane.hit(0), None);
+    }
+
+    #[test]
+    fn an_exhausted_node_answers_unless_the_placement_may_preempt() {
+        let mut lane = lane_with_two_values();
+        lane.remember_exhausted(1, "memory");
+        assert_eq!(lane.hit(1), Some(LaneAnswer::Exhausted("memory")));
+        lane.activate(1, true, [0.5, -0.25].into_iter(), -1.0);
+        assert_eq!(lane.hit(1), None, "evictions could make room");
     }
 }

@@ -27,14 +27,17 @@
 //! candidates travel as small records, filter and exhaustion counts are
 //! tallied and written into the metrics once per placement, and the rare
 //! paths (a class seen for the first time, preemption, ports, affinities,
-//! distinct_*) are out of line.
+//! distinct_*) are out of line. A group with one spread and nothing else
+//! to score goes further: its revisits of untouched nodes are answered by
+//! the spread lane (`spread_lane.rs`) in runs, in the walk's order,
+//! from each candidate's fit and value and the placement's boost by value.
 
 use super::context::{EvalContext, UsageHint};
 use super::feasible::{check_operand, ConstraintCache, DistinctProperty, GroupFeasibility};
 use super::planner::NodeShare;
 use super::preemption::select_preemptions;
 use super::rank::{apply_cores, assign_cores, assign_ports, fit_score, GroupAsk, CORES_EXHAUSTED};
-use super::spread_lane::{LaneHit, SpreadLane, VALUE_MISSING};
+use super::spread_lane::{LaneAnswer, LaneHit, SpreadLane, VALUE_MISSING};
 use super::tally::MetricTally;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
@@ -966,7 +969,7 @@ impl Stack {
 
     /// Takes the lane's answers for the candidates from the walk's offset
     /// on, exactly as the loop in [`select_with`](Self::select_with) takes
-    /// them one by one (skipping low scores, counting them evaluated),
+    /// them one by one (skipping low scores, counting them evaluated, tallying the exhausted),
     /// until a candidate the lane does not hold (left for the full path),
     /// the limit, or the end of the window. Nothing in the run touches a
     /// node, so the touched-node log is drained once, before it.
@@ -986,14 +989,22 @@ impl Stack {
         let mut bar = chosen.bar();
         while seen < n && chosen.returned < limit {
             let slot = offset;
-            let Some(hit) = lane.hit(slot) else {
-                break;
+            let hit = match lane.hit(slot) {
+                Some(LaneAnswer::Fits(hit)) => Some(hit),
+                Some(LaneAnswer::Exhausted(dimension)) => {
+                    self.tally.exhaust(meta[slot].node_class, dimension);
+                    None
+                }
+                None => break,
             };
             offset += 1;
             if offset == n {
                 offset = 0;
             }
             seen += 1;
+            let Some(hit) = hit else {
+                continue;
+            };
             // The components are built only for a candidate that is kept
             // aside, makes the top scores or is the best so far.
             let final_score = lane_final_score(hit);
@@ -1042,8 +1053,13 @@ impl Stack {
                 if !touched.is_empty() {
                     self.lane.drain(touched, &self.candidates.order);
                 }
-                if let Some(hit) = self.lane.hit(slot) {
-                    return Some(lane_scored(slot, hit));
+                match self.lane.hit(slot) {
+                    Some(LaneAnswer::Fits(hit)) => return Some(lane_scored(slot, hit)),
+                    Some(LaneAnswer::Exhausted(dimension)) => {
+                        self.tally.exhaust(self.meta[slot].node_class, dimension);
+                        continue;
+                    }
+                    None => {}
                 }
             }
             if let Some(ranked) = self.rank_candidate(ctx, info, opts, slot) {
@@ -1113,6 +1129,9 @@ impl Stack {
                     ..
                 }) if !opts.preempt => {
                     self.tally.exhaust(self.meta[slot].node_class, dimension);
+                    if class_cached && self.lane.active() == info.stamp {
+                        self.lane.remember_exhausted(slot, dimension);
+                    }
                     return None;
                 }
                 _ => {}
@@ -1208,7 +1227,8 @@ impl Stack {
         let missing = 0.0 + spread_term(spread, weight_sum, None);
         let values = spread.counter.values.len() as u32;
         let boosts = (0..values).map(|v| 0.0 + spread_term(spread, weight_sum, Some(v)));
-        self.lane.activate(info.stamp, boosts, missing);
+        self.lane
+            .activate(info.stamp, opts.preempt, boosts, missing);
     }
 
     /// Remembers in the lane that the group fits on the untouched node at
