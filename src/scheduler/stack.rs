@@ -969,10 +969,11 @@ impl Stack {
 
     /// Takes the lane's answers for the candidates from the walk's offset
     /// on, exactly as the loop in [`select_with`](Self::select_with) takes
-    /// them one by one (skipping low scores, counting them evaluated, tallying the exhausted),
-    /// until a candidate the lane does not hold (left for the full path),
-    /// the limit, or the end of the window. Nothing in the run touches a
-    /// node, so the touched-node log is drained once, before it.
+    /// them one by one (skipping low scores, counting them evaluated,
+    /// tallying the exhausted), until a candidate the lane does not hold
+    /// (left for the full path), the limit, or the end of the window.
+    /// Nothing in the run touches a node, so the touched-node log is
+    /// drained once, before it.
     #[inline(never)]
     fn run_lane(&mut self, ctx: &mut EvalContext, run: &mut LaneRun<'_>) {
         let touched = ctx.touched_since(self.lane.log_seen());
@@ -1532,9 +1533,7 @@ impl Chosen {
             self.best = Some((candidate, *scores));
         }
     }
-}
 
-impl Chosen {
     /// The score a candidate must beat to change the best or the top
     /// scores: the lower of the two once both are set. A candidate at or
     /// below it is only counted (`accept` would do nothing else with it).
