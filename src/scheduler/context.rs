@@ -334,12 +334,12 @@ impl EvalContext {
         self.by_position.get(position as usize) == Some(&UNTOUCHED)
     }
 
-    /// The catalog positions of the nodes marked touched since the log's
-    /// first `from` entries (see [`Self::is_untouched`]): a node is never
-    /// untouched again within the evaluation.
+    /// The catalog positions of the nodes marked touched so far, in order
+    /// (see [`Self::is_untouched`]): a node is never untouched again within
+    /// the evaluation, so the log only grows.
     #[inline(always)]
-    pub fn touched_since(&self, from: usize) -> &[u32] {
-        self.touched_log.get(from..).unwrap_or(&[])
+    pub fn touched_log(&self) -> &[u32] {
+        &self.touched_log
     }
 
     /// The column's usage of the node at `position`, if nothing in this

@@ -22,7 +22,7 @@
 //!
 //! An entry is valid for one group (its stamp) while the node stays
 //! untouched. The evaluation's context logs every node it marks touched
-//! (`EvalContext::touched_since`); the lane drains that log before it
+//! (`EvalContext::touched_log`); the lane drains that log before it
 //! answers and forgets the entries of those nodes. Nodes are never
 //! untouched again within an evaluation, so nothing else invalidates an
 //! entry. The stack decides when the lane may answer (one spread, no
@@ -129,14 +129,22 @@ impl SpreadLane {
         self.active
     }
 
-    /// Forgets the entries of nodes touched since the last drain. `touched`
-    /// is the context's log from `log_seen()` on; `order` the candidates'
-    /// catalog positions by slot.
+    /// Forgets the entries of the nodes touched since the last call.
+    /// `log` is the context's whole touched-node log (it only grows within
+    /// an evaluation); `order` the candidates' catalog positions by slot.
+    #[inline(always)]
+    pub fn forget_touched(&mut self, log: &[u32], order: &[u32]) {
+        if log.len() != self.log_seen {
+            self.drain(log, order);
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    pub fn drain(&mut self, touched: &[u32], order: &[u32]) {
-        self.log_seen += touched.len();
-        if touched.is_empty() || !self.filled {
+    fn drain(&mut self, log: &[u32], order: &[u32]) {
+        let touched = log.get(self.log_seen..).unwrap_or(&[]);
+        self.log_seen = log.len();
+        if !self.filled {
             return;
         }
         if self.slot_of.is_empty() {
@@ -152,12 +160,6 @@ impl SpreadLane {
                 entry.stamp = 0;
             }
         }
-    }
-
-    /// How much of the context's touched-node log the lane has seen.
-    #[inline(always)]
-    pub fn log_seen(&self) -> usize {
-        self.log_seen
     }
 
     /// The candidate at `slot`'s outcome, if the lane holds it for the
@@ -256,10 +258,14 @@ mod tests {
         let order = [7, 3, 5];
         lane.remember(0, 0, 0.75);
         lane.remember(2, 1, 0.5);
-        lane.drain(&[5, 9], &order);
-        assert_eq!(lane.log_seen(), 2);
+        lane.forget_touched(&[5, 9], &order);
         assert!(lane.hit(0).is_some());
         assert_eq!(lane.hit(2), None, "position 5 was touched");
+        // Only what was logged since: slot 2 is remembered again.
+        lane.remember(2, 1, 0.5);
+        lane.forget_touched(&[5, 9, 7], &order);
+        assert!(lane.hit(2).is_some(), "position 5 was drained before");
+        assert_eq!(lane.hit(0), None, "position 7 was touched");
         lane.reset(3);
         lane.activate(1, false, [0.5, -0.25].into_iter(), -1.0);
         assert_eq!(lane.hit(0), None);

@@ -976,10 +976,8 @@ impl Stack {
     /// drained once, before it.
     #[inline(never)]
     fn run_lane(&mut self, ctx: &mut EvalContext, run: &mut LaneRun<'_>) {
-        let touched = ctx.touched_since(self.lane.log_seen());
-        if !touched.is_empty() {
-            self.lane.drain(touched, &self.candidates.order);
-        }
+        self.lane
+            .forget_touched(ctx.touched_log(), &self.candidates.order);
         // In locals for the loop: written back once, after it.
         let (n, limit) = (self.window, run.limit);
         let (mut offset, mut seen) = (self.offset, *run.seen);
@@ -1050,10 +1048,8 @@ impl Stack {
             *seen += 1;
             ctx.metrics.evaluate_node();
             if self.lane.active() != 0 {
-                let touched = ctx.touched_since(self.lane.log_seen());
-                if !touched.is_empty() {
-                    self.lane.drain(touched, &self.candidates.order);
-                }
+                self.lane
+                    .forget_touched(ctx.touched_log(), &self.candidates.order);
                 match self.lane.hit(slot) {
                     Some(LaneAnswer::Fits(hit)) => return Some(lane_scored(slot, hit)),
                     Some(LaneAnswer::Exhausted(dimension)) => {
