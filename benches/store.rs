@@ -1,6 +1,7 @@
 //! State store benchmarks: durable allocation upserts per second with one
 //! and with 64 concurrent writers (group commit), `snapshot()` cost with
-//! 1,000,000 allocations in the store, and resident memory per allocation.
+//! 1,000,000 allocations in the store, a plan of 1,000 placements onto
+//! them, and resident memory per allocation.
 //!
 //! Run: `cargo bench -p herder --bench store -- --warm-up-time 1 --measurement-time 3`
 
@@ -184,6 +185,35 @@ fn snapshot_with_a_million_allocs(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("snapshot");
     group.bench_function("1M_allocs", |b| b.iter(|| store.snapshot()));
+    group.finish();
+
+    // A plan of 1,000 new placements onto the million while a reader (a
+    // worker) holds the state before it, which it then lets go of: the
+    // copies the plan's writes make of the tables' shared leaves, and
+    // their release by the last holder of the old state.
+    let job = fixtures::job("default", "onto-1M", &[("g", 1_000)]);
+    store
+        .apply(Command::JobRegister {
+            job: Arc::new(job.clone()),
+            eval: None,
+            enforce_index: None,
+        })
+        .expect("job registers");
+    let job = Arc::new(job);
+    let builder = AllocBuilder::new(&job, "g");
+    let mut group = c.benchmark_group("plan_onto_1M_allocs");
+    group.throughput(Throughput::Elements(1_000));
+    group.bench_function("1000_placements_and_the_old_state_released", |b| {
+        b.iter_batched(
+            || plan(&job, &builder, &nodes, 1_000),
+            |plan| {
+                let held = store.snapshot();
+                store.apply(plan).expect("plan applies");
+                drop(held);
+            },
+            BatchSize::PerIteration,
+        )
+    });
     group.finish();
     // Keep the populated store alive until the bench ran against it.
     drop(store);

@@ -736,6 +736,12 @@ fn planned_on(plan: &Plan, node: NodeId) -> &[Allocation] {
 /// thousands of untouched nodes would pay for every time.
 /// `planned` is the plan's allocations on the node (looked up once by the
 /// caller, who needs them too).
+///
+/// A placement the scheduler made new (`CreateIndex` 0) replaces nothing
+/// and is left out: every listed ID is looked up in the allocation table,
+/// and a new ID's lookup is a miss through a million rows. As in
+/// `plan_eval::proposed_usage`, an ID that existed after all would be
+/// counted twice, which can only refuse a node, never over-commit it.
 fn leaving_ids(plan: &Plan, node: NodeId, planned: &[Allocation]) -> Vec<AllocId> {
     let stopped = plan
         .node_update
@@ -744,7 +750,7 @@ fn leaving_ids(plan: &Plan, node: NodeId, planned: &[Allocation]) -> Vec<AllocId
         .chain(plan.node_preemptions.get(&node))
         .flatten()
         .map(|s| s.id);
-    let replaced = planned.iter().map(|a| a.id);
+    let replaced = planned.iter().filter(|a| a.create_index != 0).map(|a| a.id);
     let mut leaving: Vec<AllocId> = stopped.chain(replaced).collect();
     leaving.sort_unstable();
     leaving.dedup();

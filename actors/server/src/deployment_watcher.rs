@@ -85,6 +85,9 @@ pub struct DeploymentWatcher {
     healthy_seen: HashMap<DeploymentId, u64>,
     /// Allocations of each deployment written since it was last assessed.
     news: HashMap<DeploymentId, Vec<Arc<Allocation>>>,
+    /// Deployments created by the change set being assessed: their news
+    /// are all their allocations (`decide::first_look_at_birth`).
+    born: HashSet<DeploymentId>,
     /// Deployments with a verdict submitted and not yet applied: not
     /// decided on again until it lands.
     writing: HashSet<DeploymentId>,
@@ -111,6 +114,7 @@ impl DeploymentWatcher {
             by_job: HashMap::new(),
             healthy_seen: HashMap::new(),
             news: HashMap::new(),
+            born: HashSet::new(),
             writing: HashSet::new(),
             evals_coming: HashSet::new(),
             batch: BTreeSet::new(),
@@ -234,6 +238,10 @@ impl DeploymentWatcher {
             }
             let total = decide::healthy_count(d);
             let (allocs, health) = match self.healthy_seen.insert(id, total) {
+                None if self.born.contains(&id) => {
+                    let news = self.news.remove(&id).unwrap_or_default();
+                    decide::first_look_at_birth(snap, d, news)
+                }
                 None => {
                     self.news.remove(&id);
                     decide::first_look(snap, d)
@@ -397,8 +405,13 @@ impl DeploymentWatcher {
         let mut ids = BTreeSet::new();
         for change in &changes.changes {
             match (&change.key, &change.row) {
-                (RowKey::Deployment(id), _) => {
+                (RowKey::Deployment(id), row) => {
                     ids.insert(*id);
+                    if let Some(Row::Deployment(d)) = row {
+                        if d.create_index == changes.index {
+                            self.born.insert(*id);
+                        }
+                    }
                 }
                 (RowKey::Alloc { .. }, Some(Row::Alloc(alloc))) => {
                     if let Some(id) = alloc.deployment_id {
@@ -461,6 +474,7 @@ impl FeedFollower for DeploymentWatcher {
             let snap = self.store.snapshot();
             self.assess(ctx, &snap, ids.into_iter().collect());
         }
+        self.born.clear();
     }
 }
 

@@ -118,6 +118,31 @@ fn meta_only_change_updates_in_place() {
     assert!(s.h.create_evals.is_empty());
 }
 
+/// A node's usage counts an allocation updated in place once: the update
+/// replaces the version the store holds, so the node still has room for
+/// the new placement of the same plan.
+#[test]
+fn an_update_in_place_and_a_new_placement_share_a_node_with_room_for_both() {
+    let mut s = Scenario::new();
+    let mut small = node();
+    // 1,500 MHz free: room for three allocations of 500 MHz.
+    small.node_resources.cpu.cpu_shares = 1600;
+    let small = s.add_node(small);
+    let (j, _) = s.register(job(JobType::Service, 2));
+    let before: Vec<_> = s.live(&j).iter().map(|a| a.id).collect();
+    assert_eq!(before.len(), 2);
+    let mut j2 = (*j).clone();
+    j2.version += 1;
+    j2.meta.insert("owner".into(), "team-a".into());
+    j2.task_groups[0].count = 3;
+    let (j2, _) = s.register(j2);
+    let live = s.live(&j2);
+    assert_eq!(live.len(), 3, "the third fits beside the two updated");
+    assert!(live.iter().all(|a| a.node_id == small.id));
+    assert!(live.iter().all(|a| a.job_version == j2.version));
+    assert!(before.iter().all(|id| live.iter().any(|a| a.id == *id)));
+}
+
 #[test]
 fn task_change_is_destructive_and_rolls_max_parallel_at_a_time() {
     let mut s = Scenario::new();

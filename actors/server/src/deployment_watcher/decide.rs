@@ -127,6 +127,19 @@ pub fn first_look(snap: &StateSnapshot, d: &Deployment) -> (Vec<Arc<Allocation>>
     (allocs, unseen)
 }
 
+/// `first_look` at a deployment created by the change set being read:
+/// every allocation it has was written there too, so the change set's
+/// (`news`) are all of them. Reading them back from the state cost a walk
+/// of the allocation table each, on the thread that also checks plans.
+pub fn first_look_at_birth(
+    snap: &StateSnapshot,
+    d: &Deployment,
+    news: Vec<Arc<Allocation>>,
+) -> (Vec<Arc<Allocation>>, bool) {
+    let unseen = health_unseen(snap, d, &news);
+    (news, unseen)
+}
+
 /// The healthy allocations the deployment has counted, over its groups.
 pub fn healthy_count(d: &Deployment) -> u64 {
     d.task_groups

@@ -18,6 +18,8 @@ struct World {
     job: Job,
     d: Deployment,
     node: herder::structs::Node,
+    /// What the last command changed.
+    last_changes: Option<herder::state::AppliedChanges>,
 }
 
 impl World {
@@ -30,6 +32,7 @@ impl World {
             job: fixtures::job("default", "web", &[("web", 3)]),
             d: Deployment::default(),
             node: fixtures::node("n1"),
+            last_changes: None,
         };
         w.register();
         w.apply(Command::JobStabilityUpdate {
@@ -69,7 +72,10 @@ impl World {
 
     fn apply(&mut self, cmd: Command) -> u64 {
         let index = self.snap.latest_index() + 1;
-        self.snap.apply(index, &cmd).expect("applies").index
+        let changes = self.snap.apply(index, &cmd).expect("applies");
+        let index = changes.index;
+        self.last_changes = Some(changes);
+        index
     }
 
     /// Places `n` allocations (the first `canaries` canaries) at 1 s.
@@ -335,4 +341,33 @@ fn a_terminal_deployment_is_left_alone() {
     });
     w.report(&allocs[0], false, 2 * SECOND);
     assert_eq!(w.assess(3 * SECOND), Assessment::default());
+}
+
+/// What the watcher's shortcut relies on: the change set that creates a
+/// deployment holds every allocation the state has of it.
+#[test]
+fn a_deployment_born_in_a_change_set_has_exactly_that_change_sets_allocations() {
+    let mut w = World::new(TEN_MINUTES, 0, false);
+    w.place(3, 0);
+    let changes = w.last_changes.clone().expect("the plan's changes");
+    let d = w.deployment();
+    assert_eq!(d.create_index, changes.index, "born in this change set");
+    let news: Vec<Arc<Allocation>> = changes
+        .changes
+        .iter()
+        .filter_map(|c| match &c.row {
+            Some(herder::state::Row::Alloc(a)) if a.deployment_id == Some(d.id) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    let (at_birth, health_at_birth) = first_look_at_birth(&w.snap, &d, news);
+    let (read, health_read) = first_look(&w.snap, &d);
+    let ids = |v: &[Arc<Allocation>]| {
+        let mut ids: Vec<_> = v.iter().map(|a| a.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(at_birth.len(), 3);
+    assert_eq!(ids(&at_birth), ids(&read));
+    assert_eq!(health_at_birth, health_read);
 }
