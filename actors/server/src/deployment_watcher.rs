@@ -405,13 +405,8 @@ impl DeploymentWatcher {
         let mut ids = BTreeSet::new();
         for change in &changes.changes {
             match (&change.key, &change.row) {
-                (RowKey::Deployment(id), row) => {
+                (RowKey::Deployment(id), _) => {
                     ids.insert(*id);
-                    if let Some(Row::Deployment(d)) = row {
-                        if d.create_index == changes.index {
-                            self.born.insert(*id);
-                        }
-                    }
                 }
                 (RowKey::Alloc { .. }, Some(Row::Alloc(alloc))) => {
                     if let Some(id) = alloc.deployment_id {
@@ -428,6 +423,7 @@ impl DeploymentWatcher {
                 _ => {}
             }
         }
+        self.born.extend(decide::born(changes));
         ids
     }
 }

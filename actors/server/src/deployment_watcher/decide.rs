@@ -25,11 +25,11 @@
 //! look at what changed, not a scan per change.
 
 use herder::deployment_failure::{self, Failure};
-use herder::state::{Command, StateSnapshot};
+use herder::state::{AppliedChanges, Command, Row, StateSnapshot};
 use herder::structs::deployment::{deployment_eval, description};
 use herder::structs::{
-    AllocId, Allocation, Deployment, DeploymentState, DeploymentStatus, DeploymentStatusUpdate,
-    DesiredTransition, Evaluation,
+    AllocId, Allocation, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
+    DeploymentStatusUpdate, DesiredTransition, Evaluation,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -125,6 +125,16 @@ pub fn first_look(snap: &StateSnapshot, d: &Deployment) -> (Vec<Arc<Allocation>>
     let allocs = snap.allocs_by_deployment(&d.id);
     let unseen = health_unseen(snap, d, &allocs);
     (allocs, unseen)
+}
+
+/// The deployments `changes` created (written at the change set's own
+/// index), for `first_look_at_birth`; a deployment only updated there is
+/// not one of them.
+pub fn born(changes: &AppliedChanges) -> impl Iterator<Item = DeploymentId> + '_ {
+    changes.changes.iter().filter_map(|c| match &c.row {
+        Some(Row::Deployment(d)) if d.create_index == changes.index => Some(d.id),
+        _ => None,
+    })
 }
 
 /// `first_look` at a deployment created by the change set being read:

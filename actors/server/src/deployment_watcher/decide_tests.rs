@@ -344,14 +344,15 @@ fn a_terminal_deployment_is_left_alone() {
 }
 
 /// What the watcher's shortcut relies on: the change set that creates a
-/// deployment holds every allocation the state has of it.
+/// deployment holds every allocation the state has of it, and only that
+/// change set counts as its birth.
 #[test]
 fn a_deployment_born_in_a_change_set_has_exactly_that_change_sets_allocations() {
     let mut w = World::new(TEN_MINUTES, 0, false);
-    w.place(3, 0);
+    let allocs = w.place(3, 0);
     let changes = w.last_changes.clone().expect("the plan's changes");
     let d = w.deployment();
-    assert_eq!(d.create_index, changes.index, "born in this change set");
+    assert_eq!(born(&changes).collect::<Vec<_>>(), [d.id]);
     let news: Vec<Arc<Allocation>> = changes
         .changes
         .iter()
@@ -370,4 +371,15 @@ fn a_deployment_born_in_a_change_set_has_exactly_that_change_sets_allocations() 
     assert_eq!(at_birth.len(), 3);
     assert_eq!(ids(&at_birth), ids(&read));
     assert_eq!(health_at_birth, health_read);
+
+    // A health report updates the deployment's counts: its row changes,
+    // but it was not born there.
+    w.report(&allocs[0], true, 2 * SECOND);
+    let later = w.last_changes.clone().expect("the report's changes");
+    let rewritten = later
+        .changes
+        .iter()
+        .any(|c| matches!(&c.row, Some(herder::state::Row::Deployment(r)) if r.id == d.id));
+    assert!(rewritten, "the report rewrites the deployment's row");
+    assert_eq!(born(&later).count(), 0);
 }
