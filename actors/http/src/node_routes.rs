@@ -13,7 +13,7 @@ use super::query::{
     api, blocking_read, decode_json, json_with_index, list_response, paginate, read_json, server,
     QueryOptions,
 };
-use super::stubs::{alloc_with_job, node_read, node_stub};
+use super::stubs::{node_read, node_stub, AllocWithJob};
 use crate::AgentInfo;
 use actix_web::{web, HttpRequest, HttpResponse};
 use herder::state::{node_allocs_index, StateSnapshot, Table, TableSet};
@@ -138,7 +138,7 @@ async fn node_allocs(
     let index = node_allocs_index(&snap, &id).max(1);
     let list: Vec<_> = snap
         .allocs_by_node(&id)
-        .map(|a| alloc_with_job(&snap, a))
+        .map(|a| AllocWithJob::new(&snap, a))
         .collect();
     Ok(json_with_index(index, &list))
 }

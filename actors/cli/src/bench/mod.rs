@@ -11,10 +11,12 @@
 //! holds more than it has, and restarts the server on the data dir to time
 //! the restart and check that every placement survived it.
 //!
-//! Simulated nodes of this benchmark register and heartbeat but do not
-//! run their allocations (`watch_allocs: false`): the figure is placement
+//! By default the simulated nodes register and heartbeat but do not run
+//! their allocations (`watch_allocs: false`): the figure is placement
 //! throughput, and a million client status reports would be a different
-//! benchmark.
+//! benchmark. `-watch-allocs` turns them into clients that follow their
+//! allocations with a blocking query each and run them, so that the
+//! server's memory includes a connection per node, as a real fleet's does.
 
 pub mod observe;
 pub mod probe;
@@ -104,6 +106,9 @@ pub struct BenchConfig {
     /// Submit one small job once the burst is registered and time its
     /// placement (`probe`).
     pub probe: bool,
+    /// Nodes follow their allocations (a blocking query each, held open
+    /// as a real client's) and run them with the mock driver.
+    pub watch_allocs: bool,
     pub mix: Mix,
     pub progress: ProgressSource,
 }
@@ -137,6 +142,8 @@ impl BenchConfig {
 pub struct Report {
     pub scenario: Option<Scenario>,
     pub nodes: usize,
+    /// Whether the nodes followed and ran their allocations (`-watch-allocs`).
+    pub nodes_watch_allocs: bool,
     pub jobs: usize,
     pub expected_allocs: usize,
     pub node_registration_secs: f64,
@@ -224,6 +231,7 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
     let mut report = Report {
         scenario: Some(config.scenario),
         nodes: config.nodes,
+        nodes_watch_allocs: config.watch_allocs,
         jobs: config.jobs,
         expected_allocs: config.expected_allocs(),
         ..Report::default()
@@ -336,7 +344,7 @@ fn sim_config(config: &BenchConfig, address: &str, count: usize, prefix: &str) -
         memory_mb: config.node_memory_mb,
         name_prefix: prefix.into(),
         threads: config.sim_threads,
-        watch_allocs: false,
+        watch_allocs: config.watch_allocs,
         ..SimConfig::default()
     }
 }

@@ -124,6 +124,11 @@ pub struct ClusterArgs {
     /// placement behind the burst (the fair share's figure).
     #[arg(long)]
     pub probe: bool,
+    /// Simulated nodes follow their allocations with a blocking query each
+    /// (a connection per node, as real clients) and run them: the server's
+    /// RSS as a fleet sees it, at the cost of their status reports.
+    #[arg(long = "watch-allocs")]
+    pub watch_allocs: bool,
     /// Do not restart the server on its data dir at the end.
     #[arg(long = "no-restart")]
     pub no_restart: bool,
@@ -202,6 +207,7 @@ fn config_of(args: &ClusterArgs) -> anyhow::Result<BenchConfig> {
         restart: !args.no_restart,
         churn_percent: args.churn.min(100),
         probe: args.probe,
+        watch_allocs: args.watch_allocs,
         mix: match args.mix {
             MixArg::Mixed => Mix::Mixed,
             MixArg::User => Mix::User,
@@ -217,7 +223,14 @@ fn config_of(args: &ClusterArgs) -> anyhow::Result<BenchConfig> {
 /// evaluations.
 fn workload_rows(r: &Report) -> Vec<(&'static str, String)> {
     vec![
-        ("Nodes", r.nodes.to_string()),
+        (
+            "Nodes",
+            if r.nodes_watch_allocs {
+                format!("{} (following and running their allocations)", r.nodes)
+            } else {
+                r.nodes.to_string()
+            },
+        ),
         (
             "Node registration",
             format!("{:.2}s", r.node_registration_secs),
