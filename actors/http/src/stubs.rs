@@ -96,7 +96,7 @@ pub struct AllocWithJob<'a> {
     #[serde(rename = "Job")]
     job: Option<&'a Arc<Job>>,
     #[serde(rename = "Resources")]
-    resources: Value,
+    resources: LegacyResources<'static>,
 }
 
 impl<'a> AllocWithJob<'a> {
@@ -129,21 +129,21 @@ pub fn node_read(node: &Node) -> Value {
         let (total, reserved) = (&node.node_resources, &node.reserved_resources);
         map.insert(
             "Resources".into(),
-            legacy_resources(
+            json!(legacy_resources(
                 total.cpu.cpu_shares,
                 total.memory.memory_mb,
                 total.disk.disk_mb,
                 &total.networks,
-            ),
+            )),
         );
         map.insert(
             "Reserved".into(),
-            legacy_resources(
+            json!(legacy_resources(
                 reserved.cpu.cpu_shares,
                 reserved.memory.memory_mb,
                 reserved.disk.disk_mb,
                 &[],
-            ),
+            )),
         );
     }
     value
@@ -152,18 +152,44 @@ pub fn node_read(node: &Node) -> Value {
 /// Nomad 1.1's pre-0.9 `Resources` shape, which its answers still carry on
 /// nodes and allocations and its CLI still reads: `nomad node status
 /// -self` dereferences a node's `Resources` and `Reserved` and each
-/// allocation's `Resources`, and crashed on herder without them.
-fn legacy_resources(cpu: i64, memory_mb: i64, disk_mb: i64, networks: &[NetworkResource]) -> Value {
-    json!({
-        "CPU": cpu,
-        "Cores": 0,
-        "MemoryMB": memory_mb,
-        "MemoryMaxMB": 0,
-        "DiskMB": disk_mb,
-        "IOPS": 0,
-        "Networks": if networks.is_empty() { Value::Null } else { json!(networks) },
-        "Devices": null,
-    })
+/// allocation's `Resources`, and crashed on herder without them. A struct
+/// rather than a `Value`: every allocation of a node's blocking query
+/// carries one.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct LegacyResources<'a> {
+    #[serde(rename = "CPU")]
+    cpu: i64,
+    cores: i64,
+    #[serde(rename = "MemoryMB")]
+    memory_mb: i64,
+    #[serde(rename = "MemoryMaxMB")]
+    memory_max_mb: i64,
+    #[serde(rename = "DiskMB")]
+    disk_mb: i64,
+    #[serde(rename = "IOPS")]
+    iops: i64,
+    /// `null` when the node has none, as Nomad's nil slice.
+    networks: Option<&'a [NetworkResource]>,
+    devices: Option<()>,
+}
+
+fn legacy_resources(
+    cpu: i64,
+    memory_mb: i64,
+    disk_mb: i64,
+    networks: &[NetworkResource],
+) -> LegacyResources<'_> {
+    LegacyResources {
+        cpu,
+        cores: 0,
+        memory_mb,
+        memory_max_mb: 0,
+        disk_mb,
+        iops: 0,
+        networks: (!networks.is_empty()).then_some(networks),
+        devices: None,
+    }
 }
 
 /// The host of the node's HTTP address (Nomad's stub `Address`).
@@ -255,10 +281,42 @@ mod tests {
         let used = stored.allocated_resources.comparable();
         expected.insert(
             "Resources".into(),
-            legacy_resources(used.cpu, used.memory_mb, used.disk_mb, &[]),
+            json!({
+                "CPU": used.cpu, "Cores": 0, "MemoryMB": used.memory_mb, "MemoryMaxMB": 0,
+                "DiskMB": used.disk_mb, "IOPS": 0, "Networks": null, "Devices": null,
+            }),
         );
         assert_eq!(written, Value::Object(expected));
         assert_eq!(written["Job"]["ID"], "web");
         assert_eq!(written["ID"], stored.id.to_string());
+    }
+
+    /// A node's read carries Nomad's pre-0.9 `Resources` (its networks
+    /// listed) and `Reserved` (no networks: `null`), with every key
+    /// Nomad's CLI reads.
+    #[test]
+    fn a_node_read_carries_the_legacy_resources_and_reserved() {
+        let mut node = fixtures::node("n1");
+        node.node_resources.networks = vec![herder::structs::NetworkResource {
+            device: "eth0".into(),
+            mbits: 1000,
+            ..Default::default()
+        }];
+        let read = node_read(&node);
+        let total = &node.node_resources;
+        assert_eq!(
+            read["Resources"],
+            json!({
+                "CPU": total.cpu.cpu_shares, "Cores": 0, "MemoryMB": total.memory.memory_mb,
+                "MemoryMaxMB": 0, "DiskMB": total.disk.disk_mb, "IOPS": 0,
+                "Networks": [json!(total.networks[0])], "Devices": null,
+            })
+        );
+        assert_eq!(read["Reserved"]["Networks"], Value::Null);
+        assert_eq!(
+            read["Reserved"]["CPU"],
+            json!(node.reserved_resources.cpu.cpu_shares)
+        );
+        assert!(read.get("SecretID").is_none());
     }
 }
