@@ -290,7 +290,8 @@ fn grid_node(i: usize, racks: usize) -> Node {
     n.node_resources.memory.memory_mb = 32_000;
     n.node_resources.disk.disk_mb = 100 * 1024;
     n.reserved_resources = Default::default();
-    n.meta.insert("rack".into(), format!("r{}", i % racks));
+    n.meta
+        .insert("rack".into(), format!("r{}", i % racks).into());
     n
 }
 

@@ -426,7 +426,7 @@ fn remembered_untouched_nodes_score_and_count_as_looked_up_each_time() {
     let nodes: Vec<_> = (0..24)
         .map(|i| {
             let mut n = fixtures::node(&format!("n{i}"));
-            n.meta.insert("rack".into(), format!("r{}", i % 4));
+            n.meta.insert("rack".into(), format!("r{}", i % 4).into());
             if i % 3 == 0 {
                 n.node_resources.cpu.cpu_shares = 1500;
             }
@@ -465,7 +465,7 @@ fn the_usage_column_places_exactly_as_per_node_lookups() {
     let nodes: Vec<_> = (0..12)
         .map(|i| {
             let mut n = fixtures::node(&format!("n{i}"));
-            n.meta.insert("rack".into(), format!("r{}", i % 3));
+            n.meta.insert("rack".into(), format!("r{}", i % 3).into());
             if i % 4 == 0 {
                 n.reserved_resources.networks.reserved_host_ports = "22".into();
             }

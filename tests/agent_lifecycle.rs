@@ -33,6 +33,53 @@ fn binary_dev_agent_stops_gracefully_on_sigterm() {
     assert!(status.success(), "exit status {status:?}");
 }
 
+/// An agent whose stdout reader went away (a supervisor's pipe closed)
+/// still stops gracefully: the line it prints on the signal cannot fail,
+/// so the shutdown runs and the `-dev` data dir is removed.
+#[test]
+fn binary_dev_agent_stops_gracefully_after_its_stdout_closed() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(herder_bin())
+        .args(["agent", "-dev", "-http-port", "0"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn herder");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut data_dir = None;
+    // The agent prints its four lines at once, or exits (end of file).
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if let Some(d) = line.trim().strip_prefix("data dir: ") {
+            data_dir = Some(std::path::PathBuf::from(d));
+        }
+        if line.trim().starts_with("roles:") {
+            break;
+        }
+    }
+    // The reader is gone: the pipe's read end is closed here.
+    let data_dir = data_dir.expect("herder printed its data dir");
+    assert!(data_dir.is_dir());
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("herder did not exit within 30 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status:?}");
+    assert!(!data_dir.exists(), "-dev data dir is removed on shutdown");
+}
+
 /// Issue 16: with an event stream and a blocking query open, SIGINT took
 /// the HTTP server's whole 10 s grace period (the stream did not watch
 /// the shutdown); it must be quick and never need SIGKILL.

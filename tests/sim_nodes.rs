@@ -56,7 +56,7 @@ fn two_hundred_simulated_nodes_run_jobs_and_go_down_when_stopped() {
         .unwrap_or_else(|| panic!("{} of {NODES} nodes ready; {}", ready(), sim.stats()));
     let snap = store.snapshot();
     let node = snap.node(&sim.node_ids()[7]).expect("registered");
-    assert_eq!(node.meta.get("rack").map(String::as_str), Some("r3"));
+    assert_eq!(node.meta.get("rack").map(|s| s.as_str()), Some("r3"));
     assert!(node.drivers["mock_driver"].healthy);
 
     // A batch job: every allocation runs 100 ms, then completes.

@@ -5,6 +5,7 @@
 //!
 //! [`ServerApi::register_node`]: crate::ServerApi::register_node
 
+use herder::structs::node::labels;
 use herder::structs::{
     DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeResources,
     NodeStatus,
@@ -109,13 +110,15 @@ impl NodeBuilder {
 
     /// A fingerprinted attribute (`${attr.<key>}` in constraints).
     pub fn attribute(mut self, key: impl Into<String>, value: impl Into<String>) -> NodeBuilder {
-        self.node.attributes.insert(key.into(), value.into());
+        let (key, value) = (key.into(), value.into());
+        self.node.attributes.extend(labels([(key, value)]));
         self
     }
 
     /// User metadata (`${meta.<key>}` in constraints).
     pub fn meta(mut self, key: impl Into<String>, value: impl Into<String>) -> NodeBuilder {
-        self.node.meta.insert(key.into(), value.into());
+        let (key, value) = (key.into(), value.into());
+        self.node.meta.extend(labels([(key, value)]));
         self
     }
 

@@ -64,8 +64,7 @@ pub fn node(name: &str) -> Node {
         },
         ..Default::default()
     };
-    node.attributes
-        .insert("kernel.name".to_string(), "linux".to_string());
+    node.attributes.insert("kernel.name".into(), "linux".into());
     node.drivers.insert(
         "exec".to_string(),
         DriverInfo {

@@ -47,7 +47,9 @@ pub use job::{
 };
 pub use metrics::{AllocMetric, CountMap, MetricPacker, NodeScoreMeta, PackedMetric, ScoreMap};
 pub use namespace::Namespace;
-pub use node::{DrainStrategy, DriverInfo, Node, NodeEvent, NodeStatus, SchedulingEligibility};
+pub use node::{
+    DrainStrategy, DriverInfo, Labels, Node, NodeEvent, NodeStatus, SchedulingEligibility,
+};
 pub use operator::{
     AutopilotConfiguration, PreemptionConfig, SchedulerAlgorithm, SchedulerConfiguration,
 };

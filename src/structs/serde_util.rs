@@ -103,6 +103,73 @@ pub mod nullable {
     }
 }
 
+/// A node's labels (attributes, meta, driver attributes): a string map
+/// whose keys and values are [`SharedStr::interned`](super::SharedStr::interned)
+/// as they are read, since every node of a fleet repeats most of them.
+/// `null` for an empty map on output, `null` accepted as empty on input.
+///
+/// Use as `#[serde(with = "labels")]` on a [`Labels`](super::node::Labels) field.
+pub mod labels {
+    use super::super::node::Labels;
+    use super::super::SharedStr;
+    use serde::de::{MapAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    pub fn serialize<S: Serializer>(value: &Labels, s: S) -> Result<S::Ok, S::Error> {
+        super::nullable::serialize(value, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
+        d.deserialize_option(OptionalLabels)
+    }
+
+    /// One interned string, read without an owned copy when the input
+    /// lends it.
+    struct Interned(SharedStr);
+
+    impl<'de> serde::Deserialize<'de> for Interned {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Text;
+            impl Visitor<'_> for Text {
+                type Value = Interned;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Interned, E> {
+                    Ok(Interned(SharedStr::interned(v)))
+                }
+            }
+            d.deserialize_str(Text)
+        }
+    }
+
+    struct OptionalLabels;
+
+    impl<'de> Visitor<'de> for OptionalLabels {
+        type Value = Labels;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of strings or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Labels, E> {
+            Ok(Labels::new())
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Labels, E> {
+            Ok(Labels::new())
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Labels, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
+            let mut labels = Labels::new();
+            while let Some((Interned(k), Interned(v))) = map.next_entry()? {
+                labels.insert(k, v);
+            }
+            Ok(labels)
+        }
+    }
+}
+
 /// `null` accepted as the type's default on input; normal output.
 pub mod null_default {
     use super::*;

@@ -15,7 +15,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// A shared, immutable string (compares, orders and hashes as its text).
 #[derive(Clone)]
@@ -35,6 +35,57 @@ impl SharedStr {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// Strings longer than this are not worth a table entry: a fleet's shared
+/// labels (attribute names, versions, datacenters) are short, and a long
+/// value is rarely another node's too.
+const INTERN_MAX_LEN: usize = 256;
+
+/// The strings handed out by [`SharedStr::interned`], each held here once.
+/// An entry nobody else holds any more is dropped by the next sweep, which
+/// runs when the table has doubled since the last one: the table stays
+/// within twice the strings still in use, whatever clients send.
+struct InternTable {
+    strings: fxhash::FxHashSet<SharedStr>,
+    sweep_at: usize,
+}
+
+/// Fewer entries than this are never swept (a sweep walks them all).
+const INTERN_MIN_SWEEP: usize = 4096;
+
+static INTERNED: LazyLock<Mutex<InternTable>> = LazyLock::new(|| {
+    Mutex::new(InternTable {
+        strings: fxhash::FxHashSet::default(),
+        sweep_at: INTERN_MIN_SWEEP,
+    })
+});
+
+impl SharedStr {
+    /// The process's one copy of `text`. For the labels every node of a
+    /// fleet repeats (its attributes, meta and drivers: the same keys and
+    /// mostly the same values on ten thousand nodes), so that a node holds
+    /// pointers rather than copies. Not for hot paths: it takes a lock.
+    pub fn interned(text: &str) -> SharedStr {
+        if text.len() > INTERN_MAX_LEN {
+            return SharedStr::from(text);
+        }
+        // A poisoned lock only means a panic elsewhere mid-insert; the set
+        // is still a set of strings, so go on with it.
+        let mut table = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = table.strings.get(text) {
+            return found.clone();
+        }
+        if table.strings.len() >= table.sweep_at {
+            // Held only here: no node uses it any more. Nothing else can
+            // clone it meanwhile, as the lock guards the one holder.
+            table.strings.retain(|s| Arc::strong_count(&s.0) > 1);
+            table.sweep_at = (table.strings.len() * 2).max(INTERN_MIN_SWEEP);
+        }
+        let fresh = SharedStr::from(text);
+        table.strings.insert(fresh.clone());
+        fresh
     }
 }
 
@@ -198,5 +249,39 @@ mod tests {
         let back: SharedStr = serde_json::from_str(r#""web""#).unwrap();
         assert_eq!(back, a);
         assert_eq!(format!("{a} {a:?}"), r#"web "web""#);
+    }
+
+    #[test]
+    fn interned_strings_are_one_copy_and_are_let_go_when_unused() {
+        let a = SharedStr::interned("kernel.name-interning-test");
+        let b = SharedStr::interned(&String::from("kernel.name-interning-test"));
+        assert!(
+            SharedStr::ptr_eq(&a, &b),
+            "the same text is the same string"
+        );
+        assert_eq!(a, "kernel.name-interning-test");
+        let long = "x".repeat(INTERN_MAX_LEN + 1);
+        assert!(!SharedStr::ptr_eq(
+            &SharedStr::interned(&long),
+            &SharedStr::interned(&long)
+        ));
+        // Strings nobody holds do not pile up: fill past several sweeps
+        // with strings dropped at once; the table stays bounded.
+        for i in 0..(INTERN_MIN_SWEEP * 8) {
+            drop(SharedStr::interned(&format!("unique.hostname-test-{i}")));
+        }
+        let table = INTERNED.lock().unwrap();
+        assert!(
+            table.strings.len() <= table.sweep_at && table.sweep_at <= INTERN_MIN_SWEEP * 2,
+            "{} entries, next sweep at {}",
+            table.strings.len(),
+            table.sweep_at
+        );
+        drop(table);
+        // And a string still held survives the sweeps, still the one copy.
+        assert!(SharedStr::ptr_eq(
+            &a,
+            &SharedStr::interned("kernel.name-interning-test")
+        ));
     }
 }

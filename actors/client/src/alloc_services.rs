@@ -113,7 +113,7 @@ fn port_of(inputs: &ServiceInputs<'_>, task: Option<&str>, label: &str) -> (Stri
         .node
         .attributes
         .get("unique.network.ip-address")
-        .cloned()
+        .map(ToString::to_string)
         .unwrap_or_else(|| "127.0.0.1".to_string());
     (node_ip, label.parse::<i64>().unwrap_or(0))
 }

@@ -7,7 +7,7 @@
 //! a restarted client is the same node to the servers.
 
 use crate::driver::DriverSet;
-use herder::structs::node::ClientHostVolume;
+use herder::structs::node::{labels, ClientHostVolume};
 use herder::structs::{NetworkResource, Node, NodeStatus};
 use herder_common::config::AgentConfig;
 use std::collections::BTreeMap;
@@ -87,7 +87,7 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
         http_addr: format!("{}:{}", config.bind_addr, config.ports.http),
         node_class: c.node_class.clone(),
         node_pool: c.node_pool.clone(),
-        meta: c.meta.clone(),
+        meta: labels(&c.meta),
         status: NodeStatus::Initializing,
         ..Default::default()
     };
@@ -97,7 +97,7 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
     } else {
         config.bind_addr.clone()
     };
-    node.attributes = machine_attributes(config, facts, &ip, total_mhz);
+    node.attributes = labels(machine_attributes(config, facts, &ip, total_mhz));
     node.node_resources.networks = vec![host_network(&ip)];
     node.host_volumes = host_volumes(config);
     for driver in drivers.iter() {

@@ -245,7 +245,7 @@ pub fn allocated_ports(alloc: &Allocation, node: &Node, task: Option<&str>) -> V
     let default_ip = node
         .attributes
         .get("unique.network.ip-address")
-        .cloned()
+        .map(ToString::to_string)
         .unwrap_or_else(|| "127.0.0.1".to_string());
     let resources = &alloc.allocated_resources;
     let mut out = Vec::new();
@@ -314,13 +314,13 @@ fn lookup(key: &str, env: &BTreeMap<String, String>, node: &Node) -> Option<Stri
         .strip_prefix("attr.")
         .or_else(|| key.strip_prefix("node.attr."))
     {
-        return node.attributes.get(attr).cloned();
+        return node.attributes.get(attr).map(ToString::to_string);
     }
     if let Some(meta) = key
         .strip_prefix("meta.")
         .or_else(|| key.strip_prefix("node.meta."))
     {
-        return node.meta.get(meta).cloned();
+        return node.meta.get(meta).map(ToString::to_string);
     }
     match key {
         "node.unique.id" => return Some(node.id.to_string()),

@@ -32,6 +32,7 @@ pub mod mock_alloc;
 pub mod node;
 
 pub use counters::{Counters, SimStats};
+use herder::structs::node::labels;
 use herder::structs::{new_id, Node, NodeId, NodeStatus};
 use herder_client::driver::{mock::MockDriver, DriverSet};
 use herder_client::fingerprint::{node_from_facts, MachineFacts};
@@ -266,7 +267,7 @@ pub fn build_nodes(config: &SimConfig) -> Vec<Node> {
             node.secret_id = new_id().to_string();
             node.name = format!("{}-{i:0width$}", config.name_prefix).into();
             node.attributes
-                .insert("unique.hostname".into(), node.name.to_string());
+                .insert("unique.hostname".into(), node.name.clone());
             if !config.datacenters.is_empty() {
                 node.datacenter = config.datacenters[i % config.datacenters.len()].clone();
             }
@@ -275,7 +276,7 @@ pub fn build_nodes(config: &SimConfig) -> Vec<Node> {
             }
             if config.racks > 0 {
                 node.meta
-                    .insert("rack".into(), format!("r{}", i % config.racks));
+                    .insert("rack".into(), format!("r{}", i % config.racks).into());
             }
             node.compute_class();
             node
@@ -306,7 +307,7 @@ fn template_node(config: &SimConfig) -> Node {
         os_version: "22.04".into(),
     };
     let mut node = node_from_facts(&agent, &facts, &drivers);
-    node.meta.extend(config.meta.clone());
+    node.meta.extend(labels(&config.meta));
     node.status = NodeStatus::Ready;
     node
 }
@@ -381,14 +382,14 @@ mod tests {
         assert_eq!(nodes[3].name, "sim-3");
         assert_eq!(nodes[3].datacenter, "dc2");
         assert_eq!(nodes[4].node_class, "big");
-        assert_eq!(nodes[3].meta.get("rack").map(String::as_str), Some("r1"));
-        assert_eq!(nodes[0].meta.get("team").map(String::as_str), Some("infra"));
+        assert_eq!(nodes[3].meta.get("rack").map(|s| s.as_str()), Some("r1"));
+        assert_eq!(nodes[0].meta.get("team").map(|s| s.as_str()), Some("infra"));
         let attrs = &nodes[2].attributes;
         assert_eq!(
-            attrs.get("unique.hostname").map(String::as_str),
+            attrs.get("unique.hostname").map(|s| s.as_str()),
             Some("sim-2")
         );
-        assert_eq!(attrs.get("kernel.name").map(String::as_str), Some("linux"));
+        assert_eq!(attrs.get("kernel.name").map(|s| s.as_str()), Some("linux"));
         assert!(attrs.contains_key("driver.mock_driver"));
         assert!(nodes[2].drivers["mock_driver"].healthy);
         assert_eq!(nodes[2].node_resources.cpu.cpu_shares, 4000);

@@ -27,7 +27,7 @@ fn fixed_node(i: u128, dc: &str, rack: Option<&str>) -> Node {
     n.id = uuid::Uuid::from_u128(i);
     n.name = format!("node-{i}").into();
     n.attributes
-        .insert("unique.hostname".into(), n.name.to_string());
+        .insert("unique.hostname".into(), n.name.clone());
     n.datacenter = dc.into();
     if let Some(r) = rack {
         n.meta.insert("rack".into(), r.into());

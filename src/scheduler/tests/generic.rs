@@ -885,7 +885,7 @@ fn distinct_property_limits_allocations_per_value() {
     let racks: std::collections::BTreeSet<String> = s
         .live(&j)
         .iter()
-        .map(|a| s.h.state.node_by_id(&a.node_id).unwrap().meta["rack"].clone())
+        .map(|a| s.h.state.node_by_id(&a.node_id).unwrap().meta["rack"].to_string())
         .collect();
     assert_eq!(racks.len(), 2);
 }
@@ -930,7 +930,7 @@ fn affinity_pulls_allocations_to_matching_nodes() {
 fn rack_counts(s: &Scenario, j: &Job) -> BTreeMap<String, usize> {
     let mut m = BTreeMap::new();
     for a in s.live(j) {
-        let rack = s.h.state.node_by_id(&a.node_id).unwrap().meta["rack"].clone();
+        let rack = s.h.state.node_by_id(&a.node_id).unwrap().meta["rack"].to_string();
         *m.entry(rack).or_insert(0) += 1;
     }
     m

@@ -53,7 +53,7 @@ pub fn node() -> Node {
     n.attributes.insert("kernel.name".into(), "linux".into());
     n.attributes.insert("arch".into(), "x86".into());
     n.attributes
-        .insert("unique.hostname".into(), n.name.to_string());
+        .insert("unique.hostname".into(), n.name.clone());
     for d in ["exec", "mock_driver"] {
         n.drivers.insert(
             d.into(),

@@ -82,8 +82,10 @@ fn build_node(spec: &NodeSpec) -> Node {
     let mut n = node();
     n.node_resources.cpu.cpu_shares = spec.cpu;
     n.node_resources.memory.memory_mb = spec.memory;
-    n.meta.insert("rack".into(), format!("r{}", spec.rack));
-    n.attributes.insert("tier".into(), spec.tier.to_string());
+    n.meta
+        .insert("rack".into(), format!("r{}", spec.rack).into());
+    n.attributes
+        .insert("tier".into(), spec.tier.to_string().into());
     if spec.reserved_port {
         n.reserved_resources.networks.reserved_host_ports = "8080,30001".into();
     }

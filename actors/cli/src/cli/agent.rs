@@ -149,27 +149,38 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let mut signals = Signals::new()?;
         let agent = herder_actors::agent::Agent::start(config, temp).await?;
         let addr = agent.http_addr();
-        println!("==> herder agent started");
+        say(format_args!("==> herder agent started"));
         let scheme = if agent.config().tls.http {
             "https"
         } else {
             "http"
         };
-        println!("    HTTP API: {scheme}://{addr}");
-        println!("    data dir: {}", agent.data_dir().display());
-        println!(
+        say(format_args!("    HTTP API: {scheme}://{addr}"));
+        say(format_args!("    data dir: {}", agent.data_dir().display()));
+        say(format_args!(
             "    roles:    server={} client={}",
             agent.config().server.enabled,
             agent.config().client.enabled
-        );
+        ));
         while signals.next().await == Signal::Reload {
             reload(&args, log_level.as_ref());
         }
-        println!("==> caught signal, shutting down (again to exit at once)");
+        say(format_args!(
+            "==> caught signal, shutting down (again to exit at once)"
+        ));
         exit_on_next_stop_signal();
         agent.shutdown().await;
         anyhow::Ok(())
     })
+}
+
+/// A line for the operator on stdout. The agent outlives whoever reads its
+/// stdout (a supervisor's pipe, a terminal that closed): a line that cannot
+/// be written is dropped, where `println!` would panic and skip the
+/// graceful shutdown (the store's flush, the `-dev` data dir's removal).
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 /// SIGHUP: the configuration is read again and its reloadable parts

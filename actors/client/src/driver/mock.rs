@@ -15,6 +15,7 @@ use super::{
     TaskHandle,
 };
 use crate::logs::{LogKind, RotatingLog};
+use herder::structs::node::labels;
 use herder::structs::DriverInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -138,7 +139,7 @@ impl Driver for MockDriver {
 
     fn fingerprint(&self) -> DriverInfo {
         DriverInfo {
-            attributes: BTreeMap::from([(format!("driver.{NAME}"), "1".to_string())]),
+            attributes: labels([(format!("driver.{NAME}"), "1")]),
             detected: true,
             healthy: true,
             health_description: "Healthy".into(),

@@ -13,6 +13,7 @@ use super::{
     TaskHandle,
 };
 use crate::logs::{make_fifo, open_fifo_reader, pump_fifo, LogKind, RotatingLog};
+use herder::structs::node::labels;
 use herder::structs::{DriverInfo, LogConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -90,7 +91,7 @@ impl Driver for RawExecDriver {
         }
         let sh_present = Path::new("/bin/sh").exists();
         DriverInfo {
-            attributes: BTreeMap::from([(format!("driver.{NAME}"), "1".to_string())]),
+            attributes: labels([(format!("driver.{NAME}"), "1")]),
             detected: true,
             healthy: sh_present,
             health_description: if sh_present {

@@ -28,6 +28,7 @@ use super::{
     TaskHandle,
 };
 use cgroup::{Cgroups, TaskCgroup};
+use herder::structs::node::labels;
 use herder::structs::DriverInfo;
 use sandbox::{Creds, Sandbox, TaskNamespaces};
 use std::collections::BTreeMap;
@@ -95,7 +96,7 @@ impl Isolation {
         }
         info.healthy = true;
         let limits = self.cgroups.is_ok().to_string();
-        info.attributes = BTreeMap::from([
+        info.attributes = labels([
             (format!("driver.{NAME}"), "1".to_string()),
             (format!("driver.{NAME}.namespaces"), NAMESPACES.to_string()),
             (format!("driver.{NAME}.chroot"), "true".to_string()),
