@@ -8,7 +8,7 @@
 use herder::structs::node::labels;
 use herder::structs::{
     DriverInfo, Node, NodeCpuResources, NodeDiskResources, NodeMemoryResources, NodeResources,
-    NodeStatus,
+    NodeStatus, SharedStr,
 };
 
 /// A node description, built field by field.
@@ -98,7 +98,7 @@ impl NodeBuilder {
     /// name of the program's own).
     pub fn driver(mut self, name: impl Into<String>) -> NodeBuilder {
         self.node.drivers.insert(
-            name.into(),
+            SharedStr::interned(&name.into()),
             DriverInfo {
                 detected: true,
                 healthy: true,

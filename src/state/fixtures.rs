@@ -66,7 +66,7 @@ pub fn node(name: &str) -> Node {
     };
     node.attributes.insert("kernel.name".into(), "linux".into());
     node.drivers.insert(
-        "exec".to_string(),
+        "exec".into(),
         DriverInfo {
             detected: true,
             healthy: true,

@@ -114,8 +114,9 @@ pub struct DriverInfo {
     pub attributes: Labels,
     pub detected: bool,
     pub healthy: bool,
-    #[serde(deserialize_with = "null_default::deserialize")]
-    pub health_description: String,
+    /// Interned: ten thousand nodes say "Healthy".
+    #[serde(deserialize_with = "labels::deserialize_one")]
+    pub health_description: SharedStr,
     #[serde(with = "rfc3339_opt")]
     pub update_time: Option<i64>,
 }
@@ -189,8 +190,11 @@ pub struct Node {
     pub status_updated_at: i64,
     #[serde(with = "nullable")]
     pub events: Vec<NodeEvent>,
-    #[serde(with = "nullable")]
-    pub drivers: BTreeMap<String, DriverInfo>,
+    #[serde(
+        serialize_with = "nullable::serialize",
+        deserialize_with = "labels::deserialize_keyed"
+    )]
+    pub drivers: BTreeMap<SharedStr, DriverInfo>,
     /// The host volumes the client offers, by name (its `host_volume`
     /// configuration); a group's host volume request places it only on
     /// nodes that offer the source.
@@ -378,7 +382,8 @@ mod tests {
             format!(
                 r#"{{"Attributes":{{"kernel.name":"linux","unique.hostname":"{host}"}},
                     "Meta":{{"rack":"r1"}},"Links":null,
-                    "Drivers":{{"exec":{{"Attributes":{{"driver.exec":"1"}},"Detected":true}}}}}}"#
+                    "Drivers":{{"exec":{{"Attributes":{{"driver.exec":"1"}},"Detected":true,
+                    "HealthDescription":"Healthy"}}}}}}"#
             )
         };
         let a: Node = serde_json::from_str(&body("a")).unwrap();
@@ -390,6 +395,14 @@ mod tests {
         };
         assert!(shared(&a.attributes, &b.attributes, "kernel.name"));
         assert!(shared(&a.meta, &b.meta, "rack"));
+        let (name_a, exec_a) = a.drivers.get_key_value("exec").unwrap();
+        let (name_b, exec_b) = b.drivers.get_key_value("exec").unwrap();
+        assert!(SharedStr::ptr_eq(name_a, name_b));
+        assert!(SharedStr::ptr_eq(
+            &exec_a.health_description,
+            &exec_b.health_description
+        ));
+        assert_eq!(exec_a.health_description, "Healthy");
         assert!(shared(
             &a.drivers["exec"].attributes,
             &b.drivers["exec"].attributes,

@@ -114,6 +114,7 @@ pub mod labels {
     use super::super::SharedStr;
     use serde::de::{MapAccess, Visitor};
     use serde::{Deserializer, Serializer};
+    use std::collections::BTreeMap;
     use std::fmt;
 
     pub fn serialize<S: Serializer>(value: &Labels, s: S) -> Result<S::Ok, S::Error> {
@@ -124,8 +125,31 @@ pub mod labels {
         d.deserialize_option(OptionalLabels)
     }
 
+    /// A map whose keys are interned as they are read (a node's drivers
+    /// by name); `null` is empty. Output as [`nullable`](super::nullable).
+    pub fn deserialize_keyed<'de, V, D>(d: D) -> Result<BTreeMap<SharedStr, V>, D::Error>
+    where
+        V: serde::Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        let read = <Option<BTreeMap<Interned, V>> as serde::Deserialize>::deserialize(d)?;
+        Ok(read
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(Interned(k), v)| (k, v))
+            .collect())
+    }
+
+    /// One string interned as it is read (`null` is empty), for a
+    /// label-like field outside the maps.
+    pub fn deserialize_one<'de, D: Deserializer<'de>>(d: D) -> Result<SharedStr, D::Error> {
+        let text = <Option<Interned> as serde::Deserialize>::deserialize(d)?;
+        Ok(text.map(|Interned(s)| s).unwrap_or_default())
+    }
+
     /// One interned string, read without an owned copy when the input
     /// lends it.
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
     struct Interned(SharedStr);
 
     impl<'de> serde::Deserialize<'de> for Interned {

@@ -105,7 +105,7 @@ pub fn node_from_facts(config: &AgentConfig, facts: &MachineFacts, drivers: &Dri
         if info.detected && info.healthy {
             node.attributes.extend(info.attributes.clone());
         }
-        node.drivers.insert(driver.name().to_string(), info);
+        node.drivers.insert(driver.name().into(), info);
     }
     node.compute_class();
     node

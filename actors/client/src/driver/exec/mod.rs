@@ -91,7 +91,7 @@ impl Isolation {
         }
         info.detected = true;
         if let Err(e) = &self.namespaces {
-            info.health_description = format!("cannot create namespaces: {e}");
+            info.health_description = format!("cannot create namespaces: {e}").into();
             return info;
         }
         info.healthy = true;
@@ -105,7 +105,9 @@ impl Isolation {
         ]);
         info.health_description = match &self.cgroups {
             Ok(_) => "Healthy".into(),
-            Err(e) => format!("Healthy, degraded: CPU and memory limits are not enforced: {e}"),
+            Err(e) => {
+                format!("Healthy, degraded: CPU and memory limits are not enforced: {e}").into()
+            }
         };
         info
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 /// Why isolated tasks cannot run here, if they cannot.
 fn unavailable() -> Option<String> {
     let info = Isolation::probe().driver_info();
-    (!info.healthy).then_some(info.health_description)
+    (!info.healthy).then(|| info.health_description.to_string())
 }
 
 #[test]
