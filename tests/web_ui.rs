@@ -441,14 +441,23 @@ fn deployments_scale_and_revert_from_the_job_page() {
         .map(|d| d["TaskGroups"]["web"]["Promoted"].clone());
     assert_eq!(promoted, Some(json!(true)), "{deployments}");
 
+    // The promotion stops the old allocation. Until the page shows that,
+    // "two running" below could be the old one beside the canary (CI saw
+    // that race), so the scale starts from one running allocation.
+    browser.wait("the old allocation stopped", SLOW, || {
+        (browser.count("#allocations tr[data-status=running]") == 1).then_some(())
+    });
+
     // Scale the group to 2: a new version, two running allocations.
     browser.fill("#scale-count", "2");
     browser.click_button("Scale group");
+    browser.wait("the job scaled to 2 through the page", SLOW, || {
+        (count_and_env(&agent, "ui-canary") == (2, "v2".to_string())).then_some(())
+    });
     browser.wait("two running allocations of the new version", SLOW, || {
         (browser.count("#allocations tr[data-status=running]") == 2).then_some(())
     });
     browser.wait_text("#groups tr[data-group=web]", "2 running", SLOW);
-    assert_eq!(count_and_env(&agent, "ui-canary"), (2, "v2".to_string()));
 
     // Revert to version 0: the job as it was (one allocation, v1) comes
     // back as a new version; its canary waits in a new deployment, which
