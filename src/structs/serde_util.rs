@@ -112,7 +112,7 @@ pub mod nullable {
 pub mod labels {
     use super::super::node::Labels;
     use super::super::SharedStr;
-    use serde::de::{MapAccess, Visitor};
+    use serde::de::Visitor;
     use serde::{Deserializer, Serializer};
     use std::collections::BTreeMap;
     use std::fmt;
@@ -121,8 +121,14 @@ pub mod labels {
         super::nullable::serialize(value, s)
     }
 
+    /// A map of strings, keys and values interned; `null` is empty.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
-        d.deserialize_option(OptionalLabels)
+        let read = <Option<BTreeMap<Interned, Interned>> as serde::Deserialize>::deserialize(d)?;
+        Ok(read
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(Interned(k), Interned(v))| (k, v))
+            .collect())
     }
 
     /// A map whose keys are interned as they are read (a node's drivers
@@ -165,31 +171,6 @@ pub mod labels {
                 }
             }
             d.deserialize_str(Text)
-        }
-    }
-
-    struct OptionalLabels;
-
-    impl<'de> Visitor<'de> for OptionalLabels {
-        type Value = Labels;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a map of strings or null")
-        }
-        fn visit_none<E: serde::de::Error>(self) -> Result<Labels, E> {
-            Ok(Labels::new())
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Labels, E> {
-            Ok(Labels::new())
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Labels, D::Error> {
-            d.deserialize_map(self)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
-            let mut labels = Labels::new();
-            while let Some((Interned(k), Interned(v))) = map.next_entry()? {
-                labels.insert(k, v);
-            }
-            Ok(labels)
         }
     }
 }
