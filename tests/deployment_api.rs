@@ -117,7 +117,7 @@ fn deployed(agent: &TestAgent, auto_revert: bool) -> (Deployment, Allocation) {
         .map_or(0, |d| d.as_nanos() as i64);
     let mut canary = AllocBuilder::new(&job, "web").build(0, node.id, eval, now);
     canary.deployment_id = Some(d.id);
-    canary.deployment_status = Some(Box::new(AllocDeploymentStatus {
+    canary.set_deployment_status(Some(AllocDeploymentStatus {
         canary: true,
         ..Default::default()
     }));

@@ -412,7 +412,7 @@ impl Placing {
     fn join(&self, alloc: &mut Allocation, canary: bool) {
         alloc.deployment_id = self.deployment_id;
         if canary && self.deployment_id.is_some() {
-            alloc.deployment_status = Some(Box::new(AllocDeploymentStatus {
+            alloc.set_deployment_status(Some(AllocDeploymentStatus {
                 canary: true,
                 ..Default::default()
             }));

@@ -8,8 +8,8 @@ use super::stack::{RankedNode, SelectOptions, Stack};
 use crate::structs::job::delay_function;
 use crate::structs::{
     AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
-    Evaluation, Job, Links, MetricPacker, Node, NodeId, NodeStatus, Plan, PlanResult,
-    RescheduleEvent, ReschedulePolicy, RescheduleTracker, SharedStr, TaskGroup, TriggeredBy,
+    Evaluation, Job, MetricPacker, Node, NodeId, NodeStatus, Plan, PlanResult, RescheduleEvent,
+    ReschedulePolicy, RescheduleTracker, Seldom, SharedStr, TaskGroup, ThinStr, TriggeredBy,
 };
 use crate::view::node_target::datacenter_matches;
 use crate::view::State;
@@ -277,7 +277,7 @@ impl AllocTemplate {
             id: new_alloc_id(),
             namespace: self.namespace.clone(),
             eval_id: self.eval_id,
-            name: name.into_boxed_str(),
+            name: ThinStr::from(name),
             node_id: ranked.node.id,
             node_name,
             job_id: self.job_id.clone(),
@@ -294,12 +294,11 @@ impl AllocTemplate {
             desired_description: SharedStr::default(),
             desired_transition: Default::default(),
             client_status: ClientStatus::Pending,
-            client_description: Box::default(),
+            client_description: SharedStr::default(),
             task_states: Default::default(),
-            links: Links::default(),
+            seldom: Seldom::default(),
             node_failure: false,
             deployment_id: None,
-            deployment_status: None,
             create_index: 0,
             modify_index: 0,
             alloc_modify_index: 0,

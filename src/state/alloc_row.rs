@@ -23,7 +23,7 @@ use crate::structs::codec::{CodecError, Reader, Writer};
 use crate::structs::{
     AllocLinks, AllocatedCpuResources, AllocatedMemoryResources, AllocatedResources,
     AllocatedSharedResources, AllocatedTaskResources, Allocation, ClientStatus, DesiredStatus,
-    DesiredTransition, Links, PackedMetric, SharedStr, TaskStates, VecMap,
+    DesiredTransition, PackedMetric, Seldom, SharedStr, TaskStates, VecMap,
 };
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -40,7 +40,7 @@ pub(crate) const TAG_V2: u8 = 2;
 /// Appends `alloc`, encoded, to `out`.
 pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json::Error> {
     let mut w = Writer(out);
-    let in_deployment = a.deployment_id.is_some() || a.deployment_status.is_some();
+    let in_deployment = a.deployment_id.is_some() || a.deployment_status().is_some();
     w.u8(if in_deployment { TAG_V2 } else { TAG_V1 });
     for id in [a.id, a.eval_id, a.node_id] {
         w.bytes(id.as_bytes());
@@ -82,7 +82,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, a: &Allocation) -> Result<(), serde_json
     }
     if in_deployment {
         w.opt_id(a.deployment_id);
-        w.json_unless(a.deployment_status.is_none(), &a.deployment_status)?;
+        w.json_unless(a.deployment_status().is_none(), &a.deployment_status())?;
     }
     // Last, so the packed bytes need no length: they are the rest.
     w.u8(u8::from(a.metrics.is_some()));
@@ -138,7 +138,7 @@ pub(crate) fn decode_sharing(
     let desired_status = desired_status(r.u8()?)?;
     let client_status = client_status(r.u8()?)?;
     let desired_description = sharing.str(4, &mut r)?;
-    let client_description = r.str()?.into();
+    let client_description = sharing.str(5, &mut r)?;
     let desired_transition = transition(r.u8()?)?;
     let node_failure = r.u8()? != 0;
     let mut links = AllocLinks {
@@ -189,11 +189,10 @@ pub(crate) fn decode_sharing(
         client_status,
         client_description,
         task_states,
-        // Boxed only when one of them is set (see `structs::Links`).
-        links: Links::new(links),
+        // Boxed only when one of them is set (see `structs::Seldom`).
+        seldom: Seldom::new(links, deployment_status),
         node_failure,
         deployment_id,
-        deployment_status,
         create_index,
         modify_index,
         alloc_modify_index,
@@ -218,9 +217,9 @@ pub(crate) struct RowSharing {
     /// quadratic.
     strings: HashSet<KnownStr>,
     /// Each string field's value in the previous row: one plan's rows
-    /// repeat their namespace, job, group and stop reason, found by one
-    /// comparison.
-    recent: [Option<SharedStr>; 5],
+    /// repeat their namespace, job, group, stop reason and client's
+    /// description, found by one comparison.
+    recent: [Option<SharedStr>; 6],
     /// The last grant decoded and the bytes it was decoded from: rows come
     /// back in creation order, so one plan's allocations arrive together.
     last_resources: Option<(Vec<u8>, Arc<AllocatedResources>)>,
@@ -284,6 +283,7 @@ impl RowSharing {
             &mut a.job_id,
             &mut a.task_group,
             &mut a.desired_description,
+            &mut a.client_description,
         ] {
             match self.strings.get(s.as_bytes()) {
                 Some(known) => *s = known.0.clone(),
@@ -523,29 +523,34 @@ mod tests {
             client_status: ClientStatus::Lost,
             client_description: "node is down".into(),
             task_states: task_states.into(),
-            links: Links::new(AllocLinks {
-                previous_allocation: Some(uuid::Uuid::from_u128(5)),
-                next_allocation: Some(uuid::Uuid::from_u128(6)),
-                reschedule_tracker: Some(RescheduleTracker {
-                    events: vec![RescheduleEvent {
-                        reschedule_time: 99,
-                        prev_alloc_id: uuid::Uuid::from_u128(5),
-                        prev_node_id: uuid::Uuid::from_u128(8),
-                        delay: Duration::from_secs(30),
-                    }],
+            seldom: Seldom::new(
+                AllocLinks {
+                    previous_allocation: Some(uuid::Uuid::from_u128(5)),
+                    next_allocation: Some(uuid::Uuid::from_u128(6)),
+                    reschedule_tracker: Some(RescheduleTracker {
+                        events: vec![RescheduleEvent {
+                            reschedule_time: 99,
+                            prev_alloc_id: uuid::Uuid::from_u128(5),
+                            prev_node_id: uuid::Uuid::from_u128(8),
+                            delay: Duration::from_secs(30),
+                        }],
+                    }),
+                    followup_eval_id: Some(uuid::Uuid::from_u128(7)),
+                    preempted_allocations: vec![
+                        uuid::Uuid::from_u128(10),
+                        uuid::Uuid::from_u128(11),
+                    ],
+                    preempted_by_allocation: None,
+                },
+                Some(crate::structs::AllocDeploymentStatus {
+                    healthy: Some(true),
+                    timestamp: Some(1_795_328_878_206_863_010),
+                    canary: true,
+                    modify_index: 1_000_005,
                 }),
-                followup_eval_id: Some(uuid::Uuid::from_u128(7)),
-                preempted_allocations: vec![uuid::Uuid::from_u128(10), uuid::Uuid::from_u128(11)],
-                preempted_by_allocation: None,
-            }),
+            ),
             node_failure: true,
             deployment_id: Some(uuid::Uuid::from_u128(12)),
-            deployment_status: Some(Box::new(crate::structs::AllocDeploymentStatus {
-                healthy: Some(true),
-                timestamp: Some(1_795_328_878_206_863_010),
-                canary: true,
-                modify_index: 1_000_005,
-            })),
             create_index: 1_000_000,
             modify_index: 1_000_007,
             alloc_modify_index: 1_000_003,
@@ -575,7 +580,7 @@ mod tests {
         encode(&mut out, &a).expect("encodes");
         assert_eq!(out[0], TAG_V2);
         a.deployment_id = None;
-        a.deployment_status = None;
+        a.set_deployment_status(None);
         out.clear();
         encode(&mut out, &a).expect("encodes");
         assert_eq!(out[0], TAG_V1);

@@ -1235,7 +1235,8 @@ impl Txn {
             };
             let mut alloc = (*old).clone();
             alloc.client_status = update.client_status;
-            alloc.client_description = update.client_description.as_str().into();
+            // Clients say a few things ("Tasks are running"): one copy each.
+            alloc.client_description = SharedStr::interned(&update.client_description);
             alloc.task_states = update.task_states.clone().into();
             alloc.node_failure = update.node_failure;
             alloc.modify_index = self.index;
@@ -1243,9 +1244,9 @@ impl Txn {
             if let Some(status) = &update.deployment_status {
                 let mut status = status.clone();
                 // The canary mark is the server's, not the client's.
-                status.canary = alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
+                status.canary = alloc.is_canary();
                 status.modify_index = self.index;
-                alloc.deployment_status = Some(Box::new(status));
+                alloc.set_deployment_status(Some(status));
             }
             self.put_alloc(alloc, Some(&old));
         }

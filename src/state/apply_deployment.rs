@@ -146,7 +146,7 @@ impl Txn {
                 .collect();
             let healthy = canaries
                 .iter()
-                .filter(|a| a.deployment_status.as_ref().is_some_and(|s| s.is_healthy()))
+                .filter(|a| a.deployment_status().is_some_and(|s| s.is_healthy()))
                 .count();
             if (healthy as u32) < state.desired_canaries {
                 return Err(ApplyError::DeploymentRefused(format!(
@@ -166,7 +166,7 @@ impl Txn {
         // A promoted canary is an ordinary allocation of the version now.
         for old in promoted_allocs {
             let mut alloc = (*old).clone();
-            if let Some(status) = &mut alloc.deployment_status {
+            if let Some(status) = alloc.deployment_status_mut() {
                 status.canary = false;
                 status.modify_index = self.index;
             }
@@ -210,7 +210,7 @@ impl Txn {
                 }
             };
             let mut alloc = (*old).clone();
-            let status = alloc.deployment_status.get_or_insert_with(Default::default);
+            let status = alloc.deployment_status_or_default();
             status.healthy = Some(is_healthy);
             status.timestamp = Some(timestamp);
             status.modify_index = self.index;

@@ -81,12 +81,10 @@ impl World {
             .map(|i| {
                 let mut a = builder.build(i, node.id, crate::structs::new_id(), 1_000);
                 a.deployment_id = Some(self.deployment.id);
-                a.deployment_status = (i < canaries).then(|| {
-                    Box::new(AllocDeploymentStatus {
-                        canary: true,
-                        ..Default::default()
-                    })
-                });
+                a.set_deployment_status((i < canaries).then(|| AllocDeploymentStatus {
+                    canary: true,
+                    ..Default::default()
+                }));
                 a
             })
             .collect();
@@ -158,7 +156,7 @@ fn health_is_counted_once_and_a_healthy_allocation_extends_the_deadline() {
     assert_eq!((g.healthy_allocs, g.unhealthy_allocs), (1, 1));
     assert_eq!(g.require_progress_by, Some(5_000 + 600_000_000_000));
     let stored = w.state.alloc(&allocs[0].id).unwrap();
-    assert!(stored.deployment_status.as_ref().unwrap().is_healthy());
+    assert!(stored.deployment_status().unwrap().is_healthy());
 }
 
 #[test]
@@ -179,7 +177,7 @@ fn promotion_waits_for_healthy_canaries_then_clears_the_canary_mark() {
     assert!(d.task_groups["frontend"].promoted);
     assert_eq!(d.status_description, description::RUNNING);
     let canary = w.state.alloc(&allocs[0].id).unwrap();
-    assert!(!canary.deployment_status.as_ref().unwrap().canary);
+    assert!(!canary.deployment_status().unwrap().canary);
     // The canary stays counted as placed once.
     assert_eq!(w.group().placed_allocs, 1);
 }
@@ -286,7 +284,7 @@ fn deployments_and_allocation_health_survive_a_restart() {
         let mut a =
             AllocBuilder::new(&job, "frontend").build(0, node.id, crate::structs::new_id(), 1);
         a.deployment_id = Some(w.deployment.id);
-        a.deployment_status = Some(Box::new(AllocDeploymentStatus {
+        a.set_deployment_status(Some(AllocDeploymentStatus {
             canary: true,
             ..Default::default()
         }));
@@ -312,7 +310,7 @@ fn deployments_and_allocation_health_survive_a_restart() {
     assert_eq!(d.task_groups["frontend"].placed_canaries, vec![commands.id]);
     let a = snap.alloc(&commands.id).unwrap();
     assert_eq!(a.deployment_id, Some(w.deployment.id));
-    assert!(a.deployment_status.as_ref().unwrap().canary);
+    assert!(a.deployment_status().unwrap().canary);
     assert_eq!(snap.latest_deployment("default", "web").unwrap().id, d.id);
 }
 
@@ -381,7 +379,7 @@ fn an_allocation_updated_into_a_deployment_starts_its_deadline_when_updated() {
     );
     let mut updated = (**w.state.alloc(&old.id).unwrap()).clone();
     updated.deployment_id = Some(next.id);
-    updated.deployment_status = None;
+    updated.set_deployment_status(None);
     // The scheduler leaves its times as they were; the plan's apply stamps it.
     assert_eq!((updated.create_time, updated.modify_time), (1_000, 1_000));
     let mut node_allocation = HashMap::new();

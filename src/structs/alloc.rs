@@ -9,8 +9,9 @@
 use super::deployment::{AllocDeploymentStatus, DeploymentId};
 use super::metrics::PackedMetric;
 use super::resources::AllocatedResources;
-use super::serde_util::{id_or_nil, is_false, null_default, nullable, opt_id, rfc3339_opt};
+use super::serde_util::{id_or_nil, is_false, labels, null_default, nullable, opt_id, rfc3339_opt};
 use super::shared_str::SharedStr;
+use super::thin::ThinStr;
 use super::{AllocId, EvalId, NodeId, VecMap};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -247,51 +248,139 @@ impl AllocLinks {
     }
 }
 
-/// An allocation's [`AllocLinks`] behind one pointer, none at all for
-/// most allocations: inline they were 116 of an allocation's 456 bytes,
-/// 110 MB of a server holding a million allocations. Compares, prints
-/// and serializes as the links it holds (absent ones as empty).
+/// What few allocations carry, behind one pointer and none at all for
+/// most: the [`AllocLinks`] of replacements and preemptions, and the
+/// health a deployment's allocation reports. Inline the links were 116 of
+/// an allocation's 456 bytes; the deployment status had a pointer of its
+/// own until sharing this one brought the allocation, with its `Arc`,
+/// into the allocator's 224-byte class (see the size test below). The
+/// links have a box of their own inside, so an allocation with a health
+/// and no links (every one of a deployment's) holds 40 bytes here, not
+/// the links' 120. Compares, prints and serializes as the fields it
+/// holds (absent ones as empty), at the allocation's top level.
 #[derive(Clone, Default)]
-pub struct Links(Option<Box<AllocLinks>>);
+pub struct Seldom(Option<Box<SeldomFields>>);
 
-impl Links {
-    /// `links`, boxed only when there is something in them.
-    pub fn new(links: AllocLinks) -> Links {
-        Links((!links.is_none()).then(|| Box::new(links)))
+#[derive(Clone, Default)]
+struct SeldomFields {
+    links: Option<Box<AllocLinks>>,
+    deployment_status: Option<AllocDeploymentStatus>,
+}
+
+static NO_LINKS: AllocLinks = AllocLinks::NONE;
+
+impl Seldom {
+    /// The fields, boxed only when something is set.
+    pub fn new(links: AllocLinks, deployment_status: Option<AllocDeploymentStatus>) -> Seldom {
+        let links = (!links.is_none()).then(|| Box::new(links));
+        if links.is_none() && deployment_status.is_none() {
+            return Seldom(None);
+        }
+        Seldom(Some(Box::new(SeldomFields {
+            links,
+            deployment_status,
+        })))
     }
 
-    pub fn get(&self) -> &AllocLinks {
-        static NONE: AllocLinks = AllocLinks::NONE;
-        self.0.as_deref().unwrap_or(&NONE)
+    pub fn links(&self) -> &AllocLinks {
+        self.0
+            .as_ref()
+            .and_then(|f| f.links.as_deref())
+            .unwrap_or(&NO_LINKS)
     }
 
     /// The links to change (boxed from now on).
-    pub fn get_mut(&mut self) -> &mut AllocLinks {
+    pub fn links_mut(&mut self) -> &mut AllocLinks {
+        self.fields_mut().links.get_or_insert_with(Box::default)
+    }
+
+    pub fn deployment_status(&self) -> Option<&AllocDeploymentStatus> {
+        self.0.as_ref()?.deployment_status.as_ref()
+    }
+
+    /// The status to change, if there is one (nothing is boxed).
+    pub fn deployment_status_mut(&mut self) -> Option<&mut AllocDeploymentStatus> {
+        self.0.as_mut()?.deployment_status.as_mut()
+    }
+
+    /// The status, a default one first if there was none.
+    pub fn deployment_status_or_default(&mut self) -> &mut AllocDeploymentStatus {
+        self.fields_mut()
+            .deployment_status
+            .get_or_insert_with(Default::default)
+    }
+
+    /// Sets or clears the status (clearing boxes nothing).
+    pub fn set_deployment_status(&mut self, status: Option<AllocDeploymentStatus>) {
+        match (self.0.as_mut(), status) {
+            (Some(fields), status) => fields.deployment_status = status,
+            (None, None) => {}
+            (None, Some(status)) => self.fields_mut().deployment_status = Some(status),
+        }
+    }
+
+    fn fields_mut(&mut self) -> &mut SeldomFields {
         self.0.get_or_insert_with(Box::default)
     }
-}
 
-impl PartialEq for Links {
-    fn eq(&self, other: &Links) -> bool {
-        self.get() == other.get()
+    /// Whether anything is boxed (for the tests of what stays small).
+    #[cfg(test)]
+    fn is_boxed(&self) -> bool {
+        self.0.is_some()
     }
 }
 
-impl std::fmt::Debug for Links {
+impl PartialEq for Seldom {
+    fn eq(&self, other: &Seldom) -> bool {
+        self.links() == other.links() && self.deployment_status() == other.deployment_status()
+    }
+}
+
+impl std::fmt::Debug for Seldom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.get().fmt(f)
+        f.debug_struct("Seldom")
+            .field("links", self.links())
+            .field("deployment_status", &self.deployment_status())
+            .finish()
     }
 }
 
-impl Serialize for Links {
+/// [`Seldom`] as JSON: the links' fields and `DeploymentStatus`, flattened
+/// into the allocation.
+#[derive(Serialize)]
+struct SeldomOut<'a> {
+    #[serde(flatten)]
+    links: &'a AllocLinks,
+    #[serde(rename = "DeploymentStatus", skip_serializing_if = "Option::is_none")]
+    deployment_status: Option<&'a AllocDeploymentStatus>,
+}
+
+#[derive(Deserialize)]
+struct SeldomIn {
+    #[serde(flatten)]
+    links: AllocLinks,
+    #[serde(
+        rename = "DeploymentStatus",
+        default,
+        deserialize_with = "null_default::deserialize"
+    )]
+    deployment_status: Option<AllocDeploymentStatus>,
+}
+
+impl Serialize for Seldom {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.get().serialize(s)
+        SeldomOut {
+            links: self.links(),
+            deployment_status: self.deployment_status(),
+        }
+        .serialize(s)
     }
 }
 
-impl<'de> Deserialize<'de> for Links {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Links, D::Error> {
-        AllocLinks::deserialize(d).map(Links::new)
+impl<'de> Deserialize<'de> for Seldom {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Seldom, D::Error> {
+        let read = SeldomIn::deserialize(d)?;
+        Ok(Seldom::new(read.links, read.deployment_status))
     }
 }
 
@@ -361,8 +450,9 @@ pub struct Allocation {
     pub namespace: SharedStr,
     #[serde(rename = "EvalID")]
     pub eval_id: EvalId,
-    /// `<job>.<group>[<index>]` (a `Box<str>`: set once, never grown).
-    pub name: Box<str>,
+    /// `<job>.<group>[<index>]` (a [`ThinStr`]: set once, never grown,
+    /// one word).
+    pub name: ThinStr,
     #[serde(rename = "NodeID", deserialize_with = "id_or_nil::deserialize")]
     pub node_id: NodeId,
     pub node_name: SharedStr,
@@ -378,8 +468,8 @@ pub struct Allocation {
     /// Packed: kept by every allocation, read by almost nobody.
     pub metrics: Option<PackedMetric>,
     pub desired_status: DesiredStatus,
-    /// The servers' few reasons, shared like the names; the client's
-    /// description is a `Box<str>`, not a `String` (set once, never grown).
+    /// The servers' few reasons and the clients' few descriptions,
+    /// shared like the names (the clients' interned as they are read).
     #[serde(
         deserialize_with = "null_default::deserialize",
         skip_serializing_if = "str::is_empty"
@@ -391,13 +481,15 @@ pub struct Allocation {
     )]
     pub desired_transition: DesiredTransition,
     pub client_status: ClientStatus,
-    #[serde(deserialize_with = "null_default::deserialize")]
-    pub client_description: Box<str>,
+    #[serde(deserialize_with = "labels::deserialize_one")]
+    pub client_description: SharedStr,
     #[serde(with = "nullable")]
     pub task_states: TaskStates,
-    /// Replacement, reschedule and preemption links (rare; see [`Links`]).
+    /// Replacement, reschedule and preemption links, and the health the
+    /// allocation reported in its deployment (and whether it is a
+    /// canary): rare, see [`Seldom`].
     #[serde(flatten)]
-    pub links: Links,
+    pub seldom: Seldom,
     /// Set by a client that could not run the allocation because of the
     /// node itself (driver or I/O failure): feeds the node's flaky state.
     #[serde(skip_serializing_if = "is_false")]
@@ -409,15 +501,6 @@ pub struct Allocation {
         skip_serializing_if = "Option::is_none"
     )]
     pub deployment_id: Option<DeploymentId>,
-    /// Its health in that deployment (and whether it is a canary). Boxed:
-    /// inline it was 32 of the struct's bytes, set only once a client
-    /// reports health, and without them an allocation with its `Arc`
-    /// fits the allocator's 320-byte class instead of the 384-byte one.
-    #[serde(
-        deserialize_with = "null_default::deserialize",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub deployment_status: Option<Box<AllocDeploymentStatus>>,
     pub create_index: u64,
     pub modify_index: u64,
     pub alloc_modify_index: u64,
@@ -428,12 +511,37 @@ pub struct Allocation {
 impl Allocation {
     /// Its replacement, reschedule and preemption links.
     pub fn links(&self) -> &AllocLinks {
-        self.links.get()
+        self.seldom.links()
     }
 
     /// Its links, to change.
     pub fn links_mut(&mut self) -> &mut AllocLinks {
-        self.links.get_mut()
+        self.seldom.links_mut()
+    }
+
+    /// Its health in its deployment, once its client reported one (or
+    /// the servers marked it a canary).
+    pub fn deployment_status(&self) -> Option<&AllocDeploymentStatus> {
+        self.seldom.deployment_status()
+    }
+
+    /// Its deployment status, to change, if it has one.
+    pub fn deployment_status_mut(&mut self) -> Option<&mut AllocDeploymentStatus> {
+        self.seldom.deployment_status_mut()
+    }
+
+    /// Its deployment status, a default one first if it had none.
+    pub fn deployment_status_or_default(&mut self) -> &mut AllocDeploymentStatus {
+        self.seldom.deployment_status_or_default()
+    }
+
+    pub fn set_deployment_status(&mut self, status: Option<AllocDeploymentStatus>) {
+        self.seldom.set_deployment_status(status)
+    }
+
+    /// Whether it is a canary of its deployment.
+    pub fn is_canary(&self) -> bool {
+        self.deployment_status().is_some_and(|s| s.canary)
     }
 
     /// Terminal: the servers want it stopped, or the client says it ended.
@@ -492,7 +600,7 @@ mod tests {
             "RescheduleTracker": null,
         }))
         .unwrap();
-        assert!(plain.links.0.is_none(), "{:?}", plain.links);
+        assert!(!plain.seldom.is_boxed(), "{:?}", plain.seldom);
         let json = serde_json::to_value(&plain).unwrap();
         for field in [
             "PreviousAllocation",
@@ -511,7 +619,7 @@ mod tests {
             "PreemptedAllocations": ["00000000-0000-0000-0000-000000000003"],
         }))
         .unwrap();
-        assert!(linked.links.0.is_some());
+        assert!(linked.seldom.is_boxed());
         assert_eq!(
             linked.links().previous_allocation,
             Some(AllocId::from_u128(1))
@@ -530,20 +638,76 @@ mod tests {
         // Empty links compare equal however they are held.
         let mut emptied = plain.clone();
         emptied.links_mut().previous_allocation = None;
-        assert!(emptied.links.0.is_some());
+        assert!(emptied.seldom.is_boxed());
         assert_eq!(emptied, plain);
+    }
+
+    /// The deployment status shares the links' pointer and is still
+    /// Nomad's top-level `DeploymentStatus`: `null` or absent is none, and
+    /// a status without links boxes no links.
+    #[test]
+    fn deployment_status_is_a_top_level_field_beside_the_links() {
+        let id = "00000000-0000-0000-0000-000000000001";
+        let none: Allocation =
+            serde_json::from_value(json!({"ID": id, "DeploymentStatus": null})).unwrap();
+        assert!(!none.seldom.is_boxed());
+        assert!(serde_json::to_value(&none)
+            .unwrap()
+            .get("DeploymentStatus")
+            .is_none());
+
+        let healthy: Allocation = serde_json::from_value(json!({
+            "ID": id,
+            "DeploymentStatus": {"Healthy": true, "Canary": true, "ModifyIndex": 7},
+        }))
+        .unwrap();
+        let status = healthy.deployment_status().expect("read");
+        assert_eq!(
+            (status.healthy, status.canary, status.modify_index),
+            (Some(true), true, 7)
+        );
+        assert!(healthy.is_canary());
+        let fields = healthy.seldom.0.as_ref().expect("boxed");
+        assert!(fields.links.is_none(), "no links boxed for a status");
+        let json = serde_json::to_value(&healthy).unwrap();
+        assert_eq!(json["DeploymentStatus"]["Healthy"], true);
+        assert!(json.get("PreviousAllocation").is_none());
+        assert_eq!(serde_json::from_value::<Allocation>(json).unwrap(), healthy);
+
+        // Clearing an absent status boxes nothing; links and status live
+        // side by side.
+        let mut plain = none.clone();
+        plain.set_deployment_status(None);
+        assert!(!plain.seldom.is_boxed());
+        let mut both = healthy.clone();
+        both.links_mut().next_allocation = Some(AllocId::from_u128(2));
+        both.deployment_status_or_default().canary = false;
+        assert!(!both.is_canary());
+        assert_eq!(both.links().next_allocation, Some(AllocId::from_u128(2)));
+        let json = serde_json::to_value(&both).unwrap();
+        assert_eq!(
+            json["NextAllocation"],
+            "00000000-0000-0000-0000-000000000002"
+        );
+        assert_eq!(json["DeploymentStatus"]["Canary"], false);
+        assert_eq!(serde_json::from_value::<Allocation>(json).unwrap(), both);
+        both.set_deployment_status(None);
+        assert_ne!(both, healthy);
+        assert_eq!(both.deployment_status(), None);
     }
 
     /// A million allocations stay in memory: the struct's size is a
     /// server's memory per allocation (456 bytes before the links moved
     /// behind a pointer, 344 before the deployment status was boxed and
     /// the descriptions became `Box<str>`). With its `Arc`'s two counts an
-    /// allocation must fit mimalloc's 256-byte class: 240 bytes at most
-    /// (it took the 320-byte class until session 20).
+    /// allocation had to fit mimalloc's 256-byte class: 240 bytes at most
+    /// (it took the 320-byte class until session 20), and 224 since its
+    /// name, metric and client description are one word each and the
+    /// deployment status shares the links' pointer: 208 bytes at most.
     #[test]
     fn an_allocation_stays_small() {
         assert!(
-            std::mem::size_of::<Allocation>() + 2 * std::mem::size_of::<usize>() <= 256,
+            std::mem::size_of::<Allocation>() + 2 * std::mem::size_of::<usize>() <= 224,
             "{}",
             std::mem::size_of::<Allocation>()
         );

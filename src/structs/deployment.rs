@@ -252,13 +252,12 @@ impl Deployment {
         let same = old.filter(|o| o.deployment_id == Some(self.id));
         let placed = same.is_none();
         let had_health = same
-            .and_then(|o| o.deployment_status.as_ref())
+            .and_then(|o| o.deployment_status())
             .is_some_and(|s| s.has_health());
         let health = alloc
-            .deployment_status
-            .as_ref()
+            .deployment_status()
             .filter(|s| s.has_health() && !had_health);
-        let canary = placed && alloc.deployment_status.as_ref().is_some_and(|s| s.canary);
+        let canary = placed && alloc.is_canary();
         if !placed && health.is_none() {
             return false;
         }

@@ -11,6 +11,7 @@ use super::codec::{CodecError, Reader, Writer};
 use super::node_numbers;
 use super::resources::Resources;
 use super::serde_util::nullable;
+use super::thin::SharedBytes;
 use super::NodeId;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -342,7 +343,7 @@ impl AllocMetric {
 /// bytes are also exactly what an allocation row stores, so persisting
 /// them is a copy. Serializes as the `AllocMetric` it holds.
 #[derive(Clone, PartialEq)]
-pub struct PackedMetric(Arc<[u8]>);
+pub struct PackedMetric(SharedBytes);
 
 impl PackedMetric {
     pub fn pack(metric: &AllocMetric) -> PackedMetric {
@@ -372,7 +373,7 @@ impl PackedMetric {
                 NodeRefs::Numbered,
                 &mut numbered,
             );
-            let packed = written.map(|()| PackedMetric(Arc::from(&numbered[..])));
+            let packed = written.map(|()| PackedMetric(SharedBytes::new(&numbered)));
             scratch.replace(numbered);
             packed
         })
@@ -487,7 +488,7 @@ impl MetricPacker {
             w.0.clear();
             let _ = encode_metric(&mut w, &AllocMetric::default(), NodeRefs::Numbered);
         }
-        PackedMetric(Arc::from(&scratch[..]))
+        PackedMetric(SharedBytes::new(scratch))
     }
 }
 
@@ -1091,15 +1092,16 @@ mod tests {
     }
 
     /// In memory a metric names its nodes by number: the same metric
-    /// fits the allocator's 160-byte class with its `Arc` (224 with the
-    /// IDs in full), and writes out, and reads back, with the IDs.
+    /// fits the allocator's 160-byte class with its block's 8-byte header
+    /// (224 with the IDs in full), and writes out, and reads back, with
+    /// the IDs.
     #[test]
     fn a_metric_in_memory_names_its_nodes_by_number() {
         let metric = binpack_metric();
         let packed = PackedMetric::pack(&metric);
         let stored = packed.to_stored();
         assert!(
-            packed.len_in_memory() + 16 <= 160,
+            packed.len_in_memory() + 8 <= 160,
             "{} bytes in memory",
             packed.len_in_memory()
         );

@@ -24,6 +24,7 @@ pub mod service;
 pub mod shared_str;
 pub mod summary;
 pub mod task_files;
+pub mod thin;
 pub mod unhonoured;
 pub mod validate;
 pub mod variable;
@@ -32,8 +33,8 @@ pub mod version;
 
 pub use acl::{AclPolicy, AclRole, AclToken};
 pub use alloc::{
-    AllocLinks, Allocation, ClientStatus, DesiredStatus, DesiredTransition, Links, RescheduleEvent,
-    RescheduleTracker, TaskEvent, TaskState, TaskStates,
+    AllocLinks, Allocation, ClientStatus, DesiredStatus, DesiredTransition, RescheduleEvent,
+    RescheduleTracker, Seldom, TaskEvent, TaskState, TaskStates,
 };
 pub use deployment::{
     AllocDeploymentStatus, Deployment, DeploymentId, DeploymentState, DeploymentStatus,
@@ -64,6 +65,7 @@ pub use service::{Service, ServiceCheck, ServiceRegistration};
 pub use shared_str::SharedStr;
 pub use summary::{JobChildrenSummary, JobSummary, TaskGroupSummary};
 pub use task_files::{TaskArtifact, Template};
+pub use thin::{SharedBytes, ThinStr};
 pub use validate::ValidationError;
 pub use variable::{
     EncryptedData, KeyMaterial, RootKey, RootKeyMeta, RootKeyState, VariableDecrypted,

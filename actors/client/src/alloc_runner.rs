@@ -839,20 +839,15 @@ impl Handler<UpdateAlloc> for AllocRunner {
         }
         let moved = alloc.deployment_id != self.config.alloc.deployment_id;
         self.config.alloc.deployment_id = alloc.deployment_id;
-        let servers_decided = alloc
-            .deployment_status
-            .as_ref()
-            .is_some_and(|s| s.has_health());
+        let servers_decided = alloc.deployment_status().is_some_and(|s| s.has_health());
         if servers_decided || moved {
             // The servers' word on health wins.
-            self.config.alloc.deployment_status = alloc.deployment_status.clone();
-        } else if let Some(theirs) = &alloc.deployment_status {
-            // Only the canary mark is theirs; a decision made here stands.
-            let ours = self
-                .config
+            self.config
                 .alloc
-                .deployment_status
-                .get_or_insert_with(Default::default);
+                .set_deployment_status(alloc.deployment_status().cloned());
+        } else if let Some(theirs) = alloc.deployment_status() {
+            // Only the canary mark is theirs; a decision made here stands.
+            let ours = self.config.alloc.deployment_status_or_default();
             ours.canary = theirs.canary;
         }
         if moved {

@@ -48,8 +48,7 @@ impl AllocRunner {
         let decided = self
             .config
             .alloc
-            .deployment_status
-            .as_deref()
+            .deployment_status()
             .is_some_and(AllocDeploymentStatus::has_health);
         let Some(group) = self.group.as_ref().filter(|_| !decided) else {
             return;
@@ -151,18 +150,15 @@ impl AllocRunner {
         };
         if let Some(v) = tracker.decide(now) {
             tracing::info!(alloc = %self.config.alloc.id, healthy = v.healthy, "allocation health decided");
-            let canary = self
-                .config
+            let canary = self.config.alloc.is_canary();
+            self.config
                 .alloc
-                .deployment_status
-                .as_ref()
-                .is_some_and(|s| s.canary);
-            self.config.alloc.deployment_status = Some(Box::new(AllocDeploymentStatus {
-                healthy: Some(v.healthy),
-                timestamp: Some(v.timestamp),
-                canary,
-                modify_index: 0,
-            }));
+                .set_deployment_status(Some(AllocDeploymentStatus {
+                    healthy: Some(v.healthy),
+                    timestamp: Some(v.timestamp),
+                    canary,
+                    modify_index: 0,
+                }));
             return;
         }
         if let Some(at) = tracker.next_wake() {
@@ -179,8 +175,7 @@ impl AllocRunner {
     pub(super) fn reported_health(&self) -> Option<AllocDeploymentStatus> {
         self.config
             .alloc
-            .deployment_status
-            .as_deref()
+            .deployment_status()
             .filter(|s| s.has_health())
             .cloned()
     }

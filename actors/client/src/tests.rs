@@ -1379,7 +1379,7 @@ async fn a_restored_allocation_keeps_the_health_it_decided() {
     let (known, _) = super::alloc_runner::persisted_alloc(h.data_dir.path(), &alloc.id)
         .unwrap()
         .expect("the allocation is persisted");
-    assert_eq!(known.deployment_status.as_deref(), Some(&decided));
+    assert_eq!(known.deployment_status(), Some(&decided));
     let second = AllocRunner::restore(h.config(&known, &job)).start();
     // Past min_healthy_time again: no second decision, the first stands.
     tokio::time::sleep(Duration::from_millis(800)).await;

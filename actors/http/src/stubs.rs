@@ -70,7 +70,7 @@ pub fn alloc_stub(snap: &StateSnapshot, alloc: &Allocation) -> Value {
         "ClientStatus": alloc.client_status,
         "ClientDescription": alloc.client_description,
         "TaskStates": if alloc.task_states.is_empty() { Value::Null } else { json!(alloc.task_states) },
-        "DeploymentStatus": alloc.deployment_status,
+        "DeploymentStatus": alloc.deployment_status(),
         "FollowupEvalID": opt_id(alloc.links().followup_eval_id),
         "RescheduleTracker": alloc.links().reschedule_tracker,
         "PreemptedAllocations": if alloc.links().preempted_allocations.is_empty() { Value::Null } else { json!(alloc.links().preempted_allocations) },

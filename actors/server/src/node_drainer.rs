@@ -215,10 +215,7 @@ fn group_drain(
 /// at its deadline), by the deployment's `update` block or, outside a
 /// deployment, the group's `migrate` block.
 fn has_migrate_health(alloc: &Allocation) -> bool {
-    alloc
-        .deployment_status
-        .as_ref()
-        .is_some_and(|s| s.has_health())
+    alloc.deployment_status().is_some_and(|s| s.has_health())
 }
 
 /// Nothing but system allocations is left running on the node (Nomad

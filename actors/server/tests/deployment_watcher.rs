@@ -107,12 +107,10 @@ impl World {
             .map(|i| {
                 let mut a = builder.build(i, self.node.id, eval.id, self.now());
                 a.deployment_id = Some(self.d.id);
-                a.deployment_status = (i < canaries).then(|| {
-                    Box::new(AllocDeploymentStatus {
-                        canary: true,
-                        ..Default::default()
-                    })
-                });
+                a.set_deployment_status((i < canaries).then(|| AllocDeploymentStatus {
+                    canary: true,
+                    ..Default::default()
+                }));
                 a
             })
             .collect();

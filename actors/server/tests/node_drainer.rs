@@ -95,7 +95,7 @@ fn client_report(
     }
     let running = a.client_status == ClientStatus::Running;
     let starts = a.client_status == ClientStatus::Pending && allowed(runs_on, &a.node_id);
-    let has_health = a.deployment_status.as_ref().is_some_and(|s| s.has_health());
+    let has_health = a.deployment_status().is_some_and(|s| s.has_health());
     if (starts || running) && !has_health && allowed(healthy_on, &a.node_id) {
         Some(healthy_update(a))
     } else if starts {
@@ -335,7 +335,7 @@ fn watch_away(store: &StateStore, job_id: &str, count: usize) -> Arc<Mutex<usize
                 .values()
                 .filter(|a| {
                     !a.is_terminal()
-                        && a.deployment_status.as_ref().is_some_and(|s| s.is_healthy())
+                        && a.deployment_status().is_some_and(|s| s.is_healthy())
                         && !a.desired_transition.should_migrate()
                 })
                 .count();

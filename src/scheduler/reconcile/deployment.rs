@@ -179,7 +179,7 @@ impl Rollout {
         let mut limit = max_parallel as i64;
         if let Some(id) = self.current_id() {
             for a in untainted.iter().filter(|a| a.deployment_id == Some(id)) {
-                let status = a.deployment_status.as_ref();
+                let status = a.deployment_status();
                 // An unhealthy allocation fails the deployment: place nothing.
                 if status.is_some_and(|s| s.is_unhealthy()) {
                     return 0;

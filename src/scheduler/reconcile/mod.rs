@@ -138,7 +138,7 @@ impl Reconciler<'_> {
         for a in &mut results.inplace {
             if a.deployment_id != changes.current_id {
                 a.deployment_id = changes.current_id;
-                a.deployment_status = None;
+                a.set_deployment_status(None);
             }
         }
         results.deployment = changes;
@@ -788,7 +788,7 @@ impl Wanted<'_> {
                 group: tg.name.clone(),
                 previous: Some(a.clone()),
                 reschedule: true,
-                canary: is_canary(a),
+                canary: a.is_canary(),
                 downgrade_from: downgrade(canarying, a),
             });
         }
@@ -802,7 +802,7 @@ impl Wanted<'_> {
                 group: tg.name.clone(),
                 previous: Some(a.clone()),
                 reschedule: false,
-                canary: is_canary(a),
+                canary: a.is_canary(),
                 downgrade_from: downgrade(canarying, a),
             });
         }
@@ -842,7 +842,7 @@ fn migrate_all(
         results.place.push(PlaceRequest {
             name: a.name.to_string(),
             group: tg.name.clone(),
-            canary: is_canary(&a),
+            canary: a.is_canary(),
             downgrade_from: downgrade(canarying, &a),
             previous: Some(a),
             reschedule: false,
@@ -853,10 +853,5 @@ fn migrate_all(
 /// What replaces `a` runs the old version while canaries are on trial,
 /// unless `a` is itself a canary (see `PlaceRequest::downgrade_from`).
 fn downgrade(canarying: bool, a: &Allocation) -> Option<u64> {
-    (canarying && !is_canary(a)).then_some(a.job_version)
-}
-
-/// The allocation was placed as a canary (and not promoted yet).
-fn is_canary(a: &Allocation) -> bool {
-    a.deployment_status.as_ref().is_some_and(|s| s.canary)
+    (canarying && !a.is_canary()).then_some(a.job_version)
 }

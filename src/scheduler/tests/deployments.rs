@@ -127,10 +127,7 @@ fn canary_waits_for_promotion_then_the_rest_rolls() {
     assert_eq!((g.desired_canaries, g.placed_canaries.len()), (1, 1));
     let canary = of_version(&s, &j2);
     assert_eq!(canary.len(), 1);
-    assert!(canary[0]
-        .deployment_status
-        .as_ref()
-        .is_some_and(|s| s.canary));
+    assert!(canary[0].deployment_status().is_some_and(|s| s.canary));
     assert_eq!(&*canary[0].name, "web.web[0]", "named after a replaced one");
     assert_eq!(s.live(&j2).len(), 4, "beside the three old allocations");
     // Healthy but not promoted: nothing else changes.
@@ -174,7 +171,7 @@ fn promote(s: &mut Scenario, job: &Job) {
         .flat_map(|g| g.placed_canaries.clone())
     {
         s.h.state.update_alloc(&id, |a| {
-            if let Some(st) = a.deployment_status.as_mut() {
+            if let Some(st) = a.deployment_status_mut() {
                 st.canary = false;
             }
         });
@@ -438,7 +435,7 @@ fn lost_old_allocation_is_replaced_with_the_old_version_while_canaries_wait() {
         .expect("the lost allocation is replaced");
     assert_eq!(replacement.job_version, j1.version, "with the old version");
     assert_eq!(replacement.deployment_id, Some(d1.id));
-    assert!(replacement.deployment_status.is_none(), "not a canary");
+    assert!(replacement.deployment_status().is_none(), "not a canary");
     assert_eq!(of_version(&s, &j2).len(), 1, "still one canary on trial");
     // Once promoted, the downgraded allocation is rolled like the others.
     s.set_health(&canary.id, true);

@@ -4,7 +4,7 @@
 use super::*;
 use crate::scheduler::util::{next_delay, ALLOC_LOST, ALLOC_MIGRATING, ALLOC_NOT_NEEDED};
 use crate::scheduler::NodeShare;
-use crate::structs::{AllocLinks, Links};
+use crate::structs::{AllocLinks, Seldom};
 use crate::structs::{
     Constraint, DesiredTransition, DrainStrategy, NetworkResource, Port, PreemptionConfig,
     RescheduleEvent, ReschedulePolicy, RescheduleTracker, SchedulerAlgorithm,
@@ -343,16 +343,19 @@ fn recent_failure_is_rescheduled_later_with_a_follow_up_eval() {
 fn exponential_delay_doubles_the_last_delay() {
     let policy = ReschedulePolicy::default_for(&JobType::Service).unwrap();
     let mut a = Allocation {
-        links: Links::new(AllocLinks {
-            reschedule_tracker: Some(RescheduleTracker {
-                events: vec![RescheduleEvent {
-                    reschedule_time: NOW,
-                    delay: Duration::from_secs(30),
-                    ..Default::default()
-                }],
-            }),
-            ..Default::default()
-        }),
+        seldom: Seldom::new(
+            AllocLinks {
+                reschedule_tracker: Some(RescheduleTracker {
+                    events: vec![RescheduleEvent {
+                        reschedule_time: NOW,
+                        delay: Duration::from_secs(30),
+                        ..Default::default()
+                    }],
+                }),
+                ..Default::default()
+            },
+            None,
+        ),
         ..Default::default()
     };
     assert_eq!(next_delay(&policy, &a), Duration::from_secs(60));

@@ -212,7 +212,7 @@ impl Scenario {
     /// Reports an allocation's deployment health, as its client would.
     pub fn set_health(&mut self, id: &crate::structs::AllocId, healthy: bool) {
         self.h.state.update_alloc(id, |a| {
-            let status = a.deployment_status.get_or_insert_with(Default::default);
+            let status = a.deployment_status_or_default();
             status.healthy = Some(healthy);
             status.timestamp = Some(NOW);
         });
@@ -224,7 +224,7 @@ impl Scenario {
             .live(job)
             .iter()
             .filter(|a| a.job_version == job.version)
-            .filter(|a| !a.deployment_status.as_ref().is_some_and(|s| s.has_health()))
+            .filter(|a| !a.deployment_status().is_some_and(|s| s.has_health()))
             .map(|a| a.id)
             .collect();
         for id in ids {

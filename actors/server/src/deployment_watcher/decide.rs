@@ -220,17 +220,11 @@ fn done_groups(d: &Deployment) -> HashMap<String, bool> {
 }
 
 fn is_healthy(alloc: &Allocation) -> bool {
-    alloc
-        .deployment_status
-        .as_ref()
-        .is_some_and(|s| s.is_healthy())
+    alloc.deployment_status().is_some_and(|s| s.is_healthy())
 }
 
 fn is_unhealthy(alloc: &Allocation) -> bool {
-    alloc
-        .deployment_status
-        .as_ref()
-        .is_some_and(|s| s.is_unhealthy())
+    alloc.deployment_status().is_some_and(|s| s.is_unhealthy())
 }
 
 /// The unhealthy allocations among `news` of groups with a progress
@@ -296,7 +290,7 @@ fn health_unseen(snap: &StateSnapshot, d: &Deployment, allocs: &[Arc<Allocation>
     let newest_health = allocs
         .iter()
         .filter(|a| is_healthy(a))
-        .filter_map(|a| a.deployment_status.as_ref().map(|s| s.modify_index))
+        .filter_map(|a| a.deployment_status().map(|s| s.modify_index))
         .max();
     let Some(newest_health) = newest_health else {
         return false;
