@@ -9,7 +9,7 @@
 
 use herder::state::fixtures;
 use herder::state::{
-    AllocClientUpdate, Command, StateStore, StoreError, StoreOptions, FORMAT_VERSION,
+    sled_lock, AllocClientUpdate, Command, StateStore, StoreError, StoreOptions, FORMAT_VERSION,
 };
 use herder::structs::{ClientStatus, EvalStatus, Evaluation, TriggeredBy};
 use serde_json::{json, Value};
@@ -175,7 +175,7 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
 
     // The upgrade was written: the raw rows no longer embed the job and
     // sit under their create index (format 3).
-    let db = sled::open(tmp.path()).unwrap();
+    let db = raw_db(tmp.path());
     assert_eq!(db.get(id_key(b'a', ALLOC_IDS[0])).unwrap(), None);
     let raw_rows: Vec<_> = db.scan_prefix(b"a").map(Result::unwrap).collect();
     assert_eq!(raw_rows.len(), 2);
@@ -218,7 +218,7 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
         .unwrap();
     store.close();
     drop(store);
-    let db = sled::open(tmp.path()).unwrap();
+    let db = raw_db(tmp.path());
     let encodings: Vec<u8> = db.scan_prefix(b"a").map(|row| row.unwrap().1[0]).collect();
     assert_eq!(encodings.iter().filter(|b| **b == b'{').count(), 1);
     assert_eq!(encodings.iter().filter(|b| **b != b'{').count(), 1);
@@ -231,8 +231,17 @@ fn a_format_1_data_dir_is_upgraded_at_open() {
     assert_eq!(state.allocs_by_job("default", "web").count(), 2);
 }
 
+/// The data dir's sled database opened directly. sled lets go of its lock
+/// from its IO threads a moment after the last handle is dropped, so an
+/// open right after another one (this test's previous raw write) waits
+/// that out first, as the store's own open does (`state::sled_lock`).
+fn raw_db(dir: &Path) -> sled::Db {
+    sled_lock::wait_until_unlocked(dir, sled_lock::RELEASE_WAIT);
+    sled::open(dir).unwrap()
+}
+
 fn write_raw(dir: &Path, key: &[u8], value: &[u8]) {
-    let db = sled::open(dir).unwrap();
+    let db = raw_db(dir);
     db.insert(key, value).unwrap();
     db.flush().unwrap();
 }
@@ -272,7 +281,7 @@ fn a_corrupt_row_is_quarantined_naming_its_key() {
     store.close();
     drop(store);
     // Nothing is reset: the row is kept for an operator.
-    let db = sled::open(tmp.path()).unwrap();
+    let db = raw_db(tmp.path());
     let kept = db.open_tree("quarantine").unwrap();
     assert!(kept.get(alloc_key(5, ALLOC_IDS[0])).unwrap().is_some());
 }

@@ -14,8 +14,8 @@
 
 use herder::state::fixtures::{self, AllocBuilder};
 use herder::state::{
-    Command, PlanResults, QuarantineSource, StateSnapshot, StateStore, StoreError, StoreOptions,
-    Table, FORMAT_VERSION,
+    sled_lock, Command, PlanResults, QuarantineSource, StateSnapshot, StateStore, StoreError,
+    StoreOptions, Table, FORMAT_VERSION,
 };
 use herder::structs::{Job, TriggeredBy};
 use std::collections::HashMap;
@@ -116,8 +116,17 @@ fn open(dir: &Path) -> StateStore {
         .unwrap_or_else(|e| panic!("the store must open despite a bad row: {e}"))
 }
 
+/// The data dir's sled database opened directly. sled lets go of its lock
+/// from its IO threads a moment after the last handle is dropped, so an
+/// open right after another one (this test's previous raw write) waits
+/// that out first, as the store's own open does (`state::sled_lock`).
+fn raw_db(dir: &Path) -> sled::Db {
+    sled_lock::wait_until_unlocked(dir, sled_lock::RELEASE_WAIT);
+    sled::open(dir).unwrap()
+}
+
 fn write_raw(dir: &Path, key: &[u8], value: &[u8]) {
-    let db = sled::open(dir).unwrap();
+    let db = raw_db(dir);
     db.insert(key, value).unwrap();
     db.flush().unwrap();
 }
@@ -127,7 +136,7 @@ type RawTree = HashMap<Vec<u8>, Vec<u8>>;
 
 /// The raw main tree and quarantine tree of a closed store.
 fn raw_trees(dir: &Path) -> (RawTree, RawTree) {
-    let db = sled::open(dir).unwrap();
+    let db = raw_db(dir);
     let read = |tree: &sled::Tree| {
         tree.iter()
             .map(|e| {
@@ -272,7 +281,7 @@ fn every_kind_of_bad_row_in_sled_is_quarantined() {
 
     let other_node = uuid::Uuid::new_v4();
     let (node_json, alloc_row) = {
-        let db = sled::open(tmp.path()).unwrap();
+        let db = raw_db(tmp.path());
         let node = db.get(id_key(b'n', node_id)).unwrap().unwrap().to_vec();
         let key = alloc_key(alloc.create_index, alloc.id);
         (node, db.get(key).unwrap().unwrap().to_vec())
