@@ -437,7 +437,14 @@ fn a_snapshot_saved_while_a_writer_runs_is_one_consistent_cut() {
         save_times.push(started.elapsed());
         assert_one_cut(&saved);
         indexes.push(saved.index);
-        std::thread::sleep(Duration::from_millis(200));
+        // The next save once the writer has committed something after
+        // this one (a fixed pause flaked when CI's machine stalled it).
+        let listed = || get_json(&agent, "/v1/jobs").as_array().map_or(0, Vec::len);
+        let before = listed();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while listed() <= before && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let latencies = writer.join().expect("the writer");
