@@ -403,4 +403,52 @@ mod tests {
         let version = JobVersionKey { job, version: 3 };
         assert_eq!(t.version_refs.get(&version), Some(&2));
     }
+
+    /// A rebuild's index walks build what writing the same allocations one by one
+    /// builds: every job, node and version, terminal allocations filed
+    /// but not counted in a node's usage, a node with only terminal ones
+    /// absent from the usage.
+    #[test]
+    fn rebuilt_indexes_equal_the_ones_kept_write_by_write() {
+        use crate::structs::{AllocatedResources, ClientStatus, DesiredStatus, SharedStr};
+        let grant = Arc::new(AllocatedResources::default());
+        let mut written = Tables::default();
+        for n in 0..200u128 {
+            let job = ["web", "db", "cache"][(n % 3) as usize];
+            let alloc = Arc::new(Allocation {
+                id: AllocId::from_u128(n * 7919 % 1000 + 1),
+                namespace: SharedStr::from(if n % 5 == 0 { "ops" } else { "default" }),
+                job_id: SharedStr::from(job),
+                job_version: (n % 4) as u64,
+                node_id: NodeId::from_u128(n % 13 + 1),
+                client_status: if n % 13 == 12 || n % 7 == 0 {
+                    ClientStatus::Complete
+                } else {
+                    ClientStatus::Running
+                },
+                desired_status: DesiredStatus::Run,
+                allocated_resources: grant.clone(),
+                ..Default::default()
+            });
+            index_alloc(&mut written, &alloc);
+            count_usage(&mut written, None, Some(&alloc));
+            written.allocs.insert(alloc.id, alloc);
+        }
+        let mut rebuilt = Tables {
+            allocs: written.allocs.clone(),
+            ..Default::default()
+        };
+        rebuilt.rebuild_indexes();
+        assert_eq!(rebuilt.allocs_by_node, written.allocs_by_node);
+        assert_eq!(rebuilt.allocs_by_job, written.allocs_by_job);
+        assert_eq!(rebuilt.version_refs, written.version_refs);
+        assert_eq!(rebuilt.node_usage, written.node_usage);
+        assert_eq!(rebuilt.allocs_by_node.len(), 13);
+        assert_eq!(
+            rebuilt.node_usage.len(),
+            12,
+            "node 13 holds only complete ones"
+        );
+        assert_eq!(rebuilt.version_refs.len(), 3 * 2 * 4);
+    }
 }
