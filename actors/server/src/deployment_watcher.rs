@@ -46,8 +46,9 @@ const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// over a million allocations took a second to assess them all, and in one
 /// go that second held up everything else on the server's thread, the
 /// API's first answers included; in turns the rest runs in between. A
-/// turn of 64 (~64 ms) still held the API's start back by about 100 ms;
-/// one of 8 holds anything back by a few milliseconds.
+/// turn of 64 (~64 ms) still held the API's start back (its first answer
+/// came 40 ms later at the median, docs/PERFORMANCE.md "session 27"); a
+/// turn of 8 holds anything back by a few milliseconds.
 const REBUILD_TURN: usize = 8;
 const REBUILD_PAUSE: Duration = Duration::from_millis(1);
 
