@@ -381,20 +381,29 @@ const LOAD_BATCH: usize = 512;
 /// A raw row as stored: key, and value (`None`: the row was deleted).
 type RawRow = (RawBytes, Option<RawBytes>);
 
-/// A key or value as its source hands it over: sled's own buffer, or the
-/// bytes a log record was read into (not copied again into sled's type).
+/// A key or value as its source hands it over: sled's own buffer, or a
+/// span of the log segment its batch was read from (not copied again).
 enum RawBytes {
     Sled(sled::IVec),
-    Owned(Vec<u8>),
+    Static(&'static [u8]),
+    InSegment(std::ops::Range<usize>),
 }
 
-impl std::ops::Deref for RawBytes {
-    type Target = [u8];
+/// Raw rows on their way from the reader to a decoder.
+struct RawBatch {
+    /// The log segment the rows' spans lie in (empty for sled's rows).
+    segment: Arc<Vec<u8>>,
+    rows: Vec<RawRow>,
+}
 
-    fn deref(&self) -> &[u8] {
-        match self {
+impl RawBatch {
+    fn bytes<'a>(&'a self, raw: &'a RawBytes) -> &'a [u8] {
+        match raw {
             RawBytes::Sled(bytes) => bytes,
-            RawBytes::Owned(bytes) => bytes,
+            RawBytes::Static(bytes) => bytes,
+            // In bounds: the spans were read out of this very segment
+            // (`wal::read_segment_into`).
+            RawBytes::InSegment(span) => &self.segment[span.clone()],
         }
     }
 }
@@ -422,9 +431,13 @@ fn load_rows(db: &sled::Db, findings: &mut Findings) -> Result<LoadingTables, St
 
 /// Applies log records, oldest first, over the tables.
 ///
-/// The segments are read on the reader thread, one after another, while
-/// the decoders work through the rows of the one before (a segment read
-/// between two replays left the decoders idle). Only records newer than
+/// The segments are read one ahead, on a thread of their own, while the
+/// rows of the one before are handed to the decoders: a segment read
+/// between two hand-overs left the decoders idle for a tenth of a second
+/// each time. The rows stay where they were read, shared by their batches,
+/// and the segments' buffers are reused once the decoders are done with
+/// them (a fresh 64 MiB buffer per segment, and a copy of every row, cost
+/// the reader most of its time in page faults). Only records newer than
 /// the checkpoint (`checkpointed`) are replayed.
 fn replay(
     t: &mut LoadingTables,
@@ -434,45 +447,106 @@ fn replay(
 ) -> Result<(), StoreError> {
     decode_in_order(
         |sink| {
-            for (i, path) in segments.iter().enumerate() {
-                // A damaged record here is fatal (`read_segment`), unlike a
-                // bad row inside a sound record: see the module doc.
-                let records = wal::read_segment(path, i + 1 == segments.len())?;
-                for record in records.into_iter().filter(|r| r.last_index > checkpointed) {
-                    let rows = record
-                        .rows
-                        .into_iter()
-                        .chain(std::iter::once((META_KEY.to_vec(), Some(record.meta))));
-                    for (key, value) in rows {
-                        if !sink.push((RawBytes::Owned(key), value.map(RawBytes::Owned))) {
-                            return Ok(());
+            std::thread::scope(|scope| {
+                // Rendezvous: at most one segment waits, read, while the
+                // one before is handed over.
+                let (read_tx, read_rx) = std::sync::mpsc::sync_channel(0);
+                scope.spawn(move || read_segments_ahead(segments, read_tx));
+                for read in read_rx {
+                    // A damaged record here is fatal (`read_segment_into`),
+                    // unlike a bad row inside a sound record: see the
+                    // module doc.
+                    let (segment, records) = read?;
+                    if !sink.start_segment(segment) {
+                        return Ok(());
+                    }
+                    for record in records.into_iter().filter(|r| r.last_index > checkpointed) {
+                        let rows = record.rows.into_iter().map(|(key, value)| {
+                            (RawBytes::InSegment(key), value.map(RawBytes::InSegment))
+                        });
+                        let meta = (
+                            RawBytes::Static(META_KEY),
+                            Some(RawBytes::InSegment(record.meta)),
+                        );
+                        for row in rows.chain(std::iter::once(meta)) {
+                            if !sink.push(row) {
+                                return Ok(());
+                            }
                         }
                     }
                 }
-            }
-            Ok(())
+                Ok(())
+            })
         },
         t,
         findings,
     )
 }
 
+/// A segment read whole, and where its records lie in it.
+type SegmentRead = Result<(Arc<Vec<u8>>, Vec<wal::RecordSpans>), StoreError>;
+
+/// How many segment buffers the replay keeps for reuse: the one being read,
+/// the one being handed over, and the one the decoders are finishing.
+const SEGMENT_BUFFERS: usize = 3;
+
+/// Reads `segments` in order into `read_tx`, until one fails or the
+/// receiver is gone.
+fn read_segments_ahead(segments: &[&Path], read_tx: std::sync::mpsc::SyncSender<SegmentRead>) {
+    let mut buffers: Vec<Arc<Vec<u8>>> = Vec::with_capacity(SEGMENT_BUFFERS);
+    for (i, path) in segments.iter().enumerate() {
+        if let Some(next) = segments.get(i + 1) {
+            // The next segment comes off the disk meanwhile.
+            wal::start_reading_ahead(next);
+        }
+        // A buffer no batch refers to any more, else a new one (kept for
+        // reuse while there are fewer than SEGMENT_BUFFERS).
+        let free = buffers.iter().position(|b| Arc::strong_count(b) == 1);
+        let mut bytes = free
+            .and_then(|at| Arc::try_unwrap(buffers.swap_remove(at)).ok())
+            .unwrap_or_default();
+        let newest = i + 1 == segments.len();
+        let read = wal::read_segment_into(path, newest, &mut bytes).map(|records| {
+            let segment = Arc::new(bytes);
+            if buffers.len() < SEGMENT_BUFFERS {
+                buffers.push(Arc::clone(&segment));
+            }
+            (segment, records)
+        });
+        let failed = read.is_err();
+        if read_tx.send(read).is_err() || failed {
+            return;
+        }
+    }
+}
+
 /// Hands raw rows to the decoders in numbered batches.
 struct BatchSink {
-    tx: std::sync::mpsc::SyncSender<(usize, Vec<RawRow>)>,
-    batch: Vec<RawRow>,
+    tx: std::sync::mpsc::SyncSender<(usize, RawBatch)>,
+    batch: RawBatch,
     next_seq: usize,
 }
 
 impl BatchSink {
     /// Queues a row; `false` once the decoders have stopped (an error).
     fn push(&mut self, row: RawRow) -> bool {
-        self.batch.push(row);
-        self.batch.len() < LOAD_BATCH || self.send()
+        self.batch.rows.push(row);
+        self.batch.rows.len() < LOAD_BATCH || self.send()
+    }
+
+    /// The rows pushed from now on are spans of `segment` (a batch's rows
+    /// all lie in one segment).
+    fn start_segment(&mut self, segment: Arc<Vec<u8>>) -> bool {
+        let sent = self.batch.rows.is_empty() || self.send();
+        self.batch.segment = segment;
+        sent
     }
 
     fn send(&mut self) -> bool {
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(LOAD_BATCH));
+        let batch = RawBatch {
+            segment: Arc::clone(&self.batch.segment),
+            rows: std::mem::replace(&mut self.batch.rows, Vec::with_capacity(LOAD_BATCH)),
+        };
         self.next_seq += 1;
         self.tx.send((self.next_seq - 1, batch)).is_ok()
     }
@@ -503,12 +577,15 @@ where
         scope.spawn(move || {
             let mut sink = BatchSink {
                 tx: raw_tx,
-                batch: Vec::with_capacity(LOAD_BATCH),
+                batch: RawBatch {
+                    segment: Arc::default(),
+                    rows: Vec::with_capacity(LOAD_BATCH),
+                },
                 next_seq: 0,
             };
             let read = read(&mut sink);
             match read {
-                Ok(()) if !sink.batch.is_empty() => {
+                Ok(()) if !sink.batch.rows.is_empty() => {
                     sink.send();
                 }
                 Ok(()) => {}
@@ -549,7 +626,7 @@ type DecodedBatch = (usize, Result<Vec<LoadedRow>, StoreError>);
 
 /// Decodes raw batches until the reader is done.
 fn decode_batches(
-    raw_rx: &std::sync::Mutex<std::sync::mpsc::Receiver<(usize, Vec<RawRow>)>>,
+    raw_rx: &std::sync::Mutex<std::sync::mpsc::Receiver<(usize, RawBatch)>>,
     rows_tx: std::sync::mpsc::SyncSender<DecodedBatch>,
 ) {
     // This decoder's copies of repeated values, kept across its batches.
@@ -573,9 +650,11 @@ fn decode_batches(
 /// Decodes one batch of raw rows. A row that cannot be loaded becomes a
 /// `LoadedRow::Bad` in its place (only then is anything copied or
 /// allocated for it); only a fatal problem fails the batch.
-fn decode_batch(batch: &[RawRow], sharing: &mut RowSharing) -> Result<Vec<LoadedRow>, StoreError> {
-    let mut rows = Vec::with_capacity(batch.len());
-    for (key, value) in batch {
+fn decode_batch(batch: &RawBatch, sharing: &mut RowSharing) -> Result<Vec<LoadedRow>, StoreError> {
+    let mut rows = Vec::with_capacity(batch.rows.len());
+    for (key, value) in &batch.rows {
+        let key = batch.bytes(key);
+        let value = value.as_ref().map(|v| batch.bytes(v));
         let row = match value {
             Some(value) => decode_row_guarded(key, value, sharing),
             None => decode_key(key)
@@ -585,8 +664,8 @@ fn decode_batch(batch: &[RawRow], sharing: &mut RowSharing) -> Result<Vec<Loaded
         rows.push(match row {
             Ok(row) => row,
             Err(RowError::Bad(reason)) => LoadedRow::Bad(Box::new(BadRow {
-                key: sled::IVec::from(&**key),
-                value: value.as_deref().map(sled::IVec::from),
+                key: sled::IVec::from(key),
+                value: value.map(sled::IVec::from),
                 row_key: decode_key(key).ok(),
                 reason,
             })),

@@ -27,6 +27,7 @@ use super::StoreError;
 use crate::structs::codec::{CodecError, Reader, Writer};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The log's folder inside a data dir.
@@ -96,22 +97,59 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, groups: &[&EncodedRows]) {
     out[4..HEADER].copy_from_slice(&crc.to_le_bytes());
 }
 
-fn decode_payload(payload: &[u8]) -> Result<Record, CodecError> {
+/// Where one record's parts lie in the segment bytes it was read from:
+/// a restart hands rows on as spans of the segment, never copied out.
+#[derive(Debug)]
+pub(crate) struct RecordSpans {
+    pub last_index: u64,
+    pub meta: Range<usize>,
+    /// Key and value (`None`: delete), in the order they were applied.
+    pub rows: Vec<(Range<usize>, Option<Range<usize>>)>,
+}
+
+impl RecordSpans {
+    /// The record with its bytes copied out of `segment`.
+    fn to_record(&self, segment: &[u8]) -> Record {
+        Record {
+            last_index: self.last_index,
+            meta: segment[self.meta.clone()].to_vec(),
+            rows: self
+                .rows
+                .iter()
+                .map(|(key, value)| {
+                    let value = value.as_ref().map(|v| segment[v.clone()].to_vec());
+                    (segment[key.clone()].to_vec(), value)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Reads a record's payload, which ends at `end` in its segment, into
+/// spans of the segment. The one reading of `encode_record`'s layout.
+fn payload_spans(payload: &[u8], end: usize) -> Result<RecordSpans, CodecError> {
     let mut r = Reader { rest: payload };
+    let span = |r: &mut Reader, len: usize| -> Result<Range<usize>, CodecError> {
+        let start = end - r.rest.len();
+        r.take(len)?;
+        Ok(start..start + len)
+    };
     let mut index = [0u8; 8];
     index.copy_from_slice(r.take(8)?);
     let meta_len = r.len()?;
-    let meta = r.take(meta_len)?.to_vec();
+    let meta = span(&mut r, meta_len)?;
     let count = r.len()?;
-    let mut rows = Vec::with_capacity(count);
+    // Bounded by what the payload can hold (a row takes two bytes at
+    // least), whatever a damaged count says.
+    let mut rows = Vec::with_capacity(count.min(r.rest.len() / 2));
     for _ in 0..count {
         let key_len = r.len()?;
-        let key = r.take(key_len)?.to_vec();
+        let key = span(&mut r, key_len)?;
         let value = match r.u8()? {
             0 => None,
             1 => {
                 let len = r.len()?;
-                Some(r.take(len)?.to_vec())
+                Some(span(&mut r, len)?)
             }
             other => {
                 return Err(CodecError::BadCode {
@@ -125,7 +163,7 @@ fn decode_payload(payload: &[u8]) -> Result<Record, CodecError> {
     if !r.rest.is_empty() {
         return Err(CodecError::Trailing(r.rest.len()));
     }
-    Ok(Record {
+    Ok(RecordSpans {
         last_index: u64::from_le_bytes(index),
         meta,
         rows,
@@ -155,18 +193,49 @@ pub(crate) fn segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     Ok(found)
 }
 
+/// Asks the kernel to start reading `path` into its cache now, without
+/// waiting for it: a restart reads the segments one after another, and
+/// with a cold cache each read left the decoders idle while the disk
+/// caught up. Only a hint: on failure, or off Linux, nothing happens and
+/// the segment's read does the work.
+pub(crate) fn start_reading_ahead(path: &Path) {
+    #[cfg(target_os = "linux")]
+    if let Ok(file) = File::open(path) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain syscall on a descriptor `file` holds open for
+        // the call; offset 0 and length 0 mean the whole file.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = path;
+}
+
 /// Reads every record of a segment. In the newest segment (`newest`), a
 /// damaged tail is a write cut short by a crash: the file is truncated to
 /// its last whole record. Elsewhere damage is an error.
 pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, StoreError> {
     let mut bytes = Vec::new();
+    let records = read_segment_into(path, newest, &mut bytes)?;
+    Ok(records.iter().map(|r| r.to_record(&bytes)).collect())
+}
+
+/// [`read_segment`] into `bytes` (its earlier content replaced, its
+/// capacity reused), answering where each record lies in them.
+pub(crate) fn read_segment_into(
+    path: &Path,
+    newest: bool,
+    bytes: &mut Vec<u8>,
+) -> Result<Vec<RecordSpans>, StoreError> {
+    bytes.clear();
     File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .and_then(|mut f| f.read_to_end(bytes))
         .map_err(|e| log_error(path, e))?;
     let mut records = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        match record_at(&bytes[at..]) {
+        match record_spans_at(bytes, at) {
             Ok((record, len)) => {
                 records.push(record);
                 at += len;
@@ -200,21 +269,31 @@ pub(crate) fn read_segment(path: &Path, newest: bool) -> Result<Vec<Record>, Sto
 
 /// The record at the start of `bytes` and its length on disk.
 pub(crate) fn record_at(bytes: &[u8]) -> Result<(Record, usize), String> {
-    if bytes.len() < HEADER {
+    let (record, len) = record_spans_at(bytes, 0)?;
+    Ok((record.to_record(bytes), len))
+}
+
+/// The record starting at `at` in `bytes`, as spans of `bytes`, and its
+/// length on disk.
+fn record_spans_at(bytes: &[u8], at: usize) -> Result<(RecordSpans, usize), String> {
+    let rest = bytes.get(at..).unwrap_or_default();
+    if rest.len() < HEADER {
         return Err("a record header is cut short".into());
     }
     let mut len = [0u8; 4];
-    len.copy_from_slice(&bytes[..4]);
+    len.copy_from_slice(&rest[..4]);
     let len = u32::from_le_bytes(len) as usize;
     let mut crc = [0u8; 4];
-    crc.copy_from_slice(&bytes[4..HEADER]);
-    let Some(payload) = bytes.get(HEADER..HEADER + len).filter(|_| len > 0) else {
+    crc.copy_from_slice(&rest[4..HEADER]);
+    let Some(payload) = rest.get(HEADER..HEADER + len).filter(|_| len > 0) else {
         return Err("a record is cut short".into());
     };
     if crc32fast::hash(payload) != u32::from_le_bytes(crc) {
         return Err("a record fails its checksum".into());
     }
-    let record = decode_payload(payload).map_err(|e| format!("a record cannot be read: {e}"))?;
+    let end = at + HEADER + len;
+    let record =
+        payload_spans(payload, end).map_err(|e| format!("a record cannot be read: {e}"))?;
     Ok((record, HEADER + len))
 }
 
