@@ -66,7 +66,10 @@ impl Default for StoreOptions {
             event_buffer_rows: 65_536,
             subscriber_capacity: 1024,
             max_batch: 4096,
-            wal_segment_bytes: 64 << 20,
+            // A restart holds up to three segments at once while it
+            // replays them (`persist::replay`): 16 MiB segments keep that
+            // under 50 MiB over the state (64 MiB ones took 150 MiB).
+            wal_segment_bytes: 16 << 20,
             // A restart replays up to this much log (about 1.5 million
             // allocation rows: a few seconds); checkpointing more often
             // would spend the CPU the log saves on the commit path.
