@@ -244,6 +244,15 @@ fn first_matches(candidates: impl Iterator<Item = Option<String>>) -> (Vec<Strin
     (matches, false)
 }
 
+/// The smallest UUID whose text begins with `prefix`, if one does: where a
+/// list by ID filtered by that prefix starts.
+pub fn uuid_prefix_floor(prefix: &str) -> Option<uuid::Uuid> {
+    match UuidPrefix::read(prefix) {
+        UuidPrefix::From(start) => Some(start),
+        UuidPrefix::Invalid | UuidPrefix::NoMatch => None,
+    }
+}
+
 /// How a prefix reads as the beginning of a UUID.
 #[derive(Debug, PartialEq)]
 enum UuidPrefix {

@@ -8,6 +8,7 @@
 
 use herder::state::fixtures::{self, AllocBuilder};
 use herder::state::{Command, PlanResults};
+use herder::structs::alloc_id::new_alloc_id;
 use herder::structs::{Allocation, Node};
 use herder_tests::{get, server_config, temp_dir, TestAgent};
 use serde_json::{json, Value};
@@ -187,7 +188,15 @@ fn place(agent: &TestAgent, id: &str, nodes: &[Node]) -> Vec<Allocation> {
     let allocs: Vec<Allocation> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| builder.build(i as u32, n.id, eval, 1))
+        .map(|(i, n)| {
+            let mut alloc = builder.build(i as u32, n.id, eval, 1);
+            // Every other ID as the scheduler makes them (the table keeps
+            // those in the order they were made), the rest random.
+            if i % 2 == 1 {
+                alloc.id = new_alloc_id();
+            }
+            alloc
+        })
         .collect();
     let mut by_node = HashMap::new();
     for a in &allocs {
@@ -481,6 +490,70 @@ fn plan_is_a_dry_run_with_diff_and_group_updates() {
     assert!(plan["FailedTGAllocs"]["g"].is_object(), "{plan}");
     assert_eq!(plan["Diff"], Value::Null, "no diff unless asked");
     assert_eq!(call("GET", &agent.url("/v1/job/huge"), None).status, 404);
+}
+
+/// The allocation list is by ID, whether read whole, in pages or by prefix,
+/// and a search by prefix finds the same IDs: the table underneath keeps
+/// them in another order (`state::alloc_table`).
+#[test]
+fn allocations_list_by_id_whole_in_pages_and_by_prefix() {
+    let (agent, _dir) = start();
+    let nodes = add_nodes(&agent, 40);
+    register(&agent, "web", 40);
+    let mut want: Vec<String> = place(&agent, "web", &nodes)
+        .iter()
+        .map(|a| a.id.to_string())
+        .collect();
+    want.sort();
+    let ids = |path: &str| -> (Vec<String>, Option<String>) {
+        let answer = call("GET", &agent.url(path), None);
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        let list = answer.json();
+        let ids = list.as_array().unwrap().iter();
+        let ids = ids.map(|a| a["ID"].as_str().unwrap().to_string()).collect();
+        (ids, answer.headers.get("x-nomad-nexttoken").cloned())
+    };
+    assert_eq!(ids("/v1/allocations").0, want);
+
+    let pages = |query: &str| {
+        let (mut read, mut token) = ids(&format!("/v1/allocations?per_page=7{query}"));
+        while let Some(t) = token {
+            let (page, next) = ids(&format!("/v1/allocations?per_page=7{query}&next_token={t}"));
+            assert!(page.len() <= 7);
+            read.extend(page);
+            token = next;
+        }
+        read
+    };
+    assert_eq!(pages(""), want);
+
+    let digit = &want[want.len() / 2][..1];
+    let with_digit: Vec<String> = want
+        .iter()
+        .filter(|id| id.starts_with(digit))
+        .cloned()
+        .collect();
+    assert_eq!(
+        ids(&format!("/v1/allocations?prefix={digit}")).0,
+        with_digit
+    );
+    assert_eq!(pages(&format!("&prefix={digit}")), with_digit);
+    let exact = &want[3];
+    assert_eq!(
+        ids(&format!("/v1/allocations?prefix={exact}")).0,
+        std::slice::from_ref(exact)
+    );
+    assert!(ids("/v1/allocations?prefix=zz").0.is_empty());
+
+    let search = json!({"Prefix": digit, "Context": "allocs"}).to_string();
+    let found = call("POST", &agent.url("/v1/search"), Some(&search)).json();
+    let found: Vec<&str> = found["Matches"]["allocs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    assert_eq!(found, with_digit.iter().take(20).collect::<Vec<_>>());
 }
 
 #[test]

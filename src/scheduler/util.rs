@@ -5,6 +5,7 @@
 use super::context::{Eligibility, EvalContext};
 use super::planner::{Planner, PlannerError, SchedulerError};
 use super::stack::{RankedNode, SelectOptions, Stack};
+use crate::structs::alloc_id::new_alloc_id;
 use crate::structs::job::delay_function;
 use crate::structs::{
     AllocMetric, AllocatedResources, Allocation, ClientStatus, DesiredStatus, EvalStatus,
@@ -588,25 +589,6 @@ pub fn node_not_ready(node: &Node) -> bool {
 pub fn eval_seed(eval: &Evaluation, index: u64) -> u64 {
     let (hi, lo) = eval.id.as_u64_pair();
     hi ^ lo.rotate_left(17) ^ index
-}
-
-/// A fresh random allocation ID (a version 4 UUID). Placing ten thousand
-/// allocations must not cost ten thousand `getrandom` system calls, nor a
-/// cipher block each (ChaCha was a twentieth of a system placement): the
-/// bits come from a per-thread xoshiro256++ seeded from the OS. An
-/// allocation ID names, it grants nothing (Nomad shows them to every
-/// reader of the job), so it needs to be unique, not unpredictable: 122
-/// random bits from a 256-bit state do that. Secrets (node and ACL secret
-/// IDs) are made elsewhere, from the OS's generator.
-pub fn new_alloc_id() -> uuid::Uuid {
-    use rand::{rngs::SmallRng, Rng, SeedableRng};
-    use std::cell::RefCell;
-    thread_local! {
-        static IDS: RefCell<SmallRng> = RefCell::new(SmallRng::from_entropy());
-    }
-    // Two 64-bit draws (an array of bytes would draw once per byte).
-    let bits: u128 = IDS.with(|rng| rng.borrow_mut().gen());
-    uuid::Builder::from_random_bytes(bits.to_le_bytes()).into_uuid()
 }
 
 /// What one scheduling attempt ended with.

@@ -1161,8 +1161,8 @@ impl Txn {
             });
             let mut existed = Vec::new();
             for (i, a) in new.iter().enumerate() {
-                if let Some(old) = rows.insert(a.id, a.clone()) {
-                    rows.insert(old.id, old);
+                if let Some(old) = rows.insert(a.clone()) {
+                    rows.insert(old);
                     existed.push(i);
                 }
             }
@@ -1200,8 +1200,8 @@ impl Txn {
         new.modify_index = self.index;
         new.alloc_modify_index = self.index;
         let new = Arc::new(new);
-        if let Some(old) = self.t.allocs.insert(new.id, new.clone()) {
-            self.t.allocs.insert(old.id, old);
+        if let Some(old) = self.t.allocs.insert(new.clone()) {
+            self.t.allocs.insert(old);
             return false;
         }
         self.link_previous(&new);
@@ -1270,7 +1270,7 @@ impl Txn {
     fn put_alloc(&mut self, alloc: Allocation, old: Option<&Allocation>) {
         let alloc = Arc::new(alloc);
         self.track_alloc(&alloc, old);
-        self.t.allocs.insert(alloc.id, alloc);
+        self.t.allocs.insert(alloc);
     }
 
     /// Everything that follows an allocation row but the row itself: the

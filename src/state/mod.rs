@@ -12,6 +12,7 @@
 
 pub mod acl_tables;
 mod alloc_row;
+mod alloc_table;
 mod apply;
 pub mod changes;
 pub mod command;

@@ -61,12 +61,13 @@
 
 use super::acl_tables::{self, AclRow};
 use super::alloc_row::{self, RowSharing};
+use super::alloc_table::AllocTable;
 use super::changes::{
     JobKey, JobVersionKey, Row, RowChange, RowKey, ServiceKey, Table, VariableKey,
 };
 use super::quarantine::{self, QuarantineSource, QuarantinedRecord};
 use super::snapshot::StateSnapshot;
-use super::tables::{in_key_order, Tables};
+use super::tables::Tables;
 use super::wal::{self, ClosedSegment, EncodedRows};
 use super::StoreError;
 use crate::structs::{
@@ -975,7 +976,7 @@ impl LoadingTables {
     /// The tables with every allocation read (secondary indexes not built).
     fn finish(self) -> Tables {
         let LoadingTables { mut tables, allocs } = self;
-        tables.allocs = in_key_order(allocs);
+        tables.allocs = AllocTable::from_unordered(allocs);
         tables
     }
 }
@@ -1291,7 +1292,7 @@ pub(crate) fn encode_state(state: &StateSnapshot) -> Result<EncodedRows, StoreEr
             .iter()
             .map(|(k, s)| change(RowKey::JobSummary(k.clone()), Row::JobSummary(s.clone()))),
     );
-    all.extend(t.allocs.values().map(|a| {
+    all.extend(t.allocs.unordered().map(|a| {
         let key = RowKey::Alloc {
             create_index: a.create_index,
             id: a.id,

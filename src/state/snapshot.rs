@@ -41,7 +41,7 @@ fn stop_for_verification(t: &mut Tables, stop: &AllocStop, preemption: bool) {
         alloc.client_status = status;
     }
     count_usage(t, Some(&old), Some(&alloc));
-    t.allocs.insert(alloc.id, Arc::new(alloc));
+    t.allocs.insert(Arc::new(alloc));
 }
 
 /// The state at one index. Cloning is O(1); every accessor returns shared
@@ -167,7 +167,7 @@ impl StateSnapshot {
                     if old.node_id == *node_id {
                         usage.remove(&old);
                     }
-                    t.allocs.insert(alloc.id, Arc::new(alloc.clone()));
+                    t.allocs.insert(Arc::new(alloc.clone()));
                 }
                 usage.add(alloc);
             }
@@ -215,9 +215,15 @@ impl StateSnapshot {
         self.tables.allocs.get(id)
     }
 
-    /// Every allocation, by ID.
+    /// Every allocation, by ID. Sorts them (see `alloc_table`): a read
+    /// that does not need the order takes [`Self::allocs_unordered`].
     pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
-        self.tables.allocs.values()
+        self.tables.allocs.by_id_from(AllocId::nil())
+    }
+
+    /// Every allocation, in no order worth relying on.
+    pub fn allocs_unordered(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        self.tables.allocs.unordered()
     }
 
     pub fn alloc_count(&self) -> usize {
@@ -318,9 +324,10 @@ impl StateSnapshot {
             .filter_map(|id| self.tables.allocs.get(id))
     }
 
-    /// Allocations from the ID `from` on, by ID.
+    /// Allocations from the ID `from` on, by ID (sorted as they are
+    /// read: see `alloc_table`).
     pub fn allocs_from(&self, from: AllocId) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
-        self.tables.allocs.range(from..).map(|(_, alloc)| alloc)
+        self.tables.allocs.by_id_from(from)
     }
 
     /// Evaluations from the ID `from` on, by ID.

@@ -7,6 +7,7 @@
 //! the tables and is driven by the snapshot, does not import it back.
 
 use super::acl_tables::AclTables;
+use super::alloc_table::AllocTable;
 use super::changes::{JobKey, JobVersionKey, ServiceKey, Table, VariableKey};
 use crate::structs::fit::NodeAllocUsage;
 use crate::structs::{
@@ -35,7 +36,7 @@ pub(crate) struct Tables {
     pub jobs: OrdMap<JobKey, Arc<Job>>,
     pub job_versions: OrdMap<JobVersionKey, Arc<Job>>,
     pub job_summaries: OrdMap<JobKey, Arc<JobSummary>>,
-    pub allocs: OrdMap<AllocId, Arc<Allocation>>,
+    pub allocs: AllocTable,
     pub evals: OrdMap<EvalId, Arc<Evaluation>>,
     pub nodes: OrdMap<NodeId, Arc<Node>>,
     pub scheduler_config: Option<Arc<SchedulerConfiguration>>,
@@ -95,7 +96,9 @@ impl Tables {
     pub(crate) fn rebuild_indexes(&mut self) {
         let (allocs, evals) = (&self.allocs, &self.evals);
         let built = std::thread::scope(|s| {
-            let by_node = in_parallel(s, || group_ids(allocs.values().map(|a| (a.node_id, a.id))));
+            let by_node = in_parallel(s, || {
+                group_ids(allocs.unordered().map(|a| (a.node_id, a.id)))
+            });
             let by_job = in_parallel(s, || group_allocs_by_job(allocs));
             let evals_by_job = in_parallel(s, || {
                 group_ids(
@@ -224,11 +227,9 @@ fn job_strings(a: &Allocation) -> (*const u8, *const u8) {
 }
 
 /// The allocations of each job (`allocs_by_job`).
-fn group_allocs_by_job(
-    allocs: &OrdMap<AllocId, Arc<Allocation>>,
-) -> OrdMap<JobKey, OrdSet<AllocId>> {
+fn group_allocs_by_job(allocs: &AllocTable) -> OrdMap<JobKey, OrdSet<AllocId>> {
     let mut by_strings: FxHashMap<_, (JobKey, Vec<AllocId>)> = FxHashMap::default();
-    for a in allocs.values() {
+    for a in allocs.unordered() {
         by_strings
             .entry(job_strings(a))
             .or_insert_with(|| (JobKey::of_alloc(a), Vec::new()))
@@ -243,9 +244,9 @@ fn group_allocs_by_job(
 }
 
 /// How many allocations (live or not) run each job version.
-fn count_version_refs(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> OrdMap<JobVersionKey, u64> {
+fn count_version_refs(allocs: &AllocTable) -> OrdMap<JobVersionKey, u64> {
     let mut by_strings: FxHashMap<_, (JobVersionKey, u64)> = FxHashMap::default();
-    for a in allocs.values() {
+    for a in allocs.unordered() {
         let (namespace, job) = job_strings(a);
         by_strings
             .entry((namespace, job, a.job_version))
@@ -269,9 +270,9 @@ fn count_version_refs(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> OrdMap<JobVe
 }
 
 /// Each node's usage by its live allocations (nodes with none absent).
-fn sum_node_usage(allocs: &OrdMap<AllocId, Arc<Allocation>>) -> NodeUsageMap {
+fn sum_node_usage(allocs: &AllocTable) -> NodeUsageMap {
     let mut usage: HashMap<NodeId, NodeAllocUsage> = HashMap::new();
-    for a in allocs.values().filter(|a| !a.is_terminal()) {
+    for a in allocs.unordered().filter(|a| !a.is_terminal()) {
         usage.entry(a.node_id).or_default().add(a);
     }
     in_key_order(
@@ -394,7 +395,7 @@ mod tests {
                 job_version: 3,
                 ..Default::default()
             };
-            t.allocs.insert(alloc.id, Arc::new(alloc));
+            t.allocs.insert(Arc::new(alloc));
         }
         t.rebuild_indexes();
         let job = JobKey::new("default", "web");
@@ -432,7 +433,7 @@ mod tests {
             });
             index_alloc(&mut written, &alloc);
             count_usage(&mut written, None, Some(&alloc));
-            written.allocs.insert(alloc.id, alloc);
+            written.allocs.insert(alloc);
         }
         let mut rebuilt = Tables {
             allocs: written.allocs.clone(),

@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod alloc;
+pub mod alloc_id;
 pub mod codec;
 pub mod deployment;
 pub mod eval;

@@ -97,7 +97,15 @@ async fn list_allocs(
     let task_states = q.param("task_states") != Some("false");
     let store = &server(&info)?.store;
     let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
-        let items = snap.allocs().map(|a| (a.id.to_string(), &*a.namespace, a));
+        // Read from where the prefix or the page starts, and no further
+        // than the prefix goes: the table hands allocations out by ID a few
+        // steps each (see `state::alloc_table`).
+        let floor = herder::search::uuid_prefix_floor(&q.prefix).unwrap_or_default();
+        let token = q.next_token.as_deref().and_then(|t| t.parse().ok());
+        let items = snap
+            .allocs_from(floor.max(token.unwrap_or_default()))
+            .map(|a| (a.id.to_string(), &*a.namespace, a))
+            .take_while(|(id, _, _)| id.starts_with(&q.prefix));
         Ok(paginate(&q, items, |a| {
             let mut stub = alloc_stub(snap, a);
             if resources {
