@@ -100,10 +100,12 @@ async fn list_allocs(
         // Read from where the prefix or the page starts, and no further
         // than the prefix goes: the table hands allocations out by ID a few
         // steps each (see `state::alloc_table`).
-        let floor = herder::search::uuid_prefix_floor(&q.prefix).unwrap_or_default();
-        let token = q.next_token.as_deref().and_then(|t| t.parse().ok());
+        // (Both read as text, as `paginate` compares them: a token that is
+        // not an ID's text, say in capitals, starts at the prefix.)
+        let floor = |text: &str| herder::search::uuid_prefix_floor(text).unwrap_or_default();
+        let token = q.next_token.as_deref().map_or(Default::default(), floor);
         let items = snap
-            .allocs_from(floor.max(token.unwrap_or_default()))
+            .allocs_from(floor(&q.prefix).max(token))
             .map(|a| (a.id.to_string(), &*a.namespace, a))
             .take_while(|(id, _, _)| id.starts_with(&q.prefix));
         Ok(paginate(&q, items, |a| {
