@@ -215,15 +215,10 @@ impl StateSnapshot {
         self.tables.allocs.get(id)
     }
 
-    /// Every allocation, by ID. Sorts them (see `alloc_table`): a read
-    /// that does not need the order takes [`Self::allocs_unordered`].
+    /// Every allocation, by ID. Sorts them as they are read (see
+    /// `alloc_table`).
     pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
         self.tables.allocs.by_id_from(AllocId::nil())
-    }
-
-    /// Every allocation, in no order worth relying on.
-    pub fn allocs_unordered(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
-        self.tables.allocs.unordered()
     }
 
     pub fn alloc_count(&self) -> usize {
