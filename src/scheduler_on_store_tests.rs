@@ -502,3 +502,47 @@ fn the_usage_column_places_exactly_as_per_node_lookups() {
     assert_eq!(with.len(), 12 + 5 + 44 + 45 + 33);
     assert_eq!(with, without);
 }
+
+/// Spread placements over enough nodes that the lane's quiet test
+/// (`SpreadLane::quiet`, by fit against bounds set from the bar) counts
+/// most revisits: every decision and metric, the exhaustion counts by
+/// class and resource among them, must be what scoring each gives. Racks of uneven size,
+/// some nodes without one, and small nodes the filler job exhausts.
+#[test]
+fn candidates_told_quiet_by_fit_decide_and_count_as_scored_each() {
+    let nodes: Vec<_> = (0..240)
+        .map(|i| {
+            let mut n = fixtures::node(&format!("n{i}"));
+            if i % 11 != 0 {
+                n.meta
+                    .insert("rack".into(), format!("r{}", i % 7 % 5).into());
+            }
+            if i % 3 == 0 {
+                n.node_resources.cpu.cpu_shares = 1500;
+                n.node_class = "small".into();
+            }
+            n
+        })
+        .collect();
+    let steps = vec![
+        register_step("fill", 500, JobType::Service, false),
+        register_step("s", 160, JobType::Service, true),
+        register_step("b", 150, JobType::Batch, true),
+        register_step("s", 320, JobType::Service, true),
+    ];
+    let with = placements_and_metrics(&nodes, &steps, false);
+    let without = placements_and_metrics(&nodes, &steps, true);
+    // The spread jobs' placements that passed over full nodes.
+    let exhausted = with
+        .iter()
+        .filter(|l| !l.starts_with("fill") && !l.contains("nodes_exhausted: 0"))
+        .count();
+    assert!(
+        exhausted > 100,
+        "too few placements passed over full nodes: {exhausted}"
+    );
+    assert_eq!(with.len(), 500 + 320 + 150);
+    for (w, wo) in with.iter().zip(&without) {
+        assert_eq!(w, wo);
+    }
+}

@@ -53,6 +53,75 @@ pub struct LaneHit {
     pub boost: f64,
 }
 
+impl LaneHit {
+    /// The candidate's final score: what `Scores::final_score` gives for a
+    /// fit and (when not zero) a spread component, by the same operations,
+    /// so the same bits (the stack asserts it).
+    #[inline(always)]
+    pub fn final_score(self) -> f64 {
+        if self.boost != 0.0 {
+            (self.fit + self.boost) / 2.0
+        } else {
+            self.fit / 1.0
+        }
+    }
+}
+
+/// The highest fit whose score with `boost` is at or below `bar`, or one
+/// a little lower (never one above: a fit at or below the answer is sure
+/// to score at or below the bar, the score rising with the fit). Minus
+/// infinity when none can be pinned (a NaN bar or boost).
+fn highest_fit_at_or_below(bar: f64, boost: f64) -> f64 {
+    let score = |fit: f64| LaneHit { fit, boost }.final_score();
+    // The inverse of the score, then a few steps down for its rounding.
+    let mut fit = if boost != 0.0 { 2.0 * bar - boost } else { bar };
+    for _ in 0..4 {
+        if score(fit) <= bar {
+            return fit;
+        }
+        fit = next_toward_minus_infinity(fit);
+    }
+    f64::NEG_INFINITY
+}
+
+/// A fit above which every score with `boost` is above `floor` (the
+/// highest fit scoring at or below the floor, or one a little higher).
+/// Plus infinity when none can be pinned.
+fn lowest_bound_above(floor: f64, boost: f64) -> f64 {
+    let score = |fit: f64| LaneHit { fit, boost }.final_score();
+    let mut fit = if boost != 0.0 {
+        2.0 * floor - boost
+    } else {
+        floor
+    };
+    for _ in 0..4 {
+        if score(next_toward_plus_infinity(fit)) > floor {
+            return fit;
+        }
+        fit = next_toward_plus_infinity(fit);
+    }
+    f64::INFINITY
+}
+
+/// The next float below `x` (`f64::next_down`, newer than our MSRV). NaN
+/// and minus infinity are returned as they are.
+fn next_toward_minus_infinity(x: f64) -> f64 {
+    if x.is_nan() || x == f64::NEG_INFINITY {
+        return x;
+    }
+    if x == 0.0 {
+        return -f64::from_bits(1);
+    }
+    let bits = x.to_bits();
+    f64::from_bits(if x > 0.0 { bits - 1 } else { bits + 1 })
+}
+
+/// The next float above `x` (`f64::next_up`). NaN and plus infinity are
+/// returned as they are.
+fn next_toward_plus_infinity(x: f64) -> f64 {
+    -next_toward_minus_infinity(-x)
+}
+
 /// What the lane answers for a revisited candidate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum LaneAnswer {
@@ -84,6 +153,43 @@ pub struct SpreadLane {
     /// Boost by interned value for the placement in progress.
     boosts: Vec<f64>,
     missing_boost: f64,
+    /// By value index (see [`QuietView::quiet`]): the highest fit whose
+    /// score is at or below the placement's bar, and the fit a score must
+    /// be above to clear its floor; set by [`set_bar`](Self::set_bar).
+    quiet_bounds: Vec<(f64, f64)>,
+    /// The bar and floor (as bits) the bounds were set for, since the
+    /// last activation: setting the same again costs nothing.
+    quiet_for: Option<(u64, Option<u64>)>,
+}
+
+/// The lane's entries and quiet bounds, borrowed for a walk: what
+/// [`SpreadLane::quiet`] reads, in locals the loop keeps in registers.
+pub struct QuietView<'a> {
+    entries: &'a [LaneEntry],
+    bounds: &'a [(f64, f64)],
+    active: u32,
+}
+
+impl QuietView<'_> {
+    /// Whether the candidate at `slot` fits with a score that changes
+    /// nothing but the count, against the bar and floor last set.
+    #[inline(always)]
+    pub fn quiet(&self, slot: usize) -> bool {
+        let Some(entry) = self.entries.get(slot) else {
+            return false;
+        };
+        // Missing and exhausted are the two values at the top of the
+        // range: their bounds are the last two (see `set_bar`).
+        let last = self.bounds.len().saturating_sub(1);
+        let index = match entry.value {
+            VALUE_MISSING => last.saturating_sub(1),
+            v => (v as usize).min(last),
+        };
+        let Some(&(below, above)) = self.bounds.get(index) else {
+            return false;
+        };
+        entry.stamp == self.active && entry.fit <= below && entry.fit > above
+    }
 }
 
 impl SpreadLane {
@@ -96,6 +202,7 @@ impl SpreadLane {
         self.slot_of.clear();
         self.active = 0;
         self.filled = false;
+        self.quiet_for = None;
     }
 
     /// Lets the lane answer for group `stamp` in the placement starting,
@@ -111,10 +218,53 @@ impl SpreadLane {
     ) {
         self.active = stamp;
         self.exhausted_answer = !preempt;
+        self.quiet_for = None;
         self.boosts.clear();
         if stamp != 0 {
             self.boosts.extend(boosts);
             self.missing_boost = missing;
+        }
+    }
+
+    /// Lets [`quiet`](QuietView::quiet) answer against the placement's
+    /// `bar` (a score at or below it changes nothing but the count) and,
+    /// when put-aside room is left, its `floor` (a score at or below it
+    /// would be put aside). Works out, for each value's boost, the fits
+    /// whose score is sure to fall between the two; a bound that cannot be
+    /// pinned is left so that no fit is quiet (the walk then scores it).
+    #[inline(always)]
+    pub fn set_bar(&mut self, bar: f64, floor: Option<f64>) {
+        let key = (bar.to_bits(), floor.map(f64::to_bits));
+        if self.quiet_for != Some(key) {
+            self.quiet_for = Some(key);
+            self.bound(bar, floor);
+        }
+    }
+
+    #[inline(never)]
+    fn bound(&mut self, bar: f64, floor: Option<f64>) {
+        // Each value's, the missing value's, then the exhausted's (never
+        // quiet; nor is a value past the boosts, read as exhausted).
+        self.quiet_bounds.clear();
+        let boosts = self.boosts.iter().chain([&self.missing_boost]);
+        self.quiet_bounds.extend(boosts.map(|&boost| {
+            let above = match floor {
+                Some(floor) => lowest_bound_above(floor, boost),
+                None => f64::NEG_INFINITY,
+            };
+            (highest_fit_at_or_below(bar, boost), above)
+        }));
+        self.quiet_bounds.push((f64::NEG_INFINITY, f64::INFINITY));
+    }
+
+    /// The entries and bounds for a walk (see [`QuietView`]); none is
+    /// quiet while the lane is inactive or before a bar is set.
+    pub fn quiet_view(&self) -> QuietView<'_> {
+        let set = self.active != 0 && self.quiet_for.is_some();
+        QuietView {
+            entries: &self.entries,
+            bounds: if set { &self.quiet_bounds } else { &[] },
+            active: self.active,
         }
     }
 
@@ -269,6 +419,96 @@ mod tests {
         lane.reset(3);
         lane.activate(1, false, [0.5, -0.25].into_iter(), -1.0);
         assert_eq!(lane.hit(0), None);
+    }
+
+    /// What `quiet` must answer: the walk's own test on the score.
+    fn scored_quiet(lane: &SpreadLane, slot: usize, bar: f64, floor: Option<f64>) -> bool {
+        match lane.hit(slot) {
+            Some(LaneAnswer::Fits(hit)) => {
+                let score = hit.final_score();
+                score <= bar && floor.is_none_or(|f| score > f)
+            }
+            _ => false,
+        }
+    }
+
+    #[test]
+    fn quiet_is_the_score_at_or_below_the_bar_and_above_the_floor() {
+        let mut lane = SpreadLane::default();
+        lane.reset(4);
+        lane.activate(1, false, [0.5, -0.25, 0.0].into_iter(), -1.0);
+        lane.remember(0, 1, 0.75); // (0.75 - 0.25) / 2 = 0.25
+        lane.remember(1, VALUE_MISSING, 0.5); // (0.5 - 1.0) / 2 = -0.25
+        lane.remember(2, 2, 0.4); // no boost: 0.4
+        lane.remember_exhausted(3, "memory");
+        lane.set_bar(0.25, None);
+        assert!(lane.quiet_view().quiet(0), "at the bar");
+        assert!(lane.quiet_view().quiet(1));
+        assert!(!lane.quiet_view().quiet(2), "above the bar");
+        assert!(
+            !lane.quiet_view().quiet(3),
+            "exhausted: tallied by the walk"
+        );
+        lane.set_bar(0.25, Some(0.0));
+        assert!(!lane.quiet_view().quiet(1), "would be put aside");
+        lane.set_bar(0.25, Some(-0.25));
+        assert!(!lane.quiet_view().quiet(1), "at the floor is put aside");
+        lane.set_bar(f64::NEG_INFINITY, None);
+        assert!(!lane.quiet_view().quiet(0), "no bar yet");
+        lane.set_bar(f64::NAN, None);
+        assert!(!lane.quiet_view().quiet(0));
+        lane.activate(2, false, [0.5, -0.25, 0.0].into_iter(), -1.0);
+        lane.set_bar(1.0, None);
+        assert!(!lane.quiet_view().quiet(0), "another group's entry");
+        // Through rounding: fits and boosts that do not invert exactly,
+        // against bars and floors a step or a few either side of the
+        // score. A quiet answer must be right every time; where the
+        // rounding cannot be pinned in a few steps, the bound gives up
+        // (the walk scores the candidate), which must stay rare.
+        let boosts = [0.1, -0.3, 1.0 / 3.0, -1.0, 0.0, 2.0 / 7.0];
+        let mut lane = SpreadLane::default();
+        lane.reset(64);
+        lane.activate(1, false, boosts.into_iter(), -0.7);
+        let fits: Vec<f64> = (0..64).map(|i| f64::from(i) / 37.0).collect();
+        for (slot, fit) in fits.iter().enumerate() {
+            let value = if slot % 7 == 6 {
+                VALUE_MISSING
+            } else {
+                (slot % 6) as u32
+            };
+            lane.remember(slot, value, *fit);
+        }
+        let (mut cases, mut missed) = (0usize, 0usize);
+        for slot in 0..64 {
+            let exact = match lane.hit(slot) {
+                Some(LaneAnswer::Fits(hit)) => hit.final_score(),
+                _ => unreachable!("every slot fits"),
+            };
+            let mut bars = vec![exact];
+            for _ in 0..3 {
+                bars.push(next_toward_plus_infinity(*bars.last().unwrap()));
+            }
+            bars.push(next_toward_minus_infinity(exact));
+            for &bar in &bars {
+                for floor in [None, Some(exact), Some(next_toward_minus_infinity(exact))] {
+                    lane.set_bar(bar, floor);
+                    let (quiet, scored) = (
+                        lane.quiet_view().quiet(slot),
+                        scored_quiet(&lane, slot, bar, floor),
+                    );
+                    assert!(
+                        !quiet || scored,
+                        "slot {slot} bar {bar:e} floor {floor:?}: quiet but not by its score"
+                    );
+                    cases += 1;
+                    missed += usize::from(scored && !quiet);
+                }
+            }
+        }
+        assert!(
+            missed * 10 < cases,
+            "{missed} of {cases} quiet scores missed"
+        );
     }
 
     #[test]

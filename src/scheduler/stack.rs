@@ -981,14 +981,37 @@ impl Stack {
         // In locals for the loop: written back once, after it.
         let (n, limit) = (self.window, run.limit);
         let (mut offset, mut seen) = (self.offset, *run.seen);
-        let (lane, meta) = (&self.lane, &self.meta);
+        let meta = &self.meta;
         let chosen = &mut *run.chosen;
         // A kept candidate scoring at or below the bar changes nothing
-        // but the count (see `Chosen::bar`).
+        // but the count (see `Chosen::bar`); neither does one above the
+        // floor while there is put-aside room. The lane tells those apart
+        // by fit (`SpreadLane::quiet`), set again when either moves.
+        let floor = |skipped: usize| (skipped < MAX_SKIP).then_some(SKIP_SCORE_THRESHOLD);
         let mut bar = chosen.bar();
+        self.lane.set_bar(bar, floor(run.skipped.len()));
+        let mut quiet = self.lane.quiet_view();
         while seen < n && chosen.returned < limit {
+            // The quiet candidates ahead, counted in a loop of their own
+            // (as far as the walk may go without a check it skips: the
+            // window's end, the candidates left, the limit).
+            let room = (n - offset).min(n - seen).min(limit - chosen.returned);
+            let mut quiet_ahead = 0;
+            while quiet_ahead < room && quiet.quiet(offset + quiet_ahead) {
+                quiet_ahead += 1;
+            }
+            if quiet_ahead > 0 {
+                chosen.returned += quiet_ahead;
+                *run.skipping = false;
+                seen += quiet_ahead;
+                offset += quiet_ahead;
+                if offset == n {
+                    offset = 0;
+                }
+                continue;
+            }
             let slot = offset;
-            let hit = match lane.hit(slot) {
+            let hit = match self.lane.hit(slot) {
                 Some(LaneAnswer::Fits(hit)) => Some(hit),
                 Some(LaneAnswer::Exhausted(dimension)) => {
                     self.tally.exhaust(meta[slot].node_class, dimension);
@@ -1006,7 +1029,7 @@ impl Stack {
             };
             // The components are built only for a candidate that is kept
             // aside, makes the top scores or is the best so far.
-            let final_score = lane_final_score(hit);
+            let final_score = hit.final_score();
             if final_score > SKIP_SCORE_THRESHOLD || run.skipped.len() >= MAX_SKIP {
                 *run.skipping = false;
                 if final_score <= bar {
@@ -1015,10 +1038,14 @@ impl Stack {
                     let (candidate, scores) = lane_scored(slot, hit);
                     chosen.accept(candidate, &scores, || meta[slot].id);
                     bar = chosen.bar();
+                    self.lane.set_bar(bar, floor(run.skipped.len()));
+                    quiet = self.lane.quiet_view();
                 }
             } else {
                 run.skipped.push(lane_scored(slot, hit));
                 *run.skipping = true;
+                self.lane.set_bar(bar, floor(run.skipped.len()));
+                quiet = self.lane.quiet_view();
             }
         }
         let evaluated = (seen - *run.seen) as u64;
@@ -1655,24 +1682,13 @@ fn lane_scored(slot: usize, hit: LaneHit) -> (Scored, Scores) {
         scores.set(Component::Spread, hit.boost);
     }
     let final_score = scores.final_score();
-    debug_assert_eq!(final_score.to_bits(), lane_final_score(hit).to_bits());
+    debug_assert_eq!(final_score.to_bits(), hit.final_score().to_bits());
     let scored = Scored {
         final_score,
         slot,
         grant: None,
     };
     (scored, scores)
-}
-
-/// [`lane_scored`]'s final score without building the components: the
-/// same operations, so the same bits (asserted there).
-#[inline(always)]
-fn lane_final_score(hit: LaneHit) -> f64 {
-    if hit.boost != 0.0 {
-        (hit.fit + hit.boost) / 2.0
-    } else {
-        hit.fit / 1.0
-    }
 }
 
 fn even_spread_boost(s: &SpreadInfo, value: u32) -> f64 {
