@@ -259,8 +259,13 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
             config.node_memory_mb,
         )?);
     }
-    sim.stop();
-    drop(churn);
+    // The server stops before the nodes do: a simulated node that stopped
+    // heartbeating first could miss its TTL (short under churn) and be
+    // marked down, its allocations replaced after the count was read.
+    let stop_nodes = move || {
+        sim.stop();
+        drop(churn);
+    };
     if let Some(server) = server {
         report.server_cpu_secs = server.cpu_time().map(|d| d.as_secs_f64());
         report.server_peak_rss_mib = server.peak_rss_bytes().map(|b| b as f64 / 1048576.0);
@@ -271,10 +276,14 @@ pub fn run(config: &BenchConfig, progress: &dyn Fn(&str)) -> Result<Report, Benc
             report.restart_secs = Some(again.start_time.as_secs_f64());
             let view = MetricsView::read(&api_client(&again.address)?)?;
             report.allocs_after_restart = Some(view.gauge("herder_state_allocs") as u64);
+            stop_nodes();
             again.stop();
         } else {
             server.stop();
+            stop_nodes();
         }
+    } else {
+        stop_nodes();
     }
     Ok(report)
 }
