@@ -351,6 +351,7 @@ impl Parts {
             shutting_down: tokio::sync::watch::Sender::new(false),
             nomad_metrics,
             client: std::sync::OnceLock::new(),
+            own_server: std::sync::OnceLock::new(),
         });
         let http = match http::start(info.clone(), listener).await {
             Ok(http) => http,

@@ -157,9 +157,11 @@ pub struct SpreadLane {
     /// score is at or below the placement's bar, and the fit a score must
     /// be above to clear its floor; set by [`set_bar`](Self::set_bar).
     quiet_bounds: Vec<(f64, f64)>,
-    /// The bar and floor (as bits) the bounds were set for, since the
-    /// last activation: setting the same again costs nothing.
-    quiet_for: Option<(u64, Option<u64>)>,
+    /// The bar and the floor (as bits) the bounds were set for, since the
+    /// last activation: setting the same again costs nothing, and the
+    /// floor (which rarely moves) is not worked out again with the bar.
+    quiet_bar: Option<u64>,
+    quiet_floor: Option<Option<u64>>,
 }
 
 /// The lane's entries and quiet bounds, borrowed for a walk: what
@@ -202,7 +204,7 @@ impl SpreadLane {
         self.slot_of.clear();
         self.active = 0;
         self.filled = false;
-        self.quiet_for = None;
+        self.forget_bounds();
     }
 
     /// Lets the lane answer for group `stamp` in the placement starting,
@@ -218,7 +220,7 @@ impl SpreadLane {
     ) {
         self.active = stamp;
         self.exhausted_answer = !preempt;
-        self.quiet_for = None;
+        self.forget_bounds();
         self.boosts.clear();
         if stamp != 0 {
             self.boosts.extend(boosts);
@@ -234,33 +236,53 @@ impl SpreadLane {
     /// pinned is left so that no fit is quiet (the walk then scores it).
     #[inline(always)]
     pub fn set_bar(&mut self, bar: f64, floor: Option<f64>) {
-        let key = (bar.to_bits(), floor.map(f64::to_bits));
-        if self.quiet_for != Some(key) {
-            self.quiet_for = Some(key);
-            self.bound(bar, floor);
+        let (bar_key, floor_key) = (bar.to_bits(), floor.map(f64::to_bits));
+        let new_bar = self.quiet_bar != Some(bar_key);
+        let new_floor = self.quiet_floor != Some(floor_key);
+        if new_bar || new_floor {
+            self.quiet_bar = Some(bar_key);
+            self.quiet_floor = Some(floor_key);
+            self.bound(bar, floor, new_bar, new_floor);
         }
     }
 
+    /// Sets the bounds for `bar` when `new_bar` and for `floor` when
+    /// `new_floor` (the others stand).
     #[inline(never)]
-    fn bound(&mut self, bar: f64, floor: Option<f64>) {
+    fn bound(&mut self, bar: f64, floor: Option<f64>, new_bar: bool, new_floor: bool) {
         // Each value's, the missing value's, then the exhausted's (never
         // quiet; nor is a value past the boosts, read as exhausted).
-        self.quiet_bounds.clear();
+        let len = self.boosts.len() + 2;
+        let fresh = self.quiet_bounds.len() != len;
+        if fresh {
+            self.quiet_bounds.clear();
+            self.quiet_bounds
+                .resize(len, (f64::NEG_INFINITY, f64::INFINITY));
+        }
         let boosts = self.boosts.iter().chain([&self.missing_boost]);
-        self.quiet_bounds.extend(boosts.map(|&boost| {
-            let above = match floor {
-                Some(floor) => lowest_bound_above(floor, boost),
-                None => f64::NEG_INFINITY,
-            };
-            (highest_fit_at_or_below(bar, boost), above)
-        }));
-        self.quiet_bounds.push((f64::NEG_INFINITY, f64::INFINITY));
+        for (bounds, &boost) in self.quiet_bounds.iter_mut().zip(boosts) {
+            if new_bar || fresh {
+                bounds.0 = highest_fit_at_or_below(bar, boost);
+            }
+            if new_floor || fresh {
+                bounds.1 = match floor {
+                    Some(floor) => lowest_bound_above(floor, boost),
+                    None => f64::NEG_INFINITY,
+                };
+            }
+        }
+    }
+
+    /// Drops the bounds: a new placement (or candidate list) sets its own.
+    fn forget_bounds(&mut self) {
+        self.quiet_bar = None;
+        self.quiet_floor = None;
     }
 
     /// The entries and bounds for a walk (see [`QuietView`]); none is
     /// quiet while the lane is inactive or before a bar is set.
     pub fn quiet_view(&self) -> QuietView<'_> {
-        let set = self.active != 0 && self.quiet_for.is_some();
+        let set = self.active != 0 && self.quiet_bar.is_some();
         QuietView {
             entries: &self.entries,
             bounds: if set { &self.quiet_bounds } else { &[] },
@@ -489,20 +511,27 @@ mod tests {
                 bars.push(next_toward_plus_infinity(*bars.last().unwrap()));
             }
             bars.push(next_toward_minus_infinity(exact));
-            for &bar in &bars {
-                for floor in [None, Some(exact), Some(next_toward_minus_infinity(exact))] {
-                    lane.set_bar(bar, floor);
-                    let (quiet, scored) = (
-                        lane.quiet_view().quiet(slot),
-                        scored_quiet(&lane, slot, bar, floor),
-                    );
-                    assert!(
-                        !quiet || scored,
-                        "slot {slot} bar {bar:e} floor {floor:?}: quiet but not by its score"
-                    );
-                    cases += 1;
-                    missed += usize::from(scored && !quiet);
-                }
+            let floors = [None, Some(exact), Some(next_toward_minus_infinity(exact))];
+            // Bar-major, then floor-major: each bound is set again both
+            // when it moves alone and when the other moves with it.
+            let bar_major = bars
+                .iter()
+                .flat_map(|&bar| floors.map(|floor| (bar, floor)));
+            let floor_major = floors
+                .iter()
+                .flat_map(|&floor| bars.iter().map(move |&bar| (bar, floor)));
+            for (bar, floor) in bar_major.chain(floor_major) {
+                lane.set_bar(bar, floor);
+                let (quiet, scored) = (
+                    lane.quiet_view().quiet(slot),
+                    scored_quiet(&lane, slot, bar, floor),
+                );
+                assert!(
+                    !quiet || scored,
+                    "slot {slot} bar {bar:e} floor {floor:?}: quiet but not by its score"
+                );
+                cases += 1;
+                missed += usize::from(scored && !quiet);
             }
         }
         assert!(

@@ -41,7 +41,7 @@ use super::spread_lane::{LaneAnswer, LaneHit, SpreadLane, VALUE_MISSING};
 use super::tally::MetricTally;
 use crate::structs::{
     Affinity, AllocatedResources, Allocation, ComparableResources, Job, Node, NodeId,
-    NodeScoreMeta, SchedulerAlgorithm, ScoreMap, TaskGroup,
+    NodeScoreMeta, OwnScore, SchedulerAlgorithm, ScoreMap, TaskGroup,
 };
 use crate::view::catalog::{AttributeColumn, CandidateMeta, Interner, NodeCatalog};
 use crate::view::fast_map::FastMap;
@@ -105,13 +105,13 @@ impl Component {
     ];
 
     /// The name in `ScoreMetaData`, as Nomad's.
-    fn name(self) -> &'static str {
+    fn name(self) -> OwnScore {
         match self {
-            Component::JobAntiAffinity => "job-anti-affinity",
-            Component::ReschedulePenalty => "node-reschedule-penalty",
-            Component::NodeAffinity => "node-affinity",
-            Component::Spread => "allocation-spread",
-            Component::Preemption => "preemption",
+            Component::JobAntiAffinity => OwnScore::JobAntiAffinity,
+            Component::ReschedulePenalty => OwnScore::NodeReschedulePenalty,
+            Component::NodeAffinity => OwnScore::NodeAffinity,
+            Component::Spread => OwnScore::AllocationSpread,
+            Component::Preemption => OwnScore::Preemption,
         }
     }
 }
@@ -178,14 +178,13 @@ impl Scores {
     }
 
     fn to_map(self, final_score: f64) -> ScoreMap {
-        let others = Component::ALL
-            .into_iter()
-            .filter_map(|c| self.get(c).map(|v| (c.name(), v)));
-        let named = [("binpack", self.binpack)]
-            .into_iter()
-            .chain(others)
-            .chain([("normalized-score", final_score)]);
-        ScoreMap::from_entries(named)
+        let mut values = [None; OwnScore::COUNT];
+        values[OwnScore::Binpack as usize] = Some(self.binpack);
+        for c in Component::ALL {
+            values[c.name() as usize] = self.get(c);
+        }
+        values[OwnScore::NormalizedScore as usize] = Some(final_score);
+        ScoreMap::of_own(&values)
     }
 }
 

@@ -46,7 +46,9 @@ impl MetricTally {
         match self
             .dimension_exhausted
             .iter_mut()
-            .find(|(d, _)| *d == dimension)
+            // Dimensions are the resources' own constants: the pointer
+            // tells them apart but for a copy of the same text.
+            .find(|(d, _)| std::ptr::eq(*d, dimension) || *d == dimension)
         {
             Some((_, n)) => *n += 1,
             None => self.dimension_exhausted.push((dimension, 1)),

@@ -153,6 +153,80 @@ static OTHER_SCORE_NAMES: RwLock<Vec<&'static str>> = RwLock::new(Vec::new());
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct ScoreName(u16);
 
+/// Herder's own score names, numbered as `SCORE_NAMES` orders them (by
+/// their text): a map built in this order is already sorted, and naming
+/// an entry is a number, not a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnScore {
+    AllocationSpread,
+    Binpack,
+    JobAntiAffinity,
+    NodeAffinity,
+    NodeReschedulePenalty,
+    NormalizedScore,
+    Preemption,
+}
+
+impl OwnScore {
+    pub const COUNT: usize = SCORE_NAMES.len();
+}
+
+/// Whether two texts are equal, at compile time.
+const fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+// A name's index in `SCORE_NAMES` is its packed code (less one) for the
+// frozen coded names, so packing a map writes the index and never compares
+// text; `OwnScore` numbers the same list. A change to `SCORE_NAMES` that
+// breaks either fails the build here.
+const _: () = {
+    let mut i = 0;
+    while i < CODED_SCORE_NAMES.len() {
+        assert!(same_text(SCORE_NAMES[i], CODED_SCORE_NAMES[i]));
+        i += 1;
+    }
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::AllocationSpread as usize],
+        "allocation-spread"
+    ));
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::Binpack as usize],
+        "binpack"
+    ));
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::JobAntiAffinity as usize],
+        "job-anti-affinity"
+    ));
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::NodeAffinity as usize],
+        "node-affinity"
+    ));
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::NodeReschedulePenalty as usize],
+        "node-reschedule-penalty"
+    ));
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::NormalizedScore as usize],
+        "normalized-score"
+    ));
+    assert!(same_text(
+        SCORE_NAMES[OwnScore::Preemption as usize],
+        "preemption"
+    ));
+};
+
 impl ScoreName {
     fn of(name: &str) -> Option<ScoreName> {
         if let Ok(at) = SCORE_NAMES.binary_search(&name) {
@@ -222,6 +296,21 @@ impl ScoreMap {
         ScoreMap(deduped.into())
     }
 
+    /// A map of herder's own names, with a value where `values` (indexed
+    /// by [`OwnScore`]) has one: one allocation and no name looked up. The
+    /// scheduler builds five of these per placement.
+    pub fn of_own(values: &[Option<f64>; OwnScore::COUNT]) -> ScoreMap {
+        let mut list = [(ScoreName(0), 0.0); OwnScore::COUNT];
+        let mut len = 0;
+        for (at, value) in values.iter().enumerate() {
+            if let Some(value) = *value {
+                list[len] = (ScoreName(at as u16), value);
+                len += 1;
+            }
+        }
+        ScoreMap(Arc::from(&list[..len]))
+    }
+
     pub fn get(&self, name: &str) -> Option<f64> {
         self.0
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
@@ -235,6 +324,19 @@ impl ScoreMap {
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, f64)> {
         self.0.iter().map(|(n, v)| (n.as_str(), *v))
+    }
+
+    /// The entries as the packer writes their names (see the check on
+    /// `CODED_SCORE_NAMES` above).
+    fn labels(&self) -> impl ExactSizeIterator<Item = (ScoreLabel<'static>, f64)> + '_ {
+        self.0.iter().map(|&(name, value)| {
+            let at = usize::from(name.0);
+            let label = match at < CODED_SCORE_NAMES.len() {
+                true => ScoreLabel::Coded(at),
+                false => ScoreLabel::Named(name.as_str()),
+            };
+            (label, value)
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -427,11 +529,8 @@ impl PackedMetric {
             for _ in 0..n {
                 let score = read_score(&mut r, norm_score).expect("a score");
                 match score.name {
-                    ScoreNameRead::Coded(name) => {
-                        let at = CODED_SCORE_NAMES.iter().position(|n| *n == name);
-                        w.u8(at.expect("a coded name") as u8 + 1);
-                    }
-                    ScoreNameRead::Named(name) => {
+                    ScoreLabel::Coded(at) => w.u8(at as u8 + 1),
+                    ScoreLabel::Named(name) => {
                         w.u8(0);
                         w.str(name);
                     }
@@ -567,7 +666,7 @@ fn encode_metric_with(
     w.json_unless(m.resources_exhausted.is_empty(), &m.resources_exhausted)?;
     w.varint(m.score_meta_data.len() as u64);
     for meta in &m.score_meta_data {
-        write_score_meta(w, refs, meta.node_id, meta.norm_score, meta.scores.iter());
+        write_score_meta(w, refs, meta.node_id, meta.norm_score, meta.scores.labels());
     }
     Ok(())
 }
@@ -645,7 +744,7 @@ fn write_score_meta<'s>(
     refs: NodeRefs,
     node_id: NodeId,
     norm_score: f64,
-    scores: impl ExactSizeIterator<Item = (&'s str, f64)>,
+    scores: impl ExactSizeIterator<Item = (ScoreLabel<'s>, f64)>,
 ) {
     write_node(w, refs, node_id);
     w.f64(norm_score);
@@ -654,9 +753,9 @@ fn write_score_meta<'s>(
         // Bit for bit: a NaN or a negative zero is written out.
         let same = value.to_bits() == norm_score.to_bits();
         let flag = if same { SAME_AS_NORM } else { 0 };
-        match CODED_SCORE_NAMES.iter().position(|n| *n == name) {
-            Some(at) => w.u8((at as u8 + 1) | flag),
-            None => {
+        match name {
+            ScoreLabel::Coded(at) => w.u8((at as u8 + 1) | flag),
+            ScoreLabel::Named(name) => {
                 w.u8(flag);
                 w.str(name);
             }
@@ -702,8 +801,8 @@ fn decode_score_meta(
     for _ in 0..count {
         let score = read_score(r, norm_score)?;
         let name = match score.name {
-            ScoreNameRead::Coded(name) => std::borrow::Cow::Borrowed(name),
-            ScoreNameRead::Named(name) => std::borrow::Cow::Owned(name.to_string()),
+            ScoreLabel::Coded(at) => std::borrow::Cow::Borrowed(CODED_SCORE_NAMES[at]),
+            ScoreLabel::Named(name) => std::borrow::Cow::Owned(name.to_string()),
         };
         scores.push((name, score.value));
     }
@@ -715,23 +814,16 @@ fn decode_score_meta(
 }
 
 /// A score's name as a packed metric holds it.
-enum ScoreNameRead<'a> {
-    Coded(&'static str),
+#[derive(Clone, Copy)]
+enum ScoreLabel<'a> {
+    /// An index into `CODED_SCORE_NAMES` (written as one more).
+    Coded(usize),
     Named(&'a str),
-}
-
-impl<'a> ScoreNameRead<'a> {
-    fn as_str(&self) -> &'a str {
-        match *self {
-            ScoreNameRead::Coded(name) => name,
-            ScoreNameRead::Named(name) => name,
-        }
-    }
 }
 
 /// One score as read back.
 struct ScoreRead<'a> {
-    name: ScoreNameRead<'a>,
+    name: ScoreLabel<'a>,
     value: f64,
 }
 
@@ -750,10 +842,10 @@ fn read_meta_head(
 fn read_score<'a>(r: &mut Reader<'a>, norm_score: f64) -> Result<ScoreRead<'a>, CodecError> {
     let code = r.u8()?;
     let name = match code & !SAME_AS_NORM {
-        0 => ScoreNameRead::Named(r.str()?),
-        coded => match CODED_SCORE_NAMES.get(usize::from(coded) - 1) {
-            Some(name) => ScoreNameRead::Coded(name),
-            None => {
+        0 => ScoreLabel::Named(r.str()?),
+        coded => match usize::from(coded) - 1 {
+            at if at < CODED_SCORE_NAMES.len() => ScoreLabel::Coded(at),
+            _ => {
                 return Err(CodecError::BadCode {
                     field: "score name",
                     value: u64::from(code),
@@ -791,7 +883,7 @@ fn transcode(
         scores.clear();
         for _ in 0..n {
             let score = read_score(&mut r, norm_score)?;
-            scores.push((score.name.as_str(), score.value));
+            scores.push((score.name, score.value));
         }
         write_score_meta(&mut w, to, node_id, norm_score, scores.iter().copied());
     }
@@ -946,6 +1038,50 @@ mod tests {
             m.iter().collect::<Vec<_>>(),
             [("allocation-spread", 2.0), ("binpack", 3.0)]
         );
+    }
+
+    #[test]
+    fn own_names_make_the_map_their_text_makes_and_pack_the_same() {
+        let own = [
+            (OwnScore::AllocationSpread, "allocation-spread"),
+            (OwnScore::Binpack, "binpack"),
+            (OwnScore::JobAntiAffinity, "job-anti-affinity"),
+            (OwnScore::NodeAffinity, "node-affinity"),
+            (OwnScore::NodeReschedulePenalty, "node-reschedule-penalty"),
+            (OwnScore::NormalizedScore, "normalized-score"),
+            (OwnScore::Preemption, "preemption"),
+        ];
+        // Every subset of the names, in the enum's order and by text.
+        for mask in 0u32..(1 << own.len()) {
+            let mut values = [None; OwnScore::COUNT];
+            let mut named = Vec::new();
+            for (i, (score, name)) in own.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    let value = f64::from(i as u32) * 0.25 - 0.5;
+                    values[*score as usize] = Some(value);
+                    named.push((*name, value));
+                }
+            }
+            let by_own = ScoreMap::of_own(&values);
+            assert_eq!(by_own, ScoreMap::from_entries(named.iter().rev().copied()));
+            assert_eq!(by_own.iter().collect::<Vec<_>>(), named);
+            // Packed, the names are coded as the text's codes are: a
+            // metric round-trips, and its stored bytes equal the text's.
+            let metric = |scores: ScoreMap| AllocMetric {
+                score_meta_data: vec![NodeScoreMeta {
+                    node_id: NodeId::from_u128(7),
+                    scores,
+                    norm_score: -0.5,
+                }],
+                ..AllocMetric::default()
+            };
+            let packed = PackedMetric::pack(&metric(by_own.clone()));
+            assert_eq!(packed.unpack(), metric(by_own));
+            let spelled: Vec<(String, f64)> =
+                named.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+            let from_text = PackedMetric::pack(&metric(ScoreMap::from_entries(spelled)));
+            assert_eq!(packed.to_stored(), from_text.to_stored());
+        }
     }
 
     fn placement_metric() -> AllocMetric {

@@ -47,7 +47,9 @@ pub use job::{
     ParameterizedJobConfig, PeriodicConfig, ReschedulePolicy, RestartPolicy, Spread, SpreadTarget,
     Task, TaskGroup, UpdateStrategy,
 };
-pub use metrics::{AllocMetric, CountMap, MetricPacker, NodeScoreMeta, PackedMetric, ScoreMap};
+pub use metrics::{
+    AllocMetric, CountMap, MetricPacker, NodeScoreMeta, OwnScore, PackedMetric, ScoreMap,
+};
 pub use namespace::Namespace;
 pub use node::{
     DrainStrategy, DriverInfo, Labels, Node, NodeEvent, NodeStatus, SchedulingEligibility,

@@ -33,6 +33,10 @@ pub struct AgentInfo {
     pub nomad_metrics: Board,
     /// Set once the client starts, when this agent runs one.
     pub client: std::sync::OnceLock<ClientHandle>,
+    /// This single server as it advertises itself, worked out on first use
+    /// and kept: working it out reads the hostname and asks the routing
+    /// table, and every client heartbeat's answer lists the servers.
+    pub own_server: std::sync::OnceLock<herder_raft::ServerNode>,
 }
 
 /// What the HTTP API needs of this agent's client: where to hand a user's

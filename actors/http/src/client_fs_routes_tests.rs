@@ -59,6 +59,7 @@ fn fixture() -> Fixture {
         shutting_down: tokio::sync::watch::Sender::new(false),
         nomad_metrics: Default::default(),
         client: std::sync::OnceLock::new(),
+        own_server: std::sync::OnceLock::new(),
     });
     Fixture {
         info,

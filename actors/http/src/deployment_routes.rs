@@ -65,14 +65,14 @@ async fn list_deployments(
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
-    let ((page, next), index) = blocking_read(store, TableSet::of(DEPLOYMENTS), &q, |snap| {
+    let (page, index) = blocking_read(store, TableSet::of(DEPLOYMENTS), &q, |snap| {
         let items = snap
             .deployments()
             .map(|d| (d.id.to_string(), d.namespace.as_str(), d));
-        Ok(paginate(&q, items, |d| json!(d)))
+        paginate(&q, items, |d| json!(d))
     })
     .await?;
-    Ok(list_response(index, page, next))
+    Ok(list_response(index, page))
 }
 
 fn not_found() -> ApiError {

@@ -46,14 +46,14 @@ async fn list_evals(
 ) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
-    let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
+    let (page, index) = blocking_read(store, TableSet::of(&[Table::Evals]), &q, |snap| {
         let items = snap
             .evals()
             .map(|e| (e.id.to_string(), e.namespace.as_str(), e));
-        Ok(paginate(&q, items, |e| json!(e)))
+        paginate(&q, items, |e| json!(e))
     })
     .await?;
-    Ok(list_response(index, page, next))
+    Ok(list_response(index, page))
 }
 
 async fn read_eval(
@@ -96,7 +96,7 @@ async fn list_allocs(
     let resources = q.param("resources") == Some("true");
     let task_states = q.param("task_states") != Some("false");
     let store = &server(&info)?.store;
-    let ((page, next), index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
+    let (page, index) = blocking_read(store, TableSet::of(&[Table::Allocs]), &q, |snap| {
         // Read from where the prefix or the page starts, and no further
         // than the prefix goes: the table hands allocations out by ID a few
         // steps each (see `state::alloc_table`).
@@ -108,7 +108,7 @@ async fn list_allocs(
             .allocs_from(floor(&q.prefix).max(token))
             .map(|a| (a.id.to_string(), &*a.namespace, a))
             .take_while(|(id, _, _)| id.starts_with(&q.prefix));
-        Ok(paginate(&q, items, |a| {
+        paginate(&q, items, |a| {
             let mut stub = alloc_stub(snap, a);
             if resources {
                 stub["AllocatedResources"] = json!(a.allocated_resources);
@@ -117,10 +117,10 @@ async fn list_allocs(
                 stub["TaskStates"] = serde_json::Value::Null;
             }
             stub
-        }))
+        })
     })
     .await?;
-    Ok(list_response(index, page, next))
+    Ok(list_response(index, page))
 }
 
 async fn read_alloc(

@@ -443,6 +443,7 @@ mod tests {
             shutting_down: tokio::sync::watch::Sender::new(false),
             nomad_metrics: server.handle().nomad_metrics.clone(),
             client: std::sync::OnceLock::new(),
+            own_server: std::sync::OnceLock::new(),
         });
         Fixture {
             info,

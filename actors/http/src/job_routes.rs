@@ -105,12 +105,12 @@ const JOBS: &[Table] = &[Table::Jobs, Table::JobSummaries];
 async fn list_jobs(info: web::Data<AgentInfo>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let q = QueryOptions::from_request(&req)?;
     let store = &server(&info)?.store;
-    let ((page, next), index) = blocking_read(store, TableSet::of(JOBS), &q, |snap| {
+    let (page, index) = blocking_read(store, TableSet::of(JOBS), &q, |snap| {
         let items = snap.jobs().map(|j| (j.id.clone(), j.namespace.as_str(), j));
-        Ok(paginate(&q, items, |j| job_stub(snap, j)))
+        paginate(&q, items, |j| job_stub(snap, j))
     })
     .await?;
-    Ok(list_response(index, page, next))
+    Ok(list_response(index, page))
 }
 
 /// The current job, or 404 "job not found".

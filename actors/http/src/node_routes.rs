@@ -71,18 +71,18 @@ async fn list_nodes(
         TableSet::of(&[Table::Nodes])
     };
     let store = &server(&info)?.store;
-    let ((page, next), index) = blocking_read(store, tables, &q, |snap| {
+    let (page, index) = blocking_read(store, tables, &q, |snap| {
         let items = snap.nodes().map(|n| (n.id.to_string(), "", n));
-        Ok(paginate(&q, items, |n| {
+        paginate(&q, items, |n| {
             let mut stub = node_stub(n);
             if usage {
-                stub["Allocated"] = allocated(snap, &n.id);
+                stub.allocated = Some(allocated(snap, &n.id));
             }
             stub
-        }))
+        })
     })
     .await?;
-    Ok(list_response(index, page, next))
+    Ok(list_response(index, page))
 }
 
 /// What a node's live allocations hold, as `?usage=true` shows it.

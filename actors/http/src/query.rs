@@ -16,7 +16,6 @@ use herder_server::server::ServerHandle;
 use herder_server::server_api::ServerApi;
 use rand::Rng;
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -248,16 +247,20 @@ pub fn json_with_index<T: Serialize>(index: u64, body: &T) -> HttpResponse {
 
 /// One page of a list: what passes the prefix (on the ID), the namespace
 /// and the filter, starting at `next_token`, at most `per_page` long; with
-/// the token of the page after it. Entries are rendered to JSON only once
-/// their ID and namespace pass, so a narrow prefix over a large table
-/// costs little.
-pub fn paginate<'a, T, I>(
+/// the token of the page after it. Entries are rendered only once their
+/// ID and namespace pass, so a narrow prefix over a large table costs
+/// little; they become a `Value` only for a filter to read.
+///
+/// The page is written out here, while the entries may still borrow the
+/// snapshot they were read from (see [`ListPage`]).
+pub fn paginate<'a, T, I, R>(
     q: &QueryOptions,
     items: I,
-    render: impl Fn(T) -> Value,
-) -> (Vec<Value>, Option<String>)
+    render: impl Fn(T) -> R,
+) -> Result<ListPage, ApiError>
 where
     I: Iterator<Item = (String, &'a str, T)>,
+    R: Serialize,
 {
     let mut page = Vec::new();
     let mut next = None;
@@ -272,8 +275,13 @@ where
             continue;
         }
         let value = render(item);
-        if q.filter.as_ref().is_some_and(|f| !f.matches(&value)) {
-            continue;
+        if let Some(filter) = &q.filter {
+            // What cannot be shown as JSON cannot match (nothing listed
+            // fails to serialize: its keys are strings).
+            let passes = serde_json::to_value(&value).is_ok_and(|v| filter.matches(&v));
+            if !passes {
+                continue;
+            }
         }
         if q.per_page.is_some_and(|n| page.len() >= n) {
             next = Some(id);
@@ -281,16 +289,25 @@ where
         }
         page.push(value);
     }
-    (page, next)
+    let body = serde_json::to_vec(&page)
+        .map_err(|e| ApiError::Internal(format!("writing the list: {e}")))?;
+    Ok(ListPage { body, next })
+}
+
+/// One page of a list as its answer's JSON body (an array), and the token
+/// of the page after it.
+pub struct ListPage {
+    body: Vec<u8>,
+    next: Option<String>,
 }
 
 /// A list answer: a bare array, with `X-Nomad-NextToken` when more follow.
-pub fn list_response(index: u64, page: Vec<Value>, next: Option<String>) -> HttpResponse {
+pub fn list_response(index: u64, page: ListPage) -> HttpResponse {
     let mut b = ok_with_index(index);
-    if let Some(token) = next {
+    if let Some(token) = page.next {
         b.insert_header(("X-Nomad-NextToken", token));
     }
-    b.json(page)
+    b.body(page.body)
 }
 
 /// Nanoseconds since the Unix epoch, as Nomad's times are written.

@@ -42,16 +42,19 @@ pub fn own_rpc_address(info: &AgentInfo) -> String {
 }
 
 /// This single server as a cluster member would advertise itself (the
-/// agent put the bound HTTP port in `ports.http`).
-fn own_node(info: &AgentInfo) -> ServerNode {
-    let config = &info.config;
-    ServerNode {
-        rpc_addr: own_rpc_address(info),
-        http_addr: config.http_advertise(config.ports.http),
-        name: format!("{}.{}", config.name_or_hostname(), config.region),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        datacenter: config.datacenter.clone(),
-    }
+/// agent put the bound HTTP port in `ports.http` before serving), worked
+/// out once per agent.
+fn own_node(info: &AgentInfo) -> &ServerNode {
+    info.own_server.get_or_init(|| {
+        let config = &info.config;
+        ServerNode {
+            rpc_addr: own_rpc_address(info),
+            http_addr: config.http_advertise(config.ports.http),
+            name: format!("{}.{}", config.name_or_hostname(), config.region),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            datacenter: config.datacenter.clone(),
+        }
+    })
 }
 
 /// The servers: the cluster's members (voters and learners), or this
@@ -59,7 +62,7 @@ fn own_node(info: &AgentInfo) -> ServerNode {
 pub fn servers(info: &AgentInfo) -> Vec<Member> {
     match info.server.as_ref().and_then(|s| s.cluster.as_ref()) {
         Some(cluster) => cluster.members(),
-        None if info.config.server.enabled => vec![Member::new(0, &own_node(info), true, true)],
+        None if info.config.server.enabled => vec![Member::new(0, own_node(info), true, true)],
         None => Vec::new(),
     }
 }
@@ -72,7 +75,7 @@ async fn leader(info: web::Data<AgentInfo>) -> HttpResponse {
             .leader()
             .map(|l| l.node.rpc_addr)
             .unwrap_or_default(),
-        None if info.config.server.enabled => own_rpc_address(&info),
+        None if info.config.server.enabled => own_node(&info).rpc_addr.clone(),
         None => String::new(),
     };
     HttpResponse::Ok().json(leader)
