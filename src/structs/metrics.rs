@@ -171,6 +171,17 @@ impl OwnScore {
     pub const COUNT: usize = SCORE_NAMES.len();
 }
 
+/// Each of herder's own scores with its name (checked below).
+const OWN_SCORE_NAMES: [(OwnScore, &str); OwnScore::COUNT] = [
+    (OwnScore::AllocationSpread, "allocation-spread"),
+    (OwnScore::Binpack, "binpack"),
+    (OwnScore::JobAntiAffinity, "job-anti-affinity"),
+    (OwnScore::NodeAffinity, "node-affinity"),
+    (OwnScore::NodeReschedulePenalty, "node-reschedule-penalty"),
+    (OwnScore::NormalizedScore, "normalized-score"),
+    (OwnScore::Preemption, "preemption"),
+];
+
 /// Whether two texts are equal, at compile time.
 const fn same_text(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -197,34 +208,12 @@ const _: () = {
         assert!(same_text(SCORE_NAMES[i], CODED_SCORE_NAMES[i]));
         i += 1;
     }
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::AllocationSpread as usize],
-        "allocation-spread"
-    ));
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::Binpack as usize],
-        "binpack"
-    ));
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::JobAntiAffinity as usize],
-        "job-anti-affinity"
-    ));
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::NodeAffinity as usize],
-        "node-affinity"
-    ));
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::NodeReschedulePenalty as usize],
-        "node-reschedule-penalty"
-    ));
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::NormalizedScore as usize],
-        "normalized-score"
-    ));
-    assert!(same_text(
-        SCORE_NAMES[OwnScore::Preemption as usize],
-        "preemption"
-    ));
+    let mut i = 0;
+    while i < OWN_SCORE_NAMES.len() {
+        let (score, name) = OWN_SCORE_NAMES[i];
+        assert!(same_text(SCORE_NAMES[score as usize], name));
+        i += 1;
+    }
 };
 
 impl ScoreName {
@@ -1042,15 +1031,7 @@ mod tests {
 
     #[test]
     fn own_names_make_the_map_their_text_makes_and_pack_the_same() {
-        let own = [
-            (OwnScore::AllocationSpread, "allocation-spread"),
-            (OwnScore::Binpack, "binpack"),
-            (OwnScore::JobAntiAffinity, "job-anti-affinity"),
-            (OwnScore::NodeAffinity, "node-affinity"),
-            (OwnScore::NodeReschedulePenalty, "node-reschedule-penalty"),
-            (OwnScore::NormalizedScore, "normalized-score"),
-            (OwnScore::Preemption, "preemption"),
-        ];
+        let own = OWN_SCORE_NAMES;
         // Every subset of the names, in the enum's order and by text.
         for mask in 0u32..(1 << own.len()) {
             let mut values = [None; OwnScore::COUNT];

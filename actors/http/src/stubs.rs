@@ -391,7 +391,8 @@ mod tests {
 
         let mut node = fixtures::node("n1");
         node.http_addr = "[::1]:4646".into();
-        node.attributes.insert("nomad.version".into(), "1.1.2".into());
+        node.attributes
+            .insert("nomad.version".into(), "1.1.2".into());
         let was = json!({
             "ID": node.id, "Address": "::1", "Attributes": node.attributes,
             "Datacenter": node.datacenter, "Name": node.name, "NodeClass": node.node_class,
@@ -411,7 +412,10 @@ mod tests {
             unreachable!("an object")
         };
         was.insert("Allocated".into(), json!({"Allocations": 0}));
-        assert_eq!(serde_json::from_str::<Value>(&written).unwrap(), Value::Object(was));
+        assert_eq!(
+            serde_json::from_str::<Value>(&written).unwrap(),
+            Value::Object(was)
+        );
         let head = r#"{"Address":"::1","Allocated":{"Allocations":0},"Attributes":{"#;
         assert!(written.starts_with(head), "{written}");
     }
