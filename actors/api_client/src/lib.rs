@@ -114,6 +114,14 @@ impl Answer {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         decode_lenient(&self.body)
     }
+
+    /// [`decode`](Self::decode) for an answer read once: the nulls are
+    /// dropped in place rather than from a copy (a large list, polled, was
+    /// mostly copying).
+    pub fn into_decoded<T: DeserializeOwned>(mut self) -> Result<T, serde_json::Error> {
+        strip_nulls(&mut self.body);
+        serde_json::from_value(self.body)
+    }
 }
 
 /// A raw answer (a file, not JSON): its bytes, `X-Nomad-Index` (0 when
@@ -481,6 +489,33 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |key| owned.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    /// Both ways of decoding read an explicit `null`, at any depth, as
+    /// the field left out.
+    #[test]
+    fn nulls_read_as_defaults_borrowed_or_owned() {
+        #[derive(serde::Deserialize, Debug, PartialEq, Default)]
+        #[serde(rename_all = "PascalCase", default)]
+        struct Inner {
+            count: u64,
+        }
+        #[derive(serde::Deserialize, Debug, PartialEq, Default)]
+        #[serde(rename_all = "PascalCase", default)]
+        struct Outer {
+            name: String,
+            items: Vec<Inner>,
+        }
+        let answer = Answer {
+            body: serde_json::json!({"Name": null, "Items": [{"Count": null}, {"Count": 3}]}),
+            index: 7,
+        };
+        let want = Outer {
+            name: String::new(),
+            items: vec![Inner { count: 0 }, Inner { count: 3 }],
+        };
+        assert_eq!(answer.decode::<Outer>().unwrap(), want);
+        assert_eq!(answer.into_decoded::<Outer>().unwrap(), want);
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl MetricsView {
 fn get_json<T: serde::de::DeserializeOwned>(client: &ApiClient, path: &str) -> Result<T, ApiError> {
     client
         .get(path, &[])?
-        .decode()
+        .into_decoded()
         .map_err(|e| ApiError::Decode {
             method: "GET".into(),
             path: path.into(),
