@@ -193,6 +193,19 @@ fn deployments_read_in_nomads_shapes() {
     assert_eq!(filtered.json(), json!([]));
 
     assert_eq!(deployment(&agent, d.id)["ID"], d.id.to_string());
+    // The list holds whole deployments, as reading one alone answers
+    // (compared between two equal lists: nothing changed in between).
+    let list_again = |agent: &TestAgent| call("GET", &agent.url("/v1/deployments"), None).json();
+    let stood_still = (0..20).any(|_| {
+        let before = list_again(&agent);
+        let alone = deployment(&agent, d.id);
+        let still = list_again(&agent) == before;
+        if still {
+            assert_eq!(before[0], alone);
+        }
+        still
+    });
+    assert!(stood_still, "the deployment never stood still");
     let allocs = call(
         "GET",
         &agent.url(&format!("/v1/deployment/allocations/{}", d.id)),

@@ -633,6 +633,29 @@ fn allocation_and_evaluation_reads() {
     let evals = call("GET", &agent.url("/v1/evaluations"), None).json();
     assert_eq!(evals.as_array().unwrap().len(), 2);
     assert_shape(&evals, &fixture("evaluations-list.json"), "$");
+    // As in Nomad, the list holds whole evaluations: each entry is what
+    // reading that evaluation alone answers. (Compared between two equal
+    // lists, so that nothing changed while it was read alone.)
+    let list = || call("GET", &agent.url("/v1/evaluations"), None).json();
+    let (mut compared, mut tries) = (0, 0);
+    while compared == 0 && tries < 20 {
+        tries += 1;
+        let before = list();
+        let alone: Vec<Value> = before
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let id = e["ID"].as_str().unwrap();
+                call("GET", &agent.url(&format!("/v1/evaluation/{id}")), None).json()
+            })
+            .collect();
+        if list() == before {
+            assert_eq!(before, Value::Array(alone));
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 1, "the evaluations never stood still");
 }
 
 #[test]

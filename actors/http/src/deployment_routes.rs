@@ -69,7 +69,7 @@ async fn list_deployments(
         let items = snap
             .deployments()
             .map(|d| (d.id.to_string(), d.namespace.as_str(), d));
-        paginate(&q, items, |d| json!(d))
+        paginate(&q, items, |d| d)
     })
     .await?;
     Ok(list_response(index, page))

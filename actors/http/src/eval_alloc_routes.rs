@@ -50,7 +50,7 @@ async fn list_evals(
         let items = snap
             .evals()
             .map(|e| (e.id.to_string(), e.namespace.as_str(), e));
-        paginate(&q, items, |e| json!(e))
+        paginate(&q, items, |e| e)
     })
     .await?;
     Ok(list_response(index, page))
