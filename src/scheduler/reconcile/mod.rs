@@ -614,15 +614,24 @@ impl NameIndex {
     }
 
     /// The next `n` free indexes, lowest first.
+    ///
+    /// The gaps are found by walking the used indexes in order beside the
+    /// candidates, and the new ones are added in one sorted merge: a job of
+    /// a thousand allocations took a thousand tree inserts here, a few
+    /// percent of its whole evaluation.
     pub fn next(&mut self, n: u32) -> Vec<u32> {
         let mut out = Vec::with_capacity(n as usize);
-        let mut candidate = 0u32;
-        while out.len() < n as usize {
-            if self.used.insert(candidate) {
-                out.push(candidate);
+        let mut used = self.used.iter().copied().peekable();
+        let mut candidate = Some(0u32);
+        while let Some(c) = candidate.filter(|_| out.len() < n as usize) {
+            while used.next_if(|&u| u < c).is_some() {}
+            if used.next_if_eq(&c).is_none() {
+                out.push(c);
             }
-            candidate += 1;
+            candidate = c.checked_add(1);
         }
+        let mut taken: BTreeSet<u32> = out.iter().copied().collect();
+        self.used.append(&mut taken);
         out
     }
 }
@@ -854,4 +863,47 @@ fn migrate_all(
 /// unless `a` is itself a canary (see `PlaceRequest::downgrade_from`).
 fn downgrade(canarying: bool, a: &Allocation) -> Option<u64> {
     (canarying && !a.is_canary()).then_some(a.job_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NameIndex;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeSet;
+
+    /// The lowest free indexes, one by one: what `next` must hand out.
+    fn lowest_free(used: &mut BTreeSet<u32>, n: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut candidate = 0;
+        while out.len() < n as usize {
+            if used.insert(candidate) {
+                out.push(candidate);
+            }
+            candidate += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn new_names_take_the_lowest_free_indexes_and_are_then_used() {
+        let mut rng = SmallRng::seed_from_u64(23);
+        for _ in 0..200 {
+            let start: BTreeSet<u32> = (0..rng.gen_range(0..40))
+                .map(|_| rng.gen_range(0..60))
+                .collect();
+            let mut names = NameIndex::new(start.iter().copied());
+            let mut model = start;
+            for _ in 0..6 {
+                if rng.gen_bool(0.3) {
+                    let freed = rng.gen_range(0..80);
+                    names.unset(freed);
+                    model.remove(&freed);
+                }
+                let n = rng.gen_range(0..30);
+                assert_eq!(names.next(n), lowest_free(&mut model, n));
+                assert_eq!(names.used, model);
+            }
+        }
+    }
 }
