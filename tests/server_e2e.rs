@@ -7,7 +7,7 @@
 use herder::state::fixtures;
 use herder::state::{Command, StateSnapshot};
 use herder::structs::fit::allocs_fit;
-use herder::structs::{EvalStatus, JobType, NodeStatus, TriggeredBy};
+use herder::structs::{EvalStatus, JobType, NodeStatus};
 use herder_tests::{
     get, register_ready_node, send_json, server_config, temp_dir, wait_for, TestAgent,
 };
@@ -68,14 +68,7 @@ fn a_thousand_nodes_a_hundred_mixed_jobs_all_placed_none_overcommitted_all_durab
             let (store, chunk) = (store.clone(), chunk.to_vec());
             std::thread::spawn(move || {
                 for job in chunk {
-                    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-                    store
-                        .apply(Command::JobRegister {
-                            job: Arc::new(job),
-                            eval: Some(eval),
-                            enforce_index: None,
-                        })
-                        .unwrap();
+                    fixtures::register_job(&store, job);
                 }
             })
         })
@@ -159,15 +152,7 @@ fn worker_config_api_pauses_and_resumes_scheduling() {
 
     let store = agent.server.as_ref().unwrap().store.clone();
     let job = job_of(JobType::Service, 0, 2);
-    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-    let eval_id = eval.id;
-    store
-        .apply(Command::JobRegister {
-            job: Arc::new(job),
-            eval: Some(eval),
-            enforce_index: None,
-        })
-        .unwrap();
+    let eval_id = fixtures::register_job(&store, job);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(
         store.snapshot().eval(&eval_id).unwrap().status,
@@ -261,14 +246,7 @@ fn a_node_that_stops_heartbeating_goes_down_and_its_work_is_replaced_elsewhere()
 
     let (a, a_heartbeats) = register_over_http(&agent, "a");
     let job = job_of(JobType::Service, 0, 1);
-    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-    store
-        .apply(Command::JobRegister {
-            job: Arc::new(job.clone()),
-            eval: Some(eval),
-            enforce_index: None,
-        })
-        .unwrap();
+    fixtures::register_job(&store, job.clone());
     let first = wait_for(Duration::from_secs(30), || {
         store
             .snapshot()

@@ -17,7 +17,6 @@ use herder::state::{
     sled_lock, Command, PlanResults, QuarantineSource, StateSnapshot, StateStore, StoreError,
     StoreOptions, Table, FORMAT_VERSION,
 };
-use herder::structs::{Job, TriggeredBy};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,17 +58,6 @@ fn alloc_key(create_index: u64, id: uuid::Uuid) -> Vec<u8> {
     key
 }
 
-fn register(store: &StateStore, job: Job) {
-    let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-    store
-        .apply(Command::JobRegister {
-            job: Arc::new(job),
-            eval: Some(eval),
-            enforce_index: None,
-        })
-        .unwrap();
-}
-
 /// A store with jobs `web` and `api`, a node, and two allocations of
 /// `api` on it; returns the node's ID.
 fn populate(store: &StateStore) -> uuid::Uuid {
@@ -79,9 +67,9 @@ fn populate(store: &StateStore) -> uuid::Uuid {
             node: Arc::new(node.clone()),
         })
         .unwrap();
-    register(store, fixtures::job("default", "web", &[("frontend", 2)]));
+    fixtures::register_job(store, fixtures::job("default", "web", &[("frontend", 2)]));
     let api = fixtures::job("default", "api", &[("g", 2)]);
-    register(store, api.clone());
+    fixtures::register_job(store, api.clone());
     let eval = store
         .snapshot()
         .evals_by_job("default", "api")
@@ -406,7 +394,7 @@ fn quarantined_log_rows_are_not_folded_back_into_sled() {
     assert_eq!(store.quarantined().len(), 1);
     // The next commit closes its segment and folds every closed one,
     // the record with the garbage row among them.
-    register(&store, fixtures::job("default", "db", &[("g", 1)]));
+    fixtures::register_job(&store, fixtures::job("default", "db", &[("g", 1)]));
     store.close();
     drop(store);
 
@@ -439,8 +427,8 @@ fn quarantined_log_rows_are_not_folded_back_into_sled() {
         drop(store);
         StateStore::open(tmp.path(), checkpoint_each_commit()).unwrap()
     };
-    register(&store2, fixtures::job("default", "web", &[("frontend", 1)]));
-    register(&store2, fixtures::job("default", "db2", &[("g", 1)]));
+    fixtures::register_job(&store2, fixtures::job("default", "web", &[("frontend", 1)]));
+    fixtures::register_job(&store2, fixtures::job("default", "db2", &[("g", 1)]));
     store2.close();
     drop(store2);
     assert!(raw_trees(tmp.path()).0.contains_key(&web));
@@ -511,7 +499,7 @@ fn an_invalid_job_the_store_once_accepted_into_its_log_is_quarantined() {
     let mut nameless = fixtures::job("default", "nameless", &[("g", 1)]);
     nameless.task_groups[0].count = i32::MAX;
     assert!(nameless.check_loadable().is_err());
-    register(&store, nameless);
+    fixtures::register_job(&store, nameless);
     assert!(store.snapshot().job("default", "nameless").is_some());
     store.close();
     drop(store);
@@ -542,7 +530,7 @@ fn a_stored_job_a_newer_rule_would_refuse_still_loads() {
     let mut old = fixtures::job("default", "old", &[("g", 150_000)]);
     old.task_groups[0].tasks[0].name = "alloc".into();
     assert!(old.validate().is_err(), "refused by today's defaults");
-    register(&store, old);
+    fixtures::register_job(&store, old);
     store.close();
     drop(store);
     let store = open(tmp.path());

@@ -41,14 +41,7 @@ fn forced_gc_purges_a_dead_job_and_keeps_a_live_one() {
         })
         .unwrap();
     let live = fixtures::job("default", "live-web", &[("g", 1)]);
-    let eval = fixtures::eval(&live, TriggeredBy::JobRegister, 1);
-    store
-        .apply(Command::JobRegister {
-            job: Arc::new(live),
-            eval: Some(eval),
-            enforce_index: None,
-        })
-        .unwrap();
+    fixtures::register_job(store, live);
     assert_eq!(get(&agent.url("/v1/job/old-web")).0, 200);
 
     let (status, body) = put(&agent.url("/v1/system/gc"));

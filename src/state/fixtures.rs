@@ -94,6 +94,21 @@ pub fn register_nodes(store: &super::StateStore, count: usize) -> Vec<NodeId> {
         .collect()
 }
 
+/// Registers `job` in `store` with the pending evaluation a user's
+/// registration makes (at time 1), and answers that evaluation's ID.
+pub fn register_job(store: &super::StateStore, job: Job) -> EvalId {
+    let eval = eval(&job, TriggeredBy::JobRegister, 1);
+    let id = eval.id;
+    store
+        .apply(super::Command::JobRegister {
+            job: Arc::new(job),
+            eval: Some(eval),
+            enforce_index: None,
+        })
+        .expect("a fixture job registers");
+    id
+}
+
 /// A pending evaluation of `job`.
 pub fn eval(job: &Job, triggered_by: TriggeredBy, now: i64) -> Evaluation {
     Evaluation::for_job(job, triggered_by, now)

@@ -364,14 +364,7 @@ mod tests {
         job.parent_id = "web-parent".into();
         job.status_description = "registered".into();
         job.submit_time = 1_700_000_000_000_000_000;
-        let eval = fixtures::eval(&job, TriggeredBy::JobRegister, 1);
-        store
-            .apply(Command::JobRegister {
-                job: Arc::new(job),
-                eval: Some(eval),
-                enforce_index: None,
-            })
-            .unwrap();
+        fixtures::register_job(&store, job);
         let snap = store.snapshot();
         let job = snap.job("default", "web").expect("registered");
         let summary = snap.job_summary("default", "web").expect("a summary");
