@@ -36,12 +36,25 @@ pub const VALUE_MISSING: u32 = u32::MAX;
 /// An entry's value when the group does not fit on the node.
 const VALUE_EXHAUSTED: u32 = u32::MAX - 1;
 
+/// The key an entry keeps for `value`: its place in the quiet bounds,
+/// whose layout is the exhausted (never quiet), the missing value, each
+/// value in turn, then a last never-quiet place for a value past the
+/// boosts. Adding two maps the two high values to the first two places,
+/// so the walk finds any entry's bounds with one clamp and no branch.
+const fn key_of(value: u32) -> u32 {
+    value.wrapping_add(2)
+}
+const KEY_EXHAUSTED: u32 = key_of(VALUE_EXHAUSTED);
+const KEY_MISSING: u32 = key_of(VALUE_MISSING);
+const _: () = assert!(KEY_EXHAUSTED == 0 && KEY_MISSING == 1);
+
 /// One candidate's remembered outcome: the group (stamp; 0 none) that fits
-/// there, the node's spread value, and the fit score.
+/// there, the key of the node's spread value (see [`key_of`]), and the fit
+/// score.
 #[derive(Clone, Copy, Default)]
 struct LaneEntry {
     stamp: u32,
-    value: u32,
+    key: u32,
     fit: f64,
 }
 
@@ -153,7 +166,7 @@ pub struct SpreadLane {
     /// Boost by interned value for the placement in progress.
     boosts: Vec<f64>,
     missing_boost: f64,
-    /// By value index (see [`QuietView::quiet`]): the highest fit whose
+    /// By value key (see [`key_of`]): the highest fit whose
     /// score is at or below the placement's bar, and the fit a score must
     /// be above to clear its floor; set by [`set_bar`](Self::set_bar).
     quiet_bounds: Vec<(f64, f64)>,
@@ -194,14 +207,9 @@ impl QuietView<'_> {
         ahead
             .iter()
             .take_while(|entry| {
-                // Missing and exhausted are the two values at the top of
-                // the range: their bounds are the last two (see
-                // `set_bar`); a value past the boosts reads as exhausted.
-                let index = match entry.value {
-                    VALUE_MISSING => last.saturating_sub(1),
-                    v => (v as usize).min(last),
-                };
-                let (below, above) = self.bounds[index];
+                // A key past the bounds is a value past the boosts: the
+                // last place, never quiet (see `key_of`).
+                let (below, above) = self.bounds[(entry.key as usize).min(last)];
                 entry.stamp == self.active && entry.fit <= below && entry.fit > above
             })
             .count()
@@ -264,17 +272,19 @@ impl SpreadLane {
     /// `new_floor` (the others stand).
     #[inline(never)]
     fn bound(&mut self, bar: f64, floor: Option<f64>, new_bar: bool, new_floor: bool) {
-        // Each value's, the missing value's, then the exhausted's (never
-        // quiet; nor is a value past the boosts, read as exhausted).
-        let len = self.boosts.len() + 2;
+        // By key (see `key_of`): the exhausted's, the missing value's, each
+        // value's, then the place of a value past the boosts. The first
+        // and the last are never quiet, as set here when the length moves.
+        let len = self.boosts.len() + 3;
         let fresh = self.quiet_bounds.len() != len;
         if fresh {
             self.quiet_bounds.clear();
             self.quiet_bounds
                 .resize(len, (f64::NEG_INFINITY, f64::INFINITY));
         }
-        let boosts = self.boosts.iter().chain([&self.missing_boost]);
-        for (bounds, &boost) in self.quiet_bounds.iter_mut().zip(boosts) {
+        let boosts = [&self.missing_boost].into_iter().chain(&self.boosts);
+        let keyed = self.quiet_bounds.iter_mut().skip(KEY_MISSING as usize);
+        for (bounds, &boost) in keyed.zip(boosts) {
             if new_bar || fresh {
                 bounds.0 = highest_fit_at_or_below(bar, boost);
             }
@@ -356,13 +366,13 @@ impl SpreadLane {
         if entry.stamp == 0 || entry.stamp != self.active {
             return None;
         }
-        let boost = match entry.value {
-            VALUE_MISSING => self.missing_boost,
-            VALUE_EXHAUSTED if self.exhausted_answer => {
+        let boost = match entry.key {
+            KEY_MISSING => self.missing_boost,
+            KEY_EXHAUSTED if self.exhausted_answer => {
                 return self.lacking.get(slot).map(|d| LaneAnswer::Exhausted(d));
             }
-            VALUE_EXHAUSTED => return None,
-            v => *self.boosts.get(v as usize)?,
+            KEY_EXHAUSTED => return None,
+            key => *self.boosts.get(key as usize - 2)?,
         };
         Some(LaneAnswer::Fits(LaneHit {
             fit: entry.fit,
@@ -392,7 +402,11 @@ impl SpreadLane {
     fn set(&mut self, slot: usize, value: u32, fit: f64) {
         let stamp = self.active;
         if let Some(entry) = self.entries.get_mut(slot) {
-            *entry = LaneEntry { stamp, value, fit };
+            *entry = LaneEntry {
+                stamp,
+                key: key_of(value),
+                fit,
+            };
             self.filled = true;
         }
     }
@@ -496,6 +510,18 @@ mod tests {
         lane.activate(2, false, [0.5, -0.25, 0.0].into_iter(), -1.0);
         lane.set_bar(1.0, None);
         assert!(!lane.quiet_view().quiet(0), "another group's entry");
+        // A value past the placement's boosts is never quiet (nor a hit),
+        // even under a bar every fit clears, and it ends a run.
+        lane.remember(1, 0, 0.5);
+        lane.remember(2, 7, 0.5);
+        lane.remember(3, 2, 0.5);
+        lane.set_bar(10.0, None);
+        assert!(lane.quiet_view().quiet(1) && lane.quiet_view().quiet(3));
+        assert!(!lane.quiet_view().quiet(2), "a value past the boosts");
+        assert_eq!(lane.hit(2), None);
+        assert_eq!(lane.quiet_view().quiet_run(1, 3), 1);
+        lane.remember(2, VALUE_MISSING, 0.5);
+        assert_eq!(lane.quiet_view().quiet_run(1, 3), 3, "missing, a value");
         // Through rounding: fits and boosts that do not invert exactly,
         // against bars and floors a step or a few either side of the
         // score. A quiet answer must be right every time; where the
