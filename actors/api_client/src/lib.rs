@@ -118,9 +118,8 @@ impl Answer {
     /// [`decode`](Self::decode) for an answer read once: the nulls are
     /// dropped in place rather than from a copy (a large list, polled, was
     /// mostly copying).
-    pub fn into_decoded<T: DeserializeOwned>(mut self) -> Result<T, serde_json::Error> {
-        strip_nulls(&mut self.body);
-        serde_json::from_value(self.body)
+    pub fn into_decoded<T: DeserializeOwned>(self) -> Result<T, serde_json::Error> {
+        decode_owned(self.body)
     }
 }
 
@@ -153,9 +152,13 @@ enum RequestBody<'a> {
 
 /// Decodes `value` after removing every `null` object member.
 pub fn decode_lenient<T: DeserializeOwned>(value: &Value) -> Result<T, serde_json::Error> {
-    let mut cleaned = value.clone();
-    strip_nulls(&mut cleaned);
-    serde_json::from_value(cleaned)
+    decode_owned(value.clone())
+}
+
+/// [`decode_lenient`] of a value the caller gives up.
+fn decode_owned<T: DeserializeOwned>(mut value: Value) -> Result<T, serde_json::Error> {
+    strip_nulls(&mut value);
+    serde_json::from_value(value)
 }
 
 fn strip_nulls(value: &mut Value) {
