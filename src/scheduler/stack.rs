@@ -984,12 +984,12 @@ impl Stack {
         let chosen = &mut *run.chosen;
         // A kept candidate scoring at or below the bar changes nothing
         // but the count (see `Chosen::bar`); neither does one above the
-        // floor while there is put-aside room. The lane tells those apart
-        // by fit (`SpreadLane::quiet`), set again when either moves.
+        // floor while there is put-aside room. The lane counts those in a
+        // loop of their own (`QuietView::quiet_run`), against a view taken
+        // again when either moves.
         let floor = |skipped: usize| (skipped < MAX_SKIP).then_some(SKIP_SCORE_THRESHOLD);
         let mut bar = chosen.bar();
-        self.lane.set_bar(bar, floor(run.skipped.len()));
-        let mut quiet = self.lane.quiet_view();
+        let mut quiet = self.lane.quiet_view(bar, floor(run.skipped.len()));
         while seen < n && chosen.returned < limit {
             // The quiet candidates ahead, counted in a loop of their own
             // (as far as the walk may go without a check it skips: the
@@ -1034,14 +1034,12 @@ impl Stack {
                     let (candidate, scores) = lane_scored(slot, hit);
                     chosen.accept(candidate, &scores, || meta[slot].id);
                     bar = chosen.bar();
-                    self.lane.set_bar(bar, floor(run.skipped.len()));
-                    quiet = self.lane.quiet_view();
+                    quiet = self.lane.quiet_view(bar, floor(run.skipped.len()));
                 }
             } else {
                 run.skipped.push(lane_scored(slot, hit));
                 *run.skipping = true;
-                self.lane.set_bar(bar, floor(run.skipped.len()));
-                quiet = self.lane.quiet_view();
+                quiet = self.lane.quiet_view(bar, floor(run.skipped.len()));
             }
         }
         let evaluated = (seen - *run.seen) as u64;
