@@ -13,7 +13,7 @@ use super::changes::{
 };
 use super::command::{AllocClientUpdate, Command, PlanResults};
 use super::tables::{
-    count_usage, count_usage_in, index_alloc, index_alloc_by_job, set_insert, set_remove, Tables,
+    count_usage, count_usage_in, index_alloc, index_allocs_of_job, set_insert, set_remove, Tables,
 };
 use super::ApplyError;
 use crate::structs::job::job_status;
@@ -40,6 +40,31 @@ thread_local! {
     /// Tests move the threshold to compare both ways of applying.
     pub(crate) static PARALLEL_PLACEMENTS_IN_TESTS: std::cell::Cell<usize> =
         const { std::cell::Cell::new(PARALLEL_PLACEMENTS) };
+}
+
+/// Counts `alloc` (replacing `old`, if any) in its group's line of a job
+/// summary: a new pending allocation leaves the queue.
+fn count_in_summary_row(summary: &mut JobSummary, alloc: &Allocation, old: Option<&Allocation>) {
+    if !summary.summary.contains_key(&*alloc.task_group) {
+        summary
+            .summary
+            .insert(alloc.task_group.to_string(), TaskGroupSummary::default());
+    }
+    let Some(tg) = summary.summary.get_mut(&*alloc.task_group) else {
+        return;
+    };
+    match old {
+        None => {
+            if alloc.client_status == ClientStatus::Pending {
+                tg.queued = tg.queued.saturating_sub(1);
+            }
+        }
+        Some(old) => {
+            let slot = tg.slot(old.client_status);
+            *slot = slot.saturating_sub(1);
+        }
+    }
+    *tg.slot(alloc.client_status) += 1;
 }
 
 fn parallel_placements() -> usize {
@@ -1177,12 +1202,11 @@ impl Txn {
         for &i in &existed {
             count_usage(&mut self.t, Some(&new[i]), None);
         }
-        for (i, a) in new.iter().enumerate() {
-            if existed.binary_search(&i).is_err() {
-                self.link_previous(a);
-                self.track_placed_alloc(a);
-            }
-        }
+        let placed: Vec<&Arc<Allocation>> = (new.iter().enumerate())
+            .filter(|(i, _)| existed.binary_search(i).is_err())
+            .map(|(_, a)| a)
+            .collect();
+        self.track_placed_allocs(&placed);
         for &i in &existed {
             self.place_alloc(allocs[i]);
         }
@@ -1296,20 +1320,73 @@ impl Txn {
     /// `track_alloc` of a new allocation whose node index and usage are
     /// already done.
     fn track_placed_alloc(&mut self, alloc: &Arc<Allocation>) {
-        index_alloc_by_job(&mut self.t, alloc);
-        self.track_job_part(alloc, None);
+        self.record_alloc_write(alloc);
+        self.track_placed_of_job(&[alloc]);
     }
 
-    /// The job summary and the row's change record.
-    fn track_job_part(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
-        let key = JobKey::of_alloc(alloc);
-        self.count_in_summary(&key, alloc, old);
-        self.count_in_deployment(alloc, old);
+    /// Links and tracks new allocations (in plan order) whose rows, node
+    /// index and usage are already done: `link_previous` then
+    /// `track_placed_alloc` for each, one by one, but with what is kept
+    /// per job (its index entry, version references, summary and
+    /// deployment) found once per run of allocations of one job. At a
+    /// thousand placements a plan, those lookups (keys compared as
+    /// strings) and a copy of the deployment per allocation were most of
+    /// the store writer's time. Linking and the change records stay per
+    /// allocation and in order: a placement may replace another of the
+    /// same plan, whose record the link then rewrites. Linking changes
+    /// none of the per-job counts (same node, version and status), so
+    /// counting after the run's links gives what counting between them
+    /// did.
+    fn track_placed_allocs(&mut self, placed: &[&Arc<Allocation>]) {
+        for alloc in placed {
+            self.link_previous(alloc);
+            self.record_alloc_write(alloc);
+        }
+        let same_job = |a: &&Arc<Allocation>, b: &&Arc<Allocation>| {
+            a.namespace == b.namespace && a.job_id == b.job_id
+        };
+        for of_job in placed.chunk_by(same_job) {
+            self.track_placed_of_job(of_job);
+        }
+    }
+
+    /// The per-job side of tracking new allocations, all of one job.
+    fn track_placed_of_job(&mut self, allocs: &[&Arc<Allocation>]) {
+        let Some(first) = allocs.first() else {
+            return;
+        };
+        let key = JobKey::of_alloc(first);
+        let rows: Vec<&Allocation> = allocs.iter().map(|a| &***a).collect();
+        index_allocs_of_job(&mut self.t, &rows);
+        if let Some(summary) = self.t.job_summaries.get_mut(&key) {
+            // Copied once per command, then changed in place.
+            let summary = Arc::make_mut(summary);
+            for alloc in allocs {
+                count_in_summary_row(summary, alloc, None);
+            }
+            summary.modify_index = self.index;
+            self.touched.insert(RowKey::JobSummary(key.clone()));
+        }
+        self.count_placed_in_deployments(allocs);
+        self.status_refresh.entry(key).or_insert(false);
+    }
+
+    /// The row's change record: what this command wrote for `alloc`.
+    fn record_alloc_write(&mut self, alloc: &Arc<Allocation>) {
         self.touched.insert(RowKey::Alloc {
             create_index: alloc.create_index,
             id: alloc.id,
         });
         self.written_allocs.insert(alloc.id, alloc.clone());
+    }
+
+    /// The job summary and the row's change record of an updated
+    /// allocation (`old` its previous version).
+    fn track_job_part(&mut self, alloc: &Arc<Allocation>, old: Option<&Allocation>) {
+        let key = JobKey::of_alloc(alloc);
+        self.count_in_summary(&key, alloc, old);
+        self.count_in_deployment(alloc, old);
+        self.record_alloc_write(alloc);
         self.status_refresh.entry(key).or_insert(false);
     }
 
@@ -1371,26 +1448,7 @@ impl Txn {
         // Copied once per command, then changed in place: a plan placing a
         // thousand allocations of one job does not copy its summary 1000x.
         let summary = Arc::make_mut(summary);
-        if !summary.summary.contains_key(&*alloc.task_group) {
-            summary
-                .summary
-                .insert(alloc.task_group.to_string(), TaskGroupSummary::default());
-        }
-        let Some(tg) = summary.summary.get_mut(&*alloc.task_group) else {
-            return;
-        };
-        match old {
-            None => {
-                if alloc.client_status == ClientStatus::Pending {
-                    tg.queued = tg.queued.saturating_sub(1);
-                }
-            }
-            Some(old) => {
-                let slot = tg.slot(old.client_status);
-                *slot = slot.saturating_sub(1);
-            }
-        }
-        *tg.slot(alloc.client_status) += 1;
+        count_in_summary_row(summary, alloc, old);
         summary.modify_index = index;
         self.touched.insert(RowKey::JobSummary(key.clone()));
     }

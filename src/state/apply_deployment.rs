@@ -254,6 +254,27 @@ impl Txn {
 
     /// Counts an allocation write into its deployment (the rules are
     /// `Deployment::count_alloc`, shared with the scheduler's harness).
+    /// `count_in_deployment` of new allocations (no old versions): the
+    /// deployment copied once per run of allocations in the same one.
+    pub(super) fn count_placed_in_deployments(&mut self, allocs: &[&Arc<Allocation>]) {
+        for same in allocs.chunk_by(|a, b| a.deployment_id == b.deployment_id) {
+            let Some(id) = same.first().and_then(|a| a.deployment_id) else {
+                continue;
+            };
+            let Some(current) = self.t.deployments.get(&id) else {
+                continue;
+            };
+            let mut d = (**current).clone();
+            let mut counted = false;
+            for alloc in same {
+                counted |= d.count_alloc(alloc, None);
+            }
+            if counted {
+                self.upsert_deployment(d);
+            }
+        }
+    }
+
     pub(super) fn count_in_deployment(&mut self, alloc: &Allocation, old: Option<&Allocation>) {
         let Some(id) = alloc.deployment_id else {
             return;

@@ -5,9 +5,9 @@ use super::command::{AllocClientUpdate, Command, PlanResults};
 use super::fixtures::{self, AllocBuilder};
 use super::{ApplyError, RowKey, StateSnapshot, Table, JOB_TRACKED_VERSIONS};
 use crate::structs::{
-    AllocStop, Allocation, ClientStatus, DesiredStatus, DesiredTransition, DrainStrategy,
-    EvalStatus, Evaluation, Job, JobType, Node, NodeEvent, NodeStatus, SchedulerAlgorithm,
-    SchedulerConfiguration, SchedulingEligibility, TriggeredBy,
+    AllocStop, Allocation, ClientStatus, Deployment, DesiredStatus, DesiredTransition,
+    DrainStrategy, EvalStatus, Evaluation, Job, JobType, Node, NodeEvent, NodeStatus,
+    SchedulerAlgorithm, SchedulerConfiguration, SchedulingEligibility, TriggeredBy,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -854,10 +854,34 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
         .map(|i| AllocBuilder::new(&job, "frontend").build(i, nodes[i as usize % 3].id, eval.id, 5))
         .collect();
     big[7].links_mut().previous_allocation = Some(first[1].id);
+    // A placement replacing another of the same plan.
+    big[9].links_mut().previous_allocation = Some(big[3].id);
+    // Most in a deployment the plan brings, a few of another version.
+    let mut deployment = Deployment::new(&job, 50);
+    deployment.task_groups.insert(
+        "frontend".into(),
+        crate::structs::DeploymentState {
+            desired_total: 120,
+            progress_deadline: std::time::Duration::from_secs(600),
+            ..Default::default()
+        },
+    );
+    for a in big.iter_mut().take(100) {
+        a.deployment_id = Some(deployment.id);
+    }
+    for a in big.iter_mut().skip(110) {
+        a.job_version += 1;
+    }
     // CreateIndex 0, but the ID exists (on another node).
     let mut moved = first[2].clone();
     moved.node_id = nodes[1].id;
     big.push(moved);
+    // Another job's placements in the same plan.
+    let other = fixtures::job("default", "api", &[("frontend", 3)]);
+    let other_eval = fixtures::eval(&other, TriggeredBy::JobRegister, 1);
+    big.extend((0..30).map(|i| {
+        AllocBuilder::new(&other, "frontend").build(i, nodes[i as usize % 3].id, other_eval.id, 5)
+    }));
     let plan = |allocs: &[Allocation]| plan_placing(allocs, &job);
     let mut commands: Vec<Command> = nodes
         .iter()
@@ -870,6 +894,11 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
         eval: Some(eval.clone()),
         enforce_index: None,
     });
+    commands.push(Command::JobRegister {
+        job: Arc::new(other.clone()),
+        eval: Some(other_eval.clone()),
+        enforce_index: None,
+    });
     commands.push(plan(&first));
     commands.push(Command::AllocClientUpdate {
         updates: vec![AllocClientUpdate {
@@ -880,7 +909,11 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
         }],
         evals: vec![],
     });
-    commands.push(plan(&big));
+    let mut big_plan = plan(&big);
+    if let Command::ApplyPlanResults(p) = &mut big_plan {
+        p.deployment = Some(Arc::new(deployment.clone()));
+    }
+    commands.push(big_plan);
     let run = |threshold: usize| {
         super::apply::PARALLEL_PLACEMENTS_IN_TESTS.with(|c| c.set(threshold));
         let mut h = Harness::new();
@@ -902,18 +935,30 @@ fn a_large_plan_applies_as_its_placements_one_by_one() {
     assert_eq!(rows(&staged_changes), rows(&changes));
     // What the two ways agree on is right: every placement counted once.
     let s = &two_stages;
-    assert_eq!(s.alloc_count(), 123);
+    assert_eq!(s.alloc_count(), 153);
     let live: u32 = nodes
         .iter()
         .filter_map(|n| s.node_usage(&n.id))
         .map(|u| u.live)
         .sum();
-    assert_eq!(live, 122, "all but the failed one are live, none twice");
-    assert_eq!(s.allocs_by_node(&nodes[0].id).count(), 42);
-    assert_eq!(s.allocs_by_node(&nodes[1].id).count(), 41);
+    assert_eq!(live, 152, "all but the failed one are live, none twice");
+    assert_eq!(s.allocs_by_node(&nodes[0].id).count(), 52);
+    assert_eq!(s.allocs_by_node(&nodes[1].id).count(), 51);
     assert_eq!(
         s.alloc(&first[1].id).unwrap().links().next_allocation,
         Some(big[7].id)
+    );
+    assert_eq!(
+        s.alloc(&big[3].id).unwrap().links().next_allocation,
+        Some(big[9].id),
+        "linked to its successor in the same plan"
+    );
+    let placed = &s.deployment(&deployment.id).unwrap().task_groups["frontend"];
+    assert_eq!(placed.placed_allocs, 100);
+    assert_eq!(s.allocs_by_job("default", "api").count(), 30);
+    assert_eq!(
+        s.job_summary("default", "api").unwrap().summary["frontend"].starting,
+        30
     );
     let replaced = s.alloc(&first[2].id).unwrap();
     assert_eq!(

@@ -292,14 +292,31 @@ pub(crate) fn index_alloc(t: &mut Tables, alloc: &Allocation) {
 /// `index_alloc` but for the node index: the job index and the version
 /// reference.
 pub(crate) fn index_alloc_by_job(t: &mut Tables, alloc: &Allocation) {
-    let job = JobKey::of_alloc(alloc);
-    *t.version_refs
-        .entry(JobVersionKey {
-            job: job.clone(),
-            version: alloc.job_version,
-        })
-        .or_insert(0) += 1;
-    set_insert(&mut t.allocs_by_job, job, alloc.id);
+    index_allocs_of_job(t, &[alloc]);
+}
+
+/// `index_alloc_by_job` for allocations of one job (as in one plan): the
+/// job's index entry and each version's reference count are found once,
+/// not once per allocation (their keys compare as strings).
+pub(crate) fn index_allocs_of_job(t: &mut Tables, allocs: &[&Allocation]) {
+    let Some(first) = allocs.first() else {
+        return;
+    };
+    let job = JobKey::of_alloc(first);
+    debug_assert!(allocs.iter().all(|a| JobKey::of_alloc(a) == job));
+    for same_version in allocs.chunk_by(|a, b| a.job_version == b.job_version) {
+        let count = same_version.len() as u64;
+        *t.version_refs
+            .entry(JobVersionKey {
+                job: job.clone(),
+                version: same_version[0].job_version,
+            })
+            .or_insert(0) += count;
+    }
+    let ids = t.allocs_by_job.entry(job).or_default();
+    for alloc in allocs {
+        ids.insert(alloc.id);
+    }
 }
 
 /// Moves a node's usage from `old` to `new` (either may be absent, e.g.
