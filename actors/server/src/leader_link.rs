@@ -257,7 +257,7 @@ impl LeaderQueues {
     async fn commit_plan(&self, plan: Plan) -> Result<LeaderAnswer, Refused> {
         let answer = self
             .plan_applier
-            .send(SubmitPlan(plan))
+            .send(SubmitPlan(Arc::new(plan)))
             .await
             .map_err(|e| Refused::Plan(e.to_string()))?
             .map_err(|e| Refused::Plan(e.to_string()))?;
@@ -439,7 +439,7 @@ impl LeaderLink {
     /// transient refusal, so the worker retries.
     pub async fn submit_plan(
         &self,
-        plan: Plan,
+        plan: Arc<Plan>,
     ) -> Result<Result<PlanAnswer, PlanApplyError>, LinkError> {
         let Some(cluster) = self.remote() else {
             return self
@@ -450,7 +450,7 @@ impl LeaderLink {
                 .map_err(|e| e.to_string());
         };
         match self
-            .call(cluster, LeaderCall::SubmitPlan(Box::new(plan)))
+            .call(cluster, LeaderCall::SubmitPlan(Box::new((*plan).clone())))
             .await
         {
             Ok(LeaderAnswer::Plan(result)) => Ok(Ok(PlanAnswer {

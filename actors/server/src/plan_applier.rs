@@ -55,7 +55,7 @@ impl InFlightView {
 /// committed whole, durable (see [`PlanAnswer`]).
 #[derive(Message)]
 #[rtype(result = "Result<PlanAnswer, PlanApplyError>")]
-pub struct SubmitPlan(pub Plan);
+pub struct SubmitPlan(pub Arc<Plan>);
 
 /// The outcome of a plan's write: the index it was committed at, or why
 /// it failed.
@@ -125,7 +125,10 @@ impl PlanApplyError {
 type Reply = oneshot::Sender<Result<PlanAnswer, PlanApplyError>>;
 
 struct Queued {
-    plan: Plan,
+    /// Shared with the submitter, which keeps it to send again if the
+    /// queue refuses it for now: a plan of a thousand placements is not
+    /// copied to be submitted.
+    plan: Arc<Plan>,
     seq: u64,
     /// Taken when the plan is answered ahead of its write.
     reply: Option<Reply>,
@@ -511,7 +514,7 @@ impl Handler<SubmitPlan> for PlanApplier {
 impl PlanApplier {
     fn enqueue(
         &mut self,
-        plan: Plan,
+        plan: Arc<Plan>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<Result<PlanAnswer, PlanApplyError>> {
         let (tx, rx) = oneshot::channel();
@@ -555,10 +558,10 @@ mod tests {
     fn queued(priority: i32, seq: u64) -> Queued {
         let (reply, _rx) = oneshot::channel();
         Queued {
-            plan: Plan {
+            plan: Arc::new(Plan {
                 priority,
                 ..Default::default()
-            },
+            }),
             seq,
             reply: Some(reply),
             enqueued: Instant::now(),

@@ -981,8 +981,10 @@ impl PlannerBridge {
 
     /// Sends the plan to the plan applier, retrying transient refusals.
     fn send_plan(&mut self, plan: Plan) -> Result<PlanResult, PlannerError> {
+        // Shared, not copied, with the queue: a refused plan does not come
+        // back, so each try sends the same one again.
+        let plan = Arc::new(plan);
         loop {
-            // A refused plan does not come back, so each try sends a copy.
             let answer = block_on(self.deps.link.submit_plan(plan.clone()));
             match answer {
                 Ok(Ok(PlanAnswer { result, write })) => {

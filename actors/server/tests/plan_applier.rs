@@ -91,8 +91,8 @@ async fn two_plans_racing_for_one_slot_one_wins_the_other_must_refresh() {
     let node = node_with_slots(1);
     let c = Cluster::new(&[&node]);
     let applier = PlanApplier::new(c.store.clone(), None).start();
-    let first = applier.send(SubmitPlan(c.plan(&node, 1)));
-    let second = applier.send(SubmitPlan(c.plan(&node, 1)));
+    let first = applier.send(SubmitPlan(Arc::new(c.plan(&node, 1))));
+    let second = applier.send(SubmitPlan(Arc::new(c.plan(&node, 1))));
     let (a, b) = (
         settled(first.await.unwrap().unwrap()).await,
         settled(second.await.unwrap().unwrap()).await,
@@ -116,7 +116,7 @@ async fn pipelined_plans_never_over_commit_a_node() {
     let c = Cluster::new(&[&node]);
     let applier = PlanApplier::new(c.store.clone(), None).start();
     let replies: Vec<_> = (0..20)
-        .map(|_| applier.send(SubmitPlan(c.plan(&node, 1))))
+        .map(|_| applier.send(SubmitPlan(Arc::new(c.plan(&node, 1)))))
         .collect();
     let mut committed = 0;
     for r in futures::future::join_all(replies).await {
@@ -139,7 +139,7 @@ async fn plans_to_different_nodes_all_commit_at_increasing_indexes() {
     let applier = PlanApplier::new(c.store.clone(), None).start();
     let replies: Vec<_> = nodes
         .iter()
-        .map(|n| applier.send(SubmitPlan(c.plan(n, 4))))
+        .map(|n| applier.send(SubmitPlan(Arc::new(c.plan(n, 4)))))
         .collect();
     let mut indexes = Vec::new();
     for r in futures::future::join_all(replies).await {
@@ -194,7 +194,11 @@ async fn a_plan_whose_eval_is_not_outstanding_under_its_token_is_refused() {
     let mut stale = c.plan(&node, 1);
     stale.eval_id = eval.id;
     stale.eval_token = new_id().to_string();
-    let err = applier.send(SubmitPlan(stale)).await.unwrap().unwrap_err();
+    let err = applier
+        .send(SubmitPlan(Arc::new(stale)))
+        .await
+        .unwrap()
+        .unwrap_err();
     assert!(
         matches!(err, PlanApplyError::StaleToken(id) if id == eval.id),
         "{err}"
@@ -204,7 +208,14 @@ async fn a_plan_whose_eval_is_not_outstanding_under_its_token_is_refused() {
     let mut good = c.plan(&node, 1);
     good.eval_id = eval.id;
     good.eval_token = delivery.token.to_string();
-    let r = settled(applier.send(SubmitPlan(good)).await.unwrap().unwrap()).await;
+    let r = settled(
+        applier
+            .send(SubmitPlan(Arc::new(good)))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.node_allocation[&node.id].len(), 1);
 }
 
@@ -215,7 +226,7 @@ async fn a_disabled_queue_refuses_plans_as_a_transient_error() {
     let applier = PlanApplier::new(c.store.clone(), None).start();
     applier.send(SetEnabled(false)).await.unwrap();
     let err = applier
-        .send(SubmitPlan(c.plan(&node, 1)))
+        .send(SubmitPlan(Arc::new(c.plan(&node, 1))))
         .await
         .unwrap()
         .unwrap_err();
@@ -233,7 +244,7 @@ async fn a_whole_plan_is_answered_ahead_of_its_write_a_partial_one_after() {
     let c = Cluster::new(&[&node]);
     let applier = PlanApplier::new(c.store.clone(), None).start();
     let answer = applier
-        .send(SubmitPlan(c.plan(&node, 3)))
+        .send(SubmitPlan(Arc::new(c.plan(&node, 3))))
         .await
         .unwrap()
         .unwrap();
@@ -249,7 +260,7 @@ async fn a_whole_plan_is_answered_ahead_of_its_write_a_partial_one_after() {
     );
 
     let answer = applier
-        .send(SubmitPlan(c.plan(&node, 2)))
+        .send(SubmitPlan(Arc::new(c.plan(&node, 2))))
         .await
         .unwrap()
         .unwrap();
