@@ -46,17 +46,24 @@ pub struct PlanVerdict {
 /// committed. `RefreshIndex` is set when anything was refused, so the
 /// scheduler waits for a state that shows why before it retries.
 pub fn evaluate_plan(snap: &StateSnapshot, plan: &Plan) -> PlanVerdict {
+    let mut verdict = judge_plan(snap, plan);
+    verdict.result.copy_committed(plan);
+    verdict
+}
+
+/// [`evaluate_plan`] without the plan's entries in the result: which
+/// nodes are refused and why, the refresh index and the rejected nodes.
+/// The plan applier copies the committed entries once, into the store's
+/// command (see `PlanResult::copy_committed`), rather than into the result
+/// and again into the command.
+pub fn judge_plan(snap: &StateSnapshot, plan: &Plan) -> PlanVerdict {
     let mut verdict = PlanVerdict::default();
     for node_id in plan.nodes() {
-        match evaluate_node(snap, plan, node_id) {
-            Ok(()) => copy_node(plan, node_id, &mut verdict.result),
-            Err(why) => verdict.rejected.push((node_id, why)),
+        if let Err(why) = evaluate_node(snap, plan, node_id) {
+            verdict.rejected.push((node_id, why));
         }
     }
     if !verdict.rejected.is_empty() {
-        if plan.all_at_once {
-            verdict.result = PlanResult::default();
-        }
         verdict.result.refresh_index = snap.max_table_index(&[Table::Allocs, Table::Nodes]).max(1);
         verdict.result.rejected_nodes = verdict.rejected.iter().map(|(n, _)| *n).collect();
     }
@@ -137,18 +144,6 @@ fn proposed_usage(snap: &StateSnapshot, plan: &Plan, node_id: NodeId) -> NodeAll
         usage.add(alloc);
     }
     usage
-}
-
-fn copy_node(plan: &Plan, node_id: NodeId, result: &mut PlanResult) {
-    if let Some(v) = plan.node_update.get(&node_id) {
-        result.node_update.insert(node_id, v.clone());
-    }
-    if let Some(v) = plan.node_allocation.get(&node_id) {
-        result.node_allocation.insert(node_id, v.clone());
-    }
-    if let Some(v) = plan.node_preemptions.get(&node_id) {
-        result.node_preemptions.insert(node_id, v.clone());
-    }
 }
 
 #[cfg(test)]
@@ -350,6 +345,43 @@ mod tests {
         let v = evaluate_plan(&w.snap, &plan);
         assert!(v.result.is_no_op());
         assert!(v.result.refresh_index > 0);
+    }
+
+    /// The applier answers a worker with `judge_plan`'s verdict and the
+    /// worker fills the entries in from its own plan: the two halves must
+    /// give what `evaluate_plan` gives, partial or all-at-once.
+    #[test]
+    fn a_judged_plan_filled_in_from_the_plan_is_the_evaluated_one() {
+        let (a, b) = (node_fitting(1), node_fitting(2));
+        let mut w = World::new(&[&a, &b]);
+        w.commit(vec![w.alloc(&a, 9)]);
+        let mut plan = w.plan(vec![w.alloc(&a, 0), w.alloc(&b, 1), w.alloc(&b, 2)]);
+        plan.node_update
+            .insert(a.id, vec![stop(crate::structs::new_id())]);
+        let (big, small) = (node_fitting(4), node_fitting(4));
+        let roomy = World::new(&[&big, &small]);
+        let whole = roomy.plan(vec![roomy.alloc(&big, 0), roomy.alloc(&small, 1)]);
+        for (snap, all_at_once, plan) in [
+            (&w.snap, false, &plan),
+            (&w.snap, true, &plan),
+            (&roomy.snap, false, &whole),
+        ] {
+            let mut plan = plan.clone();
+            plan.all_at_once = all_at_once;
+            let evaluated = evaluate_plan(snap, &plan);
+            let judged = judge_plan(snap, &plan);
+            assert!(judged.result.is_no_op(), "no entries in a verdict");
+            assert_eq!(judged.rejected, evaluated.rejected);
+            let mut filled = judged.result.clone();
+            filled.take_committed(plan.clone());
+            assert_eq!(filled, evaluated.result, "all at once: {all_at_once}");
+            let mut copied = judged.result;
+            copied.copy_committed(&plan);
+            assert_eq!(copied, evaluated.result);
+        }
+        let evaluated = evaluate_plan(&w.snap, &plan);
+        assert_eq!(evaluated.result.full_commit(&plan), (false, 3, 2));
+        assert!(evaluated.result.node_update.is_empty(), "a's stop with a");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::deployment::{Deployment, DeploymentStatusUpdate};
 use super::job::Job;
 use super::{AllocId, EvalId, NodeId};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// A stop or eviction of an existing allocation.
@@ -151,4 +151,58 @@ impl PlanResult {
         let actual: usize = self.node_allocation.values().map(Vec::len).sum();
         (expected == actual, expected, actual)
     }
+
+    /// Copies in what a plan applier that judged `plan` as this result
+    /// says (its `rejected_nodes`) committed of it: the plan's entries on
+    /// every other node, or nothing of an all-at-once plan with a node
+    /// rejected.
+    pub fn copy_committed(&mut self, plan: &Plan) {
+        let Some(rejected) = self.rejected_set(plan) else {
+            return;
+        };
+        let kept = |n: &NodeId| !rejected.contains(n);
+        self.node_update = copy_kept(&plan.node_update, kept);
+        self.node_allocation = copy_kept(&plan.node_allocation, kept);
+        self.node_preemptions = copy_kept(&plan.node_preemptions, kept);
+    }
+
+    /// [`copy_committed`](Self::copy_committed), moving the entries out of
+    /// a plan the caller owns instead of copying them. A worker answered
+    /// without the entries (the applier sends them only to the store) fills
+    /// them in from its own plan.
+    pub fn take_committed(&mut self, plan: Plan) {
+        let Some(rejected) = self.rejected_set(&plan) else {
+            return;
+        };
+        let kept = |n: &NodeId| !rejected.contains(n);
+        self.node_update = take_kept(plan.node_update, kept);
+        self.node_allocation = take_kept(plan.node_allocation, kept);
+        self.node_preemptions = take_kept(plan.node_preemptions, kept);
+    }
+
+    /// The rejected nodes, or `None` when nothing of the plan was committed.
+    fn rejected_set(&self, plan: &Plan) -> Option<HashSet<NodeId>> {
+        if plan.all_at_once && !self.rejected_nodes.is_empty() {
+            return None;
+        }
+        Some(self.rejected_nodes.iter().copied().collect())
+    }
+}
+
+fn copy_kept<T: Clone>(
+    entries: &HashMap<NodeId, Vec<T>>,
+    kept: impl Fn(&NodeId) -> bool,
+) -> HashMap<NodeId, Vec<T>> {
+    entries
+        .iter()
+        .filter(|(n, _)| kept(n))
+        .map(|(n, v)| (*n, v.clone()))
+        .collect()
+}
+
+fn take_kept<T>(
+    entries: HashMap<NodeId, Vec<T>>,
+    kept: impl Fn(&NodeId) -> bool,
+) -> HashMap<NodeId, Vec<T>> {
+    entries.into_iter().filter(|(n, _)| kept(n)).collect()
 }

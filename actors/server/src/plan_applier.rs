@@ -17,7 +17,7 @@
 use crate::broker::Outstanding;
 use actix::prelude::*;
 use futures::channel::oneshot;
-use herder::plan_eval::evaluate_plan;
+use herder::plan_eval::judge_plan;
 use herder::state::{Command, PlanResults, StateSnapshot, StateStore, StoreError};
 use herder::structs::{Evaluation, Plan, PlanResult, TriggeredBy};
 use std::cmp::Ordering;
@@ -72,6 +72,11 @@ pub type PlanWrite = oneshot::Receiver<Result<u64, String>>;
 /// evaluation's own are durable, so nothing is acknowledged sooner than
 /// before. A partial plan is answered after its write, with `write`
 /// `None`: its submitter must refresh to a state that holds it.
+///
+/// `result` is the verdict without the committed entries (which nodes
+/// were rejected, the refresh index): only the store's write carries a
+/// copy of those, and the submitter, which holds the plan, fills them in
+/// with `PlanResult::take_committed`.
 #[derive(Debug)]
 pub struct PlanAnswer {
     /// `alloc_index` is 0 while the write is in flight (`write` has it).
@@ -167,7 +172,12 @@ struct Verified {
 /// every placement, and copying it cost as much as the check.
 struct Answer {
     queued: Queued,
+    /// The verdict without the committed entries: the store's command has
+    /// the one copy of those, and the submitter fills its answer in from
+    /// its own plan (`PlanResult::take_committed`).
     result: PlanResult,
+    /// Whether nothing of the plan is committed (no write is needed).
+    no_op: bool,
     partial: bool,
     /// How many placements were refused with their nodes.
     refused: usize,
@@ -286,7 +296,7 @@ impl PlanApplier {
             .optimistic
             .clone()
             .unwrap_or_else(|| self.store.snapshot());
-        let verdict = evaluate_plan(&snap, &queued.plan);
+        let verdict = judge_plan(&snap, &queued.plan);
         for (node, why) in &verdict.rejected {
             tracing::debug!(eval_id = %queued.plan.eval_id, node_id = %node, reason = %why, "plan node rejected");
         }
@@ -297,20 +307,23 @@ impl PlanApplier {
             .filter_map(|(node, _)| queued.plan.node_allocation.get(node))
             .map(Vec::len)
             .sum();
-        let well_formed = well_formed(&verdict.result);
-        let evals = preemption_evals(&snap, &verdict.result);
+        // The one copy of what is committed, for the store's command.
+        let mut committed = verdict.result.clone();
+        committed.copy_committed(&queued.plan);
+        let well_formed = well_formed(&committed);
+        let no_op = committed.is_no_op();
+        let evals = preemption_evals(&snap, &committed);
+        // Nothing committed of an all-at-once plan: nor its deployment.
+        let whole = !queued.plan.all_at_once || committed.full_commit(&queued.plan).0;
         let command = Command::ApplyPlanResults(PlanResults {
             eval_id: queued.plan.eval_id,
             job: queued.plan.job.clone(),
-            node_update: verdict.result.node_update.clone(),
-            node_allocation: verdict.result.node_allocation.clone(),
-            node_preemptions: verdict.result.node_preemptions.clone(),
+            node_update: committed.node_update,
+            node_allocation: committed.node_allocation,
+            node_preemptions: committed.node_preemptions,
             evals,
             updated_at: now_nanos(),
-            // Nothing committed of an all-at-once plan: nor its deployment.
-            deployment: (!queued.plan.all_at_once || verdict.result.full_commit(&queued.plan).0)
-                .then(|| queued.plan.deployment.clone())
-                .flatten(),
+            deployment: whole.then(|| queued.plan.deployment.clone()).flatten(),
             deployment_updates: queued.plan.deployment_updates.clone(),
         });
         Verified {
@@ -318,6 +331,7 @@ impl PlanApplier {
             answer: Answer {
                 queued,
                 result: verdict.result,
+                no_op,
                 partial,
                 refused,
                 well_formed,
@@ -331,7 +345,12 @@ impl PlanApplier {
             command,
             mut answer,
         } = v;
-        if answer.result.is_no_op() {
+        // Once its write starts, a plan is not checked again (only a
+        // verified plan waiting behind a failed write is): our share of it
+        // goes, so that the submitter's is the only one left and fills its
+        // answer by moving the entries, not copying them.
+        answer.queued.plan = Arc::default();
+        if answer.no_op {
             // Nothing fit (or nothing was asked): no write, answer now.
             self.finish(answer, Ok(self.store.latest_index()));
             return;

@@ -987,9 +987,15 @@ impl PlannerBridge {
         loop {
             let answer = block_on(self.deps.link.submit_plan(plan.clone()));
             match answer {
-                Ok(Ok(PlanAnswer { result, write })) => {
+                Ok(Ok(PlanAnswer { mut result, write })) => {
                     self.backoff.reset();
                     self.plan_writes.extend(write);
+                    // Answered without the committed entries: they are
+                    // this plan's own on the nodes not rejected, moved out
+                    // of it (the queue has let go of its share by now; a
+                    // share still held is copied instead).
+                    let plan = Arc::try_unwrap(plan).unwrap_or_else(|shared| (*shared).clone());
+                    result.take_committed(plan);
                     return Ok(result);
                 }
                 Ok(Err(e)) if e.is_transient() => {

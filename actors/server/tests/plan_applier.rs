@@ -70,13 +70,16 @@ impl Cluster {
     }
 }
 
-/// The plan's result once its write is over: a plan answered ahead of its
-/// write gets its index from the write's outcome.
-async fn settled(answer: PlanAnswer) -> herder::structs::PlanResult {
+/// The plan's result as its worker reads it once the write is over: a
+/// plan answered ahead of its write gets its index from the write's
+/// outcome, and the committed entries are filled in from the plan (the
+/// answer carries only the verdict).
+async fn settled(answer: PlanAnswer, plan: &Plan) -> herder::structs::PlanResult {
     let mut result = answer.result;
     if let Some(write) = answer.write {
         result.alloc_index = write.await.expect("outcome sent").expect("written");
     }
+    result.take_committed(plan.clone());
     result
 }
 
@@ -91,11 +94,12 @@ async fn two_plans_racing_for_one_slot_one_wins_the_other_must_refresh() {
     let node = node_with_slots(1);
     let c = Cluster::new(&[&node]);
     let applier = PlanApplier::new(c.store.clone(), None).start();
-    let first = applier.send(SubmitPlan(Arc::new(c.plan(&node, 1))));
-    let second = applier.send(SubmitPlan(Arc::new(c.plan(&node, 1))));
+    let plans = [Arc::new(c.plan(&node, 1)), Arc::new(c.plan(&node, 1))];
+    let first = applier.send(SubmitPlan(plans[0].clone()));
+    let second = applier.send(SubmitPlan(plans[1].clone()));
     let (a, b) = (
-        settled(first.await.unwrap().unwrap()).await,
-        settled(second.await.unwrap().unwrap()).await,
+        settled(first.await.unwrap().unwrap(), &plans[0]).await,
+        settled(second.await.unwrap().unwrap(), &plans[1]).await,
     );
     let placed =
         |r: &herder::structs::PlanResult| r.node_allocation.values().map(Vec::len).sum::<usize>();
@@ -115,12 +119,17 @@ async fn pipelined_plans_never_over_commit_a_node() {
     let node = node_with_slots(10);
     let c = Cluster::new(&[&node]);
     let applier = PlanApplier::new(c.store.clone(), None).start();
-    let replies: Vec<_> = (0..20)
-        .map(|_| applier.send(SubmitPlan(Arc::new(c.plan(&node, 1)))))
+    let plans: Vec<Arc<Plan>> = (0..20).map(|_| Arc::new(c.plan(&node, 1))).collect();
+    let replies: Vec<_> = (plans.iter())
+        .map(|p| applier.send(SubmitPlan(p.clone())))
         .collect();
     let mut committed = 0;
-    for r in futures::future::join_all(replies).await {
-        let r = settled(r.unwrap().unwrap()).await;
+    for (r, plan) in futures::future::join_all(replies)
+        .await
+        .into_iter()
+        .zip(&plans)
+    {
+        let r = settled(r.unwrap().unwrap(), plan).await;
         committed += r.node_allocation.values().map(Vec::len).sum::<usize>();
     }
     assert_eq!(committed, 10);
@@ -137,13 +146,17 @@ async fn plans_to_different_nodes_all_commit_at_increasing_indexes() {
     let refs: Vec<&Node> = nodes.iter().collect();
     let c = Cluster::new(&refs);
     let applier = PlanApplier::new(c.store.clone(), None).start();
-    let replies: Vec<_> = nodes
-        .iter()
-        .map(|n| applier.send(SubmitPlan(Arc::new(c.plan(n, 4)))))
+    let plans: Vec<Arc<Plan>> = nodes.iter().map(|n| Arc::new(c.plan(n, 4))).collect();
+    let replies: Vec<_> = (plans.iter())
+        .map(|p| applier.send(SubmitPlan(p.clone())))
         .collect();
     let mut indexes = Vec::new();
-    for r in futures::future::join_all(replies).await {
-        let r = settled(r.unwrap().unwrap()).await;
+    for (r, plan) in futures::future::join_all(replies)
+        .await
+        .into_iter()
+        .zip(&plans)
+    {
+        let r = settled(r.unwrap().unwrap(), plan).await;
         assert!(r.rejected_nodes.is_empty());
         indexes.push(r.alloc_index);
     }
@@ -208,14 +221,9 @@ async fn a_plan_whose_eval_is_not_outstanding_under_its_token_is_refused() {
     let mut good = c.plan(&node, 1);
     good.eval_id = eval.id;
     good.eval_token = delivery.token.to_string();
-    let r = settled(
-        applier
-            .send(SubmitPlan(Arc::new(good)))
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .await;
+    let good = Arc::new(good);
+    let answer = applier.send(SubmitPlan(good.clone())).await.unwrap();
+    let r = settled(answer.unwrap(), &good).await;
     assert_eq!(r.node_allocation[&node.id].len(), 1);
 }
 
@@ -243,13 +251,20 @@ async fn a_whole_plan_is_answered_ahead_of_its_write_a_partial_one_after() {
     let node = node_with_slots(3);
     let c = Cluster::new(&[&node]);
     let applier = PlanApplier::new(c.store.clone(), None).start();
+    let plan = Arc::new(c.plan(&node, 3));
     let answer = applier
-        .send(SubmitPlan(Arc::new(c.plan(&node, 3))))
+        .send(SubmitPlan(plan.clone()))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(answer.result.node_allocation[&node.id].len(), 3);
+    assert!(
+        answer.result.node_allocation.is_empty(),
+        "the entries go to the store only"
+    );
     assert_eq!(answer.result.alloc_index, 0, "not known before the write");
+    let mut committed = answer.result.clone();
+    committed.take_committed((*plan).clone());
+    assert_eq!(committed.node_allocation[&node.id].len(), 3);
     let write = answer.write.expect("answered ahead of its write");
     let index = write.await.expect("outcome sent").expect("written");
     assert!(c.store.snapshot().latest_index() >= index);
