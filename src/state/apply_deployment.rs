@@ -254,36 +254,39 @@ impl Txn {
 
     /// Counts an allocation write into its deployment (the rules are
     /// `Deployment::count_alloc`, shared with the scheduler's harness).
-    /// `count_in_deployment` of new allocations (no old versions): the
-    /// deployment copied once per run of allocations in the same one.
+    pub(super) fn count_in_deployment(&mut self, alloc: &Allocation, old: Option<&Allocation>) {
+        if let Some(id) = alloc.deployment_id {
+            self.count_into_deployment(id, [(alloc, old)]);
+        }
+    }
+
+    /// `count_in_deployment` of new allocations (no old versions), the
+    /// deployment copied and written once per run of allocations in the
+    /// same one rather than once per allocation.
     pub(super) fn count_placed_in_deployments(&mut self, allocs: &[&Arc<Allocation>]) {
         for same in allocs.chunk_by(|a, b| a.deployment_id == b.deployment_id) {
-            let Some(id) = same.first().and_then(|a| a.deployment_id) else {
-                continue;
-            };
-            let Some(current) = self.t.deployments.get(&id) else {
-                continue;
-            };
-            let mut d = (**current).clone();
-            let mut counted = false;
-            for alloc in same {
-                counted |= d.count_alloc(alloc, None);
-            }
-            if counted {
-                self.upsert_deployment(d);
+            if let Some(id) = same.first().and_then(|a| a.deployment_id) {
+                self.count_into_deployment(id, same.iter().map(|a| (&***a, None)));
             }
         }
     }
 
-    pub(super) fn count_in_deployment(&mut self, alloc: &Allocation, old: Option<&Allocation>) {
-        let Some(id) = alloc.deployment_id else {
-            return;
-        };
+    /// Counts writes (each with its old version, if any) into deployment
+    /// `id`, if it exists, and writes it once if any of them counted.
+    fn count_into_deployment<'a>(
+        &mut self,
+        id: DeploymentId,
+        writes: impl IntoIterator<Item = (&'a Allocation, Option<&'a Allocation>)>,
+    ) {
         let Some(current) = self.t.deployments.get(&id) else {
             return;
         };
         let mut d = (**current).clone();
-        if d.count_alloc(alloc, old) {
+        let mut counted = false;
+        for (alloc, old) in writes {
+            counted |= d.count_alloc(alloc, old);
+        }
+        if counted {
             self.upsert_deployment(d);
         }
     }

@@ -155,15 +155,10 @@ impl PlanResult {
     /// Copies in what a plan applier that judged `plan` as this result
     /// says (its `rejected_nodes`) committed of it: the plan's entries on
     /// every other node, or nothing of an all-at-once plan with a node
-    /// rejected.
+    /// rejected. (A copy of the whole plan, then kept as `take_committed`
+    /// keeps it: mostly nothing is rejected, and then that is all of it.)
     pub fn copy_committed(&mut self, plan: &Plan) {
-        let Some(rejected) = self.rejected_set(plan) else {
-            return;
-        };
-        let kept = |n: &NodeId| !rejected.contains(n);
-        self.node_update = copy_kept(&plan.node_update, kept);
-        self.node_allocation = copy_kept(&plan.node_allocation, kept);
-        self.node_preemptions = copy_kept(&plan.node_preemptions, kept);
+        self.take_committed(plan.clone());
     }
 
     /// [`copy_committed`](Self::copy_committed), moving the entries out of
@@ -187,17 +182,6 @@ impl PlanResult {
         }
         Some(self.rejected_nodes.iter().copied().collect())
     }
-}
-
-fn copy_kept<T: Clone>(
-    entries: &HashMap<NodeId, Vec<T>>,
-    kept: impl Fn(&NodeId) -> bool,
-) -> HashMap<NodeId, Vec<T>> {
-    entries
-        .iter()
-        .filter(|(n, _)| kept(n))
-        .map(|(n, v)| (*n, v.clone()))
-        .collect()
 }
 
 fn take_kept<T>(
