@@ -43,11 +43,18 @@ struct NodeNumbers {
 /// clusters herder is measured with.
 const THREAD_CACHE: usize = 1 << 15;
 
+/// The hash of a thread's cache. Seeded per process, like the standard
+/// one, since node IDs are the clients' choice, but several times quicker:
+/// a scheduler numbers the five best-scored nodes of every placement, and
+/// SipHash was most of that (7% of a service evaluation's instructions).
+type CacheHash = foldhash::quality::RandomState;
+
 thread_local! {
     /// Numbers this thread looked up: a restart's decoders number five
     /// nodes a row, a million rows, and taking the shared lock for each
     /// (its counter bouncing between cores) was most of the cost.
-    static KNOWN: RefCell<HashMap<NodeId, u32>> = RefCell::new(HashMap::new());
+    static KNOWN: RefCell<HashMap<NodeId, u32, CacheHash>> =
+        RefCell::new(HashMap::with_hasher(CacheHash::default()));
 }
 
 /// `id`'s number, given one on first sight; `None` once the table is full
