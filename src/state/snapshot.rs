@@ -68,6 +68,13 @@ impl StateSnapshot {
     /// The result depends only on the state, the index and the command, so
     /// replaying the same commands always builds the same state.
     pub fn apply(&mut self, index: u64, cmd: &Command) -> Result<AppliedChanges, ApplyError> {
+        self.apply_owned(index, cmd.clone())
+    }
+
+    /// [`Self::apply`], taking the command: what it adds to the state
+    /// moves there instead of being copied (the store's writer owns every
+    /// command it applies).
+    pub fn apply_owned(&mut self, index: u64, cmd: Command) -> Result<AppliedChanges, ApplyError> {
         let latest = self.latest_index();
         if index <= latest {
             return Err(ApplyError::StaleIndex { index, latest });
@@ -88,14 +95,14 @@ impl StateSnapshot {
     pub fn apply_batch(
         &mut self,
         index: u64,
-        commands: &[Command],
+        commands: Vec<Command>,
     ) -> Result<Vec<Result<AppliedChanges, ApplyError>>, ApplyError> {
         let latest = self.latest_index();
         if index < latest || (index == latest && !commands.is_empty()) {
             return Err(ApplyError::StaleIndex { index, latest });
         }
         let results = commands
-            .iter()
+            .into_iter()
             .map(|cmd| self.apply_unchecked(index, cmd))
             .collect();
         if self.latest_index() != index {
@@ -124,11 +131,12 @@ impl StateSnapshot {
         t.applied_position = position.map(Arc::from);
     }
 
-    fn apply_unchecked(&mut self, index: u64, cmd: &Command) -> Result<AppliedChanges, ApplyError> {
+    fn apply_unchecked(&mut self, index: u64, cmd: Command) -> Result<AppliedChanges, ApplyError> {
+        let name = cmd.name();
         let mut txn = Txn::new((*self.tables).clone(), index);
         txn.apply(cmd)?;
         let (tables, mut changes) = txn.finish();
-        changes.command = cmd.name();
+        changes.command = name;
         self.tables = Arc::new(tables);
         Ok(changes)
     }

@@ -1141,7 +1141,7 @@ impl Writer {
             match request {
                 Request::One { command, reply } => {
                     let index = self.state.latest_index() + 1;
-                    let result = self.state.apply(index, &command).map(Arc::new);
+                    let result = self.state.apply_owned(index, command).map(Arc::new);
                     replies.push(Answer::One(reply, result));
                 }
                 Request::Batch {
@@ -1150,7 +1150,7 @@ impl Writer {
                     position,
                     reply,
                 } => {
-                    let results = match self.state.apply_batch(index, &commands) {
+                    let results = match self.state.apply_batch(index, commands) {
                         Ok(results) => {
                             self.state.set_applied_position(&position);
                             moves_position = true;

@@ -34,7 +34,7 @@
 //! and [`store_target`] maps the trait onto them:
 //!
 //! ```text
-//! StateSnapshot::apply_batch(&mut self, index, &[Command])
+//! StateSnapshot::apply_batch(&mut self, index, Vec<Command>)
 //!     -> Result<Vec<Result<AppliedChanges, ApplyError>>, ApplyError /* replay */>;
 //! StateStore::submit_batch_at(&self, index, Vec<Command>, position: Vec<u8>)
 //!     -> oneshot::Receiver<Result<BatchOutcome, StoreError>>;   // + apply_batch_at, apply_batches_at
