@@ -485,14 +485,42 @@ fn job_bodies(config: &BenchConfig) -> Vec<serde_json::Value> {
 }
 
 /// How long the placement loop waits between two reads of the server's
-/// progress: 1/40 of the time so far (the end is then known to within
-/// 2.5%), from 50 ms to 250 ms. Each read renders `/v1/metrics` (or, when
-/// following summaries, `/v1/jobs`, with the metrics once a second): read
-/// every 50 ms through a 30-second run, they took about a sixth of the
-/// server's CPU in its profile (docs/PERFORMANCE.md), work no user's
-/// tooling asks of it.
-fn poll_interval(elapsed: Duration) -> Duration {
-    (elapsed / 40).clamp(Duration::from_millis(50), Duration::from_millis(250))
+/// progress. Each read renders `/v1/metrics` (or, when following
+/// summaries, `/v1/jobs`, with the metrics once a second): read every 50 ms
+/// through a 30-second run, they took about a sixth of the server's CPU in
+/// its profile (docs/PERFORMANCE.md), work no user's tooling asks of it;
+/// every 250 ms, still 2% of it.
+///
+/// So the wait is a quarter of the time the rest should take at the rate
+/// of the last wait, from 50 ms to 1 s: about one read a second while the
+/// end is far, and the end is still caught within 50 ms or so. Until the
+/// count first moves, 1/40 of the time so far (50 to 250 ms).
+#[derive(Default)]
+struct PollPacer {
+    /// When the count was last read, and what it was.
+    last: Option<(Instant, u64)>,
+}
+
+impl PollPacer {
+    const MIN: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn next(&mut self, now: Instant, started: Instant, placed: u64, expected: u64) -> Duration {
+        let last = self.last.replace((now, placed));
+        let early = (now.duration_since(started) / 40).clamp(Self::MIN, Duration::from_millis(250));
+        let Some((then, before)) = last else {
+            return early;
+        };
+        let moved = placed.saturating_sub(before);
+        let took = now.duration_since(then);
+        if moved == 0 || took.is_zero() {
+            return early;
+        }
+        let left = expected.saturating_sub(placed);
+        // The rest at the last wait's rate: took * left / moved.
+        let rest = took.mul_f64(left as f64 / moved as f64);
+        (rest / 4).clamp(Self::MIN, Self::MAX)
+    }
 }
 
 /// Submits every job from `submitters` connections while following the
@@ -532,9 +560,10 @@ fn place(
     let mut placed;
     let by_metrics = churn.is_empty() && config.progress == ProgressSource::Metrics;
     let mut metrics_read: Option<Instant> = None;
+    let mut pacer = PollPacer::default();
     loop {
         // Following summaries, the metrics give only the plan queue's depth:
-        // read once a second, not at every poll (see `poll_interval`).
+        // read once a second, not at every poll (see `PollPacer`).
         let due = metrics_read.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
         let view = if by_metrics || due {
             metrics_read = Some(Instant::now());
@@ -569,7 +598,7 @@ fn place(
         {
             break;
         }
-        std::thread::sleep(poll_interval(started.elapsed()));
+        std::thread::sleep(pacer.next(Instant::now(), started, placed, expected));
     }
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(probe) = probe {
@@ -724,4 +753,63 @@ fn read_metrics(
     report.worker_utilisation =
         report.scheduler_busy_secs / (report.placement_secs * cpus).max(1e-9);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads at `at_ms` with `placed` allocations each; the waits asked.
+    fn waits(reads: &[(u64, u64)], expected: u64) -> Vec<Duration> {
+        let started = Instant::now();
+        let mut pacer = PollPacer::default();
+        reads
+            .iter()
+            .map(|&(at_ms, placed)| {
+                pacer.next(
+                    started + Duration::from_millis(at_ms),
+                    started,
+                    placed,
+                    expected,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_pacer_reads_once_a_second_while_the_end_is_far_and_often_near_it() {
+        // 100 placed a millisecond, a million expected: 10 s in all.
+        let w = waits(&[(0, 0), (1_000, 100_000), (2_000, 200_000)], 1_000_000);
+        // Nothing placed yet: the early wait, at its 50 ms floor.
+        assert_eq!(w[0], Duration::from_millis(50));
+        // 9 s left at the first second's rate: a quarter is 2.25 s, held
+        // to 1 s; and again a second later.
+        assert_eq!(w[1], Duration::from_secs(1));
+        assert_eq!(w[2], Duration::from_secs(1));
+        // The last half second placed 400 a millisecond: the 400,000 left
+        // take 1 s at that rate, and the wait is a quarter of it.
+        let w = waits(
+            &[(0, 0), (1_000, 100_000), (2_000, 300_000), (2_500, 500_000)],
+            900_000,
+        );
+        assert_eq!(w[3], Duration::from_millis(250));
+
+        // 0.4 s left at the last wait's rate: 100 ms.
+        let w = waits(&[(0, 0), (9_000, 900_000), (9_600, 960_000)], 1_000_000);
+        assert_eq!(w[2], Duration::from_millis(100));
+        // Nearly done: never under 50 ms.
+        let w = waits(&[(0, 0), (9_000, 999_000), (9_100, 999_990)], 1_000_000);
+        assert_eq!(w[2], Duration::from_millis(50));
+    }
+
+    #[test]
+    fn the_pacer_waits_the_early_wait_while_the_count_stands_still() {
+        // Twenty seconds in with no progress since the last read (a stall):
+        // 1/40 of the time so far, at most 250 ms.
+        let w = waits(&[(0, 0), (19_000, 5_000), (20_000, 5_000)], 1_000_000);
+        assert_eq!(w[2], Duration::from_millis(250));
+        // Done (or past it: lost allocations and their replacements).
+        let w = waits(&[(0, 0), (1_000, 10), (1_100, 20)], 10);
+        assert_eq!(w[2], Duration::from_millis(50));
+    }
 }
