@@ -14,6 +14,7 @@ use crate::state::{StateSnapshot, Table};
 use crate::structs::fit::{FitError, NodeAllocUsage};
 use crate::structs::{AllocId, NodeId, Plan, PlanResult};
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// Why a node of a plan was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +41,11 @@ impl std::fmt::Display for NodeRejection {
 pub struct PlanVerdict {
     pub result: PlanResult,
     pub rejected: Vec<(NodeId, NodeRejection)>,
+    /// What each accepted node the plan places on would hold, by node ID
+    /// (sorted): worked out to check the fit, and kept so that applying
+    /// the plan's usage to the state it was judged against need not work
+    /// it out again (`StateSnapshot::apply_judged_usage`).
+    pub usage: Vec<(NodeId, Arc<NodeAllocUsage>)>,
 }
 
 /// Checks every node of `plan` against `snap` and returns what may be
@@ -58,9 +64,12 @@ pub fn evaluate_plan(snap: &StateSnapshot, plan: &Plan) -> PlanVerdict {
 /// and again into the command.
 pub fn judge_plan(snap: &StateSnapshot, plan: &Plan) -> PlanVerdict {
     let mut verdict = PlanVerdict::default();
+    // `nodes` comes sorted, and so does `usage`.
     for node_id in plan.nodes() {
-        if let Err(why) = evaluate_node(snap, plan, node_id) {
-            verdict.rejected.push((node_id, why));
+        match check_node(snap, plan, node_id) {
+            Ok(Some(usage)) => verdict.usage.push((node_id, Arc::new(usage))),
+            Ok(None) => {}
+            Err(why) => verdict.rejected.push((node_id, why)),
         }
     }
     if !verdict.rejected.is_empty() {
@@ -76,13 +85,23 @@ pub fn evaluate_node(
     plan: &Plan,
     node_id: NodeId,
 ) -> Result<(), NodeRejection> {
+    check_node(snap, plan, node_id).map(drop)
+}
+
+/// [`evaluate_node`], with what the node would hold when the plan places
+/// anything there.
+fn check_node(
+    snap: &StateSnapshot,
+    plan: &Plan,
+    node_id: NodeId,
+) -> Result<Option<NodeAllocUsage>, NodeRejection> {
     let placing = plan
         .node_allocation
         .get(&node_id)
         .is_some_and(|a| !a.is_empty());
     if !placing {
         // Stopping and evicting always succeed, whatever the node's state.
-        return Ok(());
+        return Ok(None);
     }
     let node = snap.node(&node_id).ok_or(NodeRejection::Missing)?;
     if node.status != crate::structs::NodeStatus::Ready {
@@ -91,9 +110,9 @@ pub fn evaluate_node(
     if !node.is_schedulable() && !only_updates_existing(snap, plan, node_id) {
         return Err(NodeRejection::Ineligible);
     }
-    proposed_usage(snap, plan, node_id)
-        .fits(node)
-        .map_err(NodeRejection::DoesNotFit)
+    let usage = proposed_usage(snap, plan, node_id);
+    usage.fits(node).map_err(NodeRejection::DoesNotFit)?;
+    Ok(Some(usage))
 }
 
 /// In-place updates of allocations already on an ineligible (e.g.
@@ -270,8 +289,26 @@ mod tests {
             .unwrap();
         let mut view = w.snap.clone();
         view.apply_plan_usage(&in_flight);
+        // The same plan judged against the same state, its view made from
+        // the usage the check found instead of worked out again.
+        let as_plan = Plan {
+            job: in_flight.job.clone(),
+            node_update: in_flight.node_update.clone(),
+            node_allocation: in_flight.node_allocation.clone(),
+            node_preemptions: in_flight.node_preemptions.clone(),
+            ..Default::default()
+        };
+        let verdict = judge_plan(&w.snap, &as_plan);
+        assert!(verdict.rejected.is_empty());
+        let judged: Vec<_> = verdict.usage.iter().map(|(n, _)| *n).collect();
+        let mut placing = vec![a.id, c.id];
+        placing.sort_unstable();
+        assert_eq!(judged, placing, "the placing nodes, sorted");
+        let mut judged_view = w.snap.clone();
+        judged_view.apply_judged_usage(&in_flight, &verdict.usage);
         for node in [&a, &b, &c] {
             assert_eq!(view.node_usage(&node.id), full.node_usage(&node.id));
+            assert_eq!(judged_view.node_usage(&node.id), full.node_usage(&node.id));
         }
         // What verification reads of an allocation (not its descriptions
         // or indexes, which the view leaves alone).
@@ -287,6 +324,7 @@ mod tests {
         };
         for id in [on_a.id, on_b.id, moved.id] {
             assert_eq!(seen(&view, id), seen(&full, id));
+            assert_eq!(seen(&judged_view, id), seen(&full, id));
         }
         // The next plan: a has room for one more, b for three, c for one.
         let cases = [
@@ -301,6 +339,10 @@ mod tests {
             let plan = w.plan(allocs);
             let (on_view, on_full) = (evaluate_plan(&view, &plan), evaluate_plan(&full, &plan));
             assert_eq!(on_view.rejected, on_full.rejected);
+            assert_eq!(
+                evaluate_plan(&judged_view, &plan).rejected,
+                on_full.rejected
+            );
             assert_eq!(on_view.rejected.is_empty(), fits, "{n} on {}", node.id);
         }
     }

@@ -44,6 +44,44 @@ fn stop_for_verification(t: &mut Tables, stop: &AllocStop, preemption: bool) {
     t.allocs.insert(Arc::new(alloc));
 }
 
+/// Applies one node's placements for plan verification: an update in
+/// place replaces its allocation's row (and, unless `known`, its usage);
+/// the node's usage after them is returned, `known` when given.
+fn place_for_verification(
+    t: &mut Tables,
+    node_id: NodeId,
+    allocs: &[Allocation],
+    known: Option<&Arc<NodeAllocUsage>>,
+) -> Arc<NodeAllocUsage> {
+    // Worked out only when not known.
+    let mut usage = known.is_none().then(|| {
+        t.node_usage
+            .get(&node_id)
+            .map_or_else(NodeAllocUsage::default, |u| (**u).clone())
+    });
+    for alloc in allocs {
+        // New placements (`CreateIndex` 0) replace nothing; see
+        // `plan_eval::proposed_usage`.
+        let existing = (alloc.create_index != 0)
+            .then(|| t.allocs.get(&alloc.id).cloned())
+            .flatten();
+        if let Some(old) = existing {
+            // An update in place: the old version no longer counts.
+            if let Some(usage) = usage.as_mut().filter(|_| old.node_id == node_id) {
+                usage.remove(&old);
+            }
+            t.allocs.insert(Arc::new(alloc.clone()));
+        }
+        if let Some(usage) = usage.as_mut() {
+            usage.add(alloc);
+        }
+    }
+    match usage {
+        Some(usage) => Arc::new(usage),
+        None => known.cloned().unwrap_or_default(),
+    }
+}
+
 /// The state at one index. Cloning is O(1); every accessor returns shared
 /// values (`Arc`s) or iterators, never deep copies.
 #[derive(Clone, Debug, Default)]
@@ -153,6 +191,20 @@ impl StateSnapshot {
     /// that has not seen the plan can refer to them), its index does not
     /// move, and it must never be published or used for anything else.
     pub fn apply_plan_usage(&mut self, plan: &PlanResults) {
+        self.apply_judged_usage(plan, &[]);
+    }
+
+    /// [`Self::apply_plan_usage`], with the usage of the nodes in `judged`
+    /// taken from there instead of worked out again: what the check of
+    /// the plan against this very state found each node would hold
+    /// (`plan_eval::PlanVerdict::usage`, sorted by node). Against any
+    /// other state it would be wrong; the plan applier checks that the
+    /// state is the one the plan was judged against.
+    pub fn apply_judged_usage(
+        &mut self,
+        plan: &PlanResults,
+        judged: &[(NodeId, Arc<NodeAllocUsage>)],
+    ) {
         let t = Arc::make_mut(&mut self.tables);
         let stops = plan.node_update.values().flatten().map(|s| (s, false));
         let preemptions = plan.node_preemptions.values().flatten().map(|s| (s, true));
@@ -160,31 +212,23 @@ impl StateSnapshot {
             stop_for_verification(t, stop, preemption);
         }
         for (node_id, allocs) in &plan.node_allocation {
-            let mut usage = t
-                .node_usage
-                .get(node_id)
-                .map_or_else(NodeAllocUsage::default, |u| (**u).clone());
-            for alloc in allocs {
-                // New placements (`CreateIndex` 0) replace nothing; see
-                // `plan_eval::proposed_usage`.
-                let existing = (alloc.create_index != 0)
-                    .then(|| t.allocs.get(&alloc.id).cloned())
-                    .flatten();
-                if let Some(old) = existing {
-                    // An update in place: the old version no longer counts.
-                    if old.node_id == *node_id {
-                        usage.remove(&old);
-                    }
-                    t.allocs.insert(Arc::new(alloc.clone()));
-                }
-                usage.add(alloc);
-            }
+            let known = judged
+                .binary_search_by_key(node_id, |(n, _)| *n)
+                .ok()
+                .map(|at| &judged[at].1);
+            let usage = place_for_verification(t, *node_id, allocs, known);
             if usage.live == 0 {
                 t.node_usage.remove(node_id);
             } else {
-                t.node_usage.insert(*node_id, Arc::new(usage));
+                t.node_usage.insert(*node_id, usage);
             }
         }
+    }
+
+    /// Whether `other` is this very state: the same tables, not merely
+    /// equal ones (O(1)).
+    pub fn is_same_state(&self, other: &StateSnapshot) -> bool {
+        Arc::ptr_eq(&self.tables, &other.tables)
     }
 
     /// The index of the last applied command.

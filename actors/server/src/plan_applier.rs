@@ -19,7 +19,8 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use herder::plan_eval::judge_plan;
 use herder::state::{Command, PlanResults, StateSnapshot, StateStore, StoreError};
-use herder::structs::{Evaluation, Plan, PlanResult, TriggeredBy};
+use herder::structs::fit::NodeAllocUsage;
+use herder::structs::{Evaluation, NodeId, Plan, PlanResult, TriggeredBy};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -165,6 +166,11 @@ impl Ord for Queued {
 struct Verified {
     command: Command,
     answer: Answer,
+    /// The state it was checked against, and what the check found each
+    /// node it places on would hold there: the workers' view of it is that
+    /// state with these put in, not worked out a second time.
+    judged_on: StateSnapshot,
+    usage: Vec<(NodeId, Arc<NodeAllocUsage>)>,
 }
 
 /// What the submitter of a verified plan is answered with once its write
@@ -283,10 +289,18 @@ impl PlanApplier {
         let mut view = optimistic.clone();
         if let Some(Verified {
             command: Command::ApplyPlanResults(plan),
+            judged_on,
+            usage,
             ..
         }) = &self.next
         {
-            view.apply_plan_usage(plan);
+            // Always so (see `pump`); the check keeps it true.
+            let judged = if judged_on.is_same_state(optimistic) {
+                &usage[..]
+            } else {
+                &[]
+            };
+            view.apply_judged_usage(plan, judged);
         }
         self.view.set(Some(view));
     }
@@ -328,6 +342,8 @@ impl PlanApplier {
         });
         Verified {
             command,
+            judged_on: snap,
+            usage: verdict.usage,
             answer: Answer {
                 queued,
                 result: verdict.result,
@@ -344,6 +360,7 @@ impl PlanApplier {
         let Verified {
             command,
             mut answer,
+            ..
         } = v;
         // Once its write starts, a plan is not checked again (only a
         // verified plan waiting behind a failed write is): our share of it
