@@ -46,8 +46,8 @@ pub use persist::FORMAT_VERSION;
 pub use quarantine::{QuarantineSource, QuarantinedRecord};
 pub use snapshot::StateSnapshot;
 pub use store::{
-    node_allocs_index, ApplyOutcome, BatchOutcome, Replicator, StateStore, StoreOptions,
-    Subscription,
+    node_allocs_index, ApplyOutcome, BatchOutcome, Replicator, StagedWrite, StateStore,
+    StoreOptions, Subscription,
 };
 
 use crate::structs::NodeId;

@@ -100,6 +100,20 @@ pub struct Subscription {
 
 type Reply = oneshot::Sender<Result<ApplyOutcome, StoreError>>;
 
+/// A leader's write seen at two moments (`submit_staged_as_leader`).
+///
+/// `applied` gets the writer's state right after the command, before that
+/// state is flushed: it holds the command and everything queued before
+/// it, and may be checked against, since a write that later fails to
+/// flush fails every write after it too (the store refuses writes once
+/// one failed). It is dropped unsent when the command is refused, when
+/// the store has failed, and always on a replica, whose writes are
+/// visible only once committed. `durable` is the outcome, as `submit`'s.
+pub struct StagedWrite {
+    pub applied: oneshot::Receiver<StateSnapshot>,
+    pub durable: oneshot::Receiver<Result<ApplyOutcome, StoreError>>,
+}
+
 /// The outcome of each command of a batch applied at one index (see
 /// [`StateStore::submit_batch_at`]).
 pub type BatchOutcome = Vec<Result<ApplyOutcome, super::ApplyError>>;
@@ -111,8 +125,13 @@ type BatchReply = oneshot::Sender<Result<BatchOutcome, StoreError>>;
 // variant: boxing it would add an allocation to each of them.
 #[allow(clippy::large_enum_variant)]
 enum Request {
-    /// One command at the next index (`submit`).
-    One { command: Command, reply: Reply },
+    /// One command at the next index (`submit`); `applied`, when given,
+    /// gets the writer's state right after it (`submit_staged_as_leader`).
+    One {
+        command: Command,
+        reply: Reply,
+        applied: Option<oneshot::Sender<StateSnapshot>>,
+    },
     /// Commands at an index a replicated log chose (`submit_batch_at`).
     Batch {
         index: u64,
@@ -645,18 +664,40 @@ impl StateStore {
             .clone()
     }
 
+    /// As [`Self::submit_as_leader`], and tells the caller the state the
+    /// command makes as soon as it is applied in memory, ahead of its
+    /// flush (see [`StagedWrite`]).
+    pub fn submit_staged_as_leader(&self, command: Command) -> StagedWrite {
+        let (applied, applied_rx) = oneshot::channel();
+        if let Some(replicator) = self.replicator() {
+            // A replica's write is visible only once the log commits it:
+            // `applied` is dropped unsent, and `durable` is the moment.
+            drop(applied);
+            return StagedWrite {
+                applied: applied_rx,
+                durable: replicator.propose_as_leader(command),
+            };
+        }
+        let (reply, durable) = oneshot::channel();
+        self.queue(Request::One {
+            command,
+            reply,
+            applied: Some(applied),
+        });
+        StagedWrite {
+            applied: applied_rx,
+            durable,
+        }
+    }
+
     /// Queues a command on this store's own writer.
     fn submit_here(&self, command: Command) -> oneshot::Receiver<Result<ApplyOutcome, StoreError>> {
         let (reply, receiver) = oneshot::channel();
-        let sender = self.handle.sender.lock().unwrap_or_else(|e| e.into_inner());
-        let request = Request::One { command, reply };
-        let unsent = match sender.as_ref() {
-            Some(sender) => sender.send(request).err().map(|e| e.0),
-            None => Some(request),
-        };
-        if let Some(request) = unsent {
-            request.fail(StoreError::Closed);
-        }
+        self.queue(Request::One {
+            command,
+            reply,
+            applied: None,
+        });
         receiver
     }
 
@@ -1137,11 +1178,19 @@ impl Writer {
     fn apply(&mut self, batch: Vec<Request>) -> AppliedGroup {
         let mut replies = Vec::with_capacity(batch.len());
         let mut moves_position = false;
+        let mut staged = Vec::new();
         for request in batch {
             match request {
-                Request::One { command, reply } => {
+                Request::One {
+                    command,
+                    reply,
+                    applied,
+                } => {
                     let index = self.state.latest_index() + 1;
                     let result = self.state.apply_owned(index, command).map(Arc::new);
+                    if let (Some(applied), true) = (applied, result.is_ok()) {
+                        staged.push(applied);
+                    }
                     replies.push(Answer::One(reply, result));
                 }
                 Request::Batch {
@@ -1168,6 +1217,10 @@ impl Writer {
                     )));
                 }
             }
+        }
+        // Before encoding: the applier checks its next plan meanwhile.
+        for applied in staged {
+            let _ = applied.send(self.state.clone());
         }
         let encoded = self.durable.then(|| {
             let changes = replies

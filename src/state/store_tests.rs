@@ -51,6 +51,29 @@ fn a_rejected_command_in_a_group_leaves_the_others_applied() {
 }
 
 #[test]
+fn a_staged_write_shows_its_state_once_applied_and_a_refused_one_shows_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let staged = store.submit_staged_as_leader(register("a"));
+    let applied = futures::executor::block_on(staged.applied).expect("an early state");
+    assert!(applied.job("default", "a").is_some(), "it holds the write");
+    let outcome = futures::executor::block_on(staged.durable)
+        .unwrap()
+        .unwrap();
+    assert_eq!(applied.latest_index(), outcome.index);
+    assert!(store.snapshot().job("default", "a").is_some());
+
+    let refused = store.submit_staged_as_leader(bad_cas());
+    assert!(
+        futures::executor::block_on(refused.applied).is_err(),
+        "nothing applied, nothing to show"
+    );
+    let outcome = futures::executor::block_on(refused.durable).unwrap();
+    assert!(matches!(outcome, Err(StoreError::Rejected(_))));
+    assert_eq!(store.snapshot().latest_index(), 1);
+}
+
+#[test]
 fn snapshot_min_index_waits_for_the_writer_and_times_out() {
     let store = StateStore::in_memory();
     let err = store

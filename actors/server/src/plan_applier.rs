@@ -4,11 +4,18 @@
 //! Plans wait in a queue ordered by priority, first come first served
 //! within a priority. Each is checked against the newest state
 //! (`herder::plan_eval`) and what fits is committed. Writes are pipelined:
-//! while plan N is being made durable, plan N+1 is already checked against
-//! an optimistic state that includes N's effect, so the store's fsync and
-//! the verification overlap instead of taking turns. At most one write is
-//! in flight, so the optimistic state never runs more than one plan ahead
-//! of the durable one.
+//! while plan N is being written, plan N+1 is already checked against an
+//! optimistic state that includes N's effect, so the store's work and the
+//! verification overlap instead of taking turns. Plan N+1's write starts
+//! as soon as the store has applied N in memory (it tells the applier the
+//! state that made: `StateStore::submit_staged_as_leader`), not once N is
+//! flushed, so the store applies N+1 while it flushes N. At most one write
+//! is waiting to be applied: the optimistic state is the newest applied
+//! state plus that one write's effect. A write that fails to flush fails
+//! every write after it (the store refuses writes from then on), so
+//! nothing checked against an unflushed state can land without it. A
+//! replica has no early state: there each write is awaited until
+//! committed, one at a time, as Nomad's plan applier does.
 //!
 //! A plan committed whole is answered when its write starts, not when it
 //! ends (see [`PlanAnswer`]): its submitter learns nothing more from the
@@ -18,7 +25,7 @@ use crate::broker::Outstanding;
 use actix::prelude::*;
 use futures::channel::oneshot;
 use herder::plan_eval::judge_plan;
-use herder::state::{Command, PlanResults, StateSnapshot, StateStore, StoreError};
+use herder::state::{Command, PlanResults, StagedWrite, StateSnapshot, StateStore, StoreError};
 use herder::structs::fit::NodeAllocUsage;
 use herder::structs::{Evaluation, NodeId, Plan, PlanResult, TriggeredBy};
 use std::cmp::Ordering;
@@ -223,12 +230,22 @@ pub struct PlanApplier {
     enabled: bool,
     queue: BinaryHeap<Queued>,
     seq: u64,
-    /// The state plans are checked against while a write is in flight: the
-    /// durable state plus that write's effect.
+    /// The state plans are checked against while writes are in flight: the
+    /// newest state the store applied, plus the effect of the write it has
+    /// not applied yet, if any.
     optimistic: Option<StateSnapshot>,
     /// `optimistic`, shared with the workers.
     view: InFlightView,
-    writing: bool,
+    /// The write submitted but not yet applied in memory (its number):
+    /// the next starts only once it is.
+    unapplied: Option<u64>,
+    /// Writes submitted and not yet durable (or failed).
+    in_flight: usize,
+    /// Numbers the writes, to tell which one is unapplied.
+    writes: u64,
+    /// Plans that committed nothing, each with the last write submitted
+    /// before it was checked: answered once that write is durable.
+    no_ops: Vec<(u64, Answer)>,
     next: Option<Verified>,
     stats: PlanQueueStats,
 }
@@ -243,7 +260,10 @@ impl PlanApplier {
             seq: 0,
             optimistic: None,
             view: InFlightView::default(),
-            writing: false,
+            unapplied: None,
+            in_flight: 0,
+            writes: 0,
+            no_ops: Vec::new(),
             next: None,
             stats: PlanQueueStats::default(),
         }
@@ -257,7 +277,7 @@ impl PlanApplier {
     }
 
     /// Moves work forward: verify the next plan if there is room, start a
-    /// write if none is in flight.
+    /// write unless one is waiting to be applied.
     fn pump(&mut self, ctx: &mut Context<Self>) {
         loop {
             if self.next.is_none() {
@@ -267,7 +287,7 @@ impl PlanApplier {
                 self.next = Some(self.verify(queued));
                 self.publish_view();
             }
-            if self.writing {
+            if self.unapplied.is_some() {
                 break;
             }
             if let Some(v) = self.next.take() {
@@ -368,8 +388,14 @@ impl PlanApplier {
         // answer by moving the entries, not copying them.
         answer.queued.plan = Arc::default();
         if answer.no_op {
-            // Nothing fit (or nothing was asked): no write, answer now.
-            self.finish(answer, Ok(self.store.latest_index()));
+            // Nothing fit (or nothing was asked): no write. Its submitter
+            // refreshes to the index it is answered with, which must show
+            // what it lost to: the writes in flight, once durable.
+            if self.in_flight == 0 {
+                self.finish(answer, Ok(self.store.latest_index()));
+            } else {
+                self.no_ops.push((self.writes, answer));
+            }
             return;
         }
         let mut optimistic = self
@@ -383,15 +409,27 @@ impl PlanApplier {
         }
         self.optimistic = Some(optimistic);
         self.publish_view();
-        self.writing = true;
-        let rx = self.store.submit_as_leader(command);
+        self.writes += 1;
+        let write = self.writes;
+        self.unapplied = Some(write);
+        self.in_flight += 1;
+        let StagedWrite { applied, durable } = self.store.submit_staged_as_leader(command);
         // Submitted first: whatever the worker writes next is ordered
         // after this plan.
         answer.answer_ahead_of_write();
         let started = Instant::now();
-        rx.into_actor(self)
+        applied
+            .into_actor(self)
+            .then(move |state, act, ctx| {
+                // No early state (a refused command, a failed store, a
+                // replica): the durable outcome stands in for it.
+                if let Ok(state) = state {
+                    act.applied(write, state);
+                    act.pump(ctx);
+                }
+                durable.into_actor(act)
+            })
             .map(move |res, act, ctx| {
-                act.writing = false;
                 metrics::histogram!("herder.plan.apply_seconds")
                     .record(started.elapsed().as_secs_f64());
                 let outcome = match res {
@@ -399,23 +437,61 @@ impl PlanApplier {
                     Ok(Err(e)) => Err(PlanApplyError::Store(e)),
                     Err(_) => Err(PlanApplyError::Stopped),
                 };
-                // The store now holds this write and whatever else landed
-                // meanwhile (nodes, client updates): the next write starts
-                // from it, so the optimistic state never drifts from it.
-                act.optimistic = None;
-                act.view.set(None);
-                if outcome.is_err() {
-                    // A plan verified against the failed write's effect must
-                    // be checked again (it has not been answered: only a
-                    // plan whose write started is).
-                    if let Some(stale) = act.next.take() {
-                        act.queue.push(stale.answer.queued);
-                    }
-                }
+                act.durable(write, outcome.is_ok());
                 act.finish(answer, outcome);
+                act.release_no_ops(write);
                 act.pump(ctx);
             })
             .spawn(ctx);
+    }
+
+    /// The store applied write `write` in memory: `state` holds it and
+    /// everything queued before it, and becomes the base plans are
+    /// checked against (no write after it has been submitted yet).
+    fn applied(&mut self, write: u64, state: StateSnapshot) {
+        if self.unapplied != Some(write) {
+            return;
+        }
+        self.unapplied = None;
+        self.optimistic = Some(state);
+        self.publish_view();
+    }
+
+    /// Write `write` is durable (`ok`) or failed.
+    fn durable(&mut self, write: u64, ok: bool) {
+        self.in_flight -= 1;
+        if self.unapplied == Some(write) {
+            self.unapplied = None;
+        }
+        if ok && (self.in_flight > 0 || self.unapplied.is_some()) {
+            // The optimistic state is still ahead of the durable one.
+            return;
+        }
+        // Nothing in flight: the store now holds every write and whatever
+        // else landed meanwhile (nodes, client updates), and the next write
+        // starts from it, so the optimistic state never drifts from it.
+        self.optimistic = None;
+        self.view.set(None);
+        if !ok {
+            // A plan verified against the failed write's effect must be
+            // checked again (it has not been answered: only a plan whose
+            // write started is). Every write after the failed one fails
+            // too, and is answered so as its outcome arrives.
+            if let Some(stale) = self.next.take() {
+                self.queue.push(stale.answer.queued);
+            }
+        }
+    }
+
+    /// Answers the plans that committed nothing while write `write` (or
+    /// one before it) was the last in flight: the durable state now holds
+    /// everything they were checked against.
+    fn release_no_ops(&mut self, write: u64) {
+        let due = self.no_ops.iter().take_while(|(w, _)| *w <= write).count();
+        let index = self.store.latest_index();
+        for (_, answer) in self.no_ops.drain(..due).collect::<Vec<_>>() {
+            self.finish(answer, Ok(index));
+        }
     }
 
     fn finish(&mut self, v: Answer, outcome: Result<u64, PlanApplyError>) {

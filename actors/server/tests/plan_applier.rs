@@ -141,6 +141,44 @@ async fn pipelined_plans_never_over_commit_a_node() {
 }
 
 #[actix::test]
+async fn a_refused_write_in_the_pipeline_leaves_the_plans_around_it_committed_and_in_bounds() {
+    let node = node_with_slots(10);
+    let c = Cluster::new(&[&node]);
+    let applier = PlanApplier::new(c.store.clone(), None).start();
+    // An allocation with no ID: the check lets it through (it fits), the
+    // store refuses the write, and its plan is answered with that error.
+    let mut malformed = c.plan(&node, 1);
+    for allocs in malformed.node_allocation.values_mut() {
+        allocs[0].id = Default::default();
+    }
+    let mut plans: Vec<Arc<Plan>> = (0..4).map(|_| Arc::new(c.plan(&node, 1))).collect();
+    plans.push(Arc::new(malformed));
+    plans.extend((0..12).map(|_| Arc::new(c.plan(&node, 1))));
+    let replies: Vec<_> = (plans.iter())
+        .map(|p| applier.send(SubmitPlan(p.clone())))
+        .collect();
+    let mut committed = 0;
+    let mut refused = 0;
+    for (r, plan) in futures::future::join_all(replies)
+        .await
+        .into_iter()
+        .zip(&plans)
+    {
+        match r.unwrap() {
+            Ok(answer) => {
+                let r = settled(answer, plan).await;
+                committed += r.node_allocation.values().map(Vec::len).sum::<usize>();
+            }
+            Err(PlanApplyError::Store(_)) => refused += 1,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    assert_eq!(refused, 1, "only the malformed plan fails");
+    assert_eq!(committed, 10, "the node fills, and no further");
+    assert_eq!(c.allocs_on(&node).len(), 10, "as the answers said");
+}
+
+#[actix::test]
 async fn plans_to_different_nodes_all_commit_at_increasing_indexes() {
     let nodes: Vec<Node> = (0..8).map(|_| node_with_slots(4)).collect();
     let refs: Vec<&Node> = nodes.iter().collect();
