@@ -3,19 +3,20 @@
 //!
 //! Plans wait in a queue ordered by priority, first come first served
 //! within a priority. Each is checked against the newest state
-//! (`herder::plan_eval`) and what fits is committed. Writes are pipelined:
-//! while plan N is being written, plan N+1 is already checked against an
-//! optimistic state that includes N's effect, so the store's work and the
-//! verification overlap instead of taking turns. Plan N+1's write starts
-//! as soon as the store has applied N in memory (it tells the applier the
-//! state that made: `StateStore::submit_staged_as_leader`), not once N is
-//! flushed, so the store applies N+1 while it flushes N. At most one write
-//! is waiting to be applied: the optimistic state is the newest applied
-//! state plus that one write's effect. A write that fails to flush fails
-//! every write after it (the store refuses writes from then on), so
-//! nothing checked against an unflushed state can land without it. A
-//! replica has no early state: there each write is awaited until
-//! committed, one at a time, as Nomad's plan applier does.
+//! (`herder::plan_eval`) and what fits is committed. Writes overlap: the
+//! store tells the applier the state a write makes as soon as it has
+//! applied it in memory (`StateStore::submit_staged_as_leader`), before
+//! encoding and flushing it; the next plan is checked against that state,
+//! and its write started, while the store encodes and flushes the one
+//! before. So the store applies plan N+1 while it flushes plan N, and the
+//! applier checks N+1 while the store encodes N. At most one write is
+//! waiting to be applied; workers schedule against the newest applied
+//! state plus that write's effect, taken from its own check
+//! ([`InFlightView`]). A write that fails to flush fails every write after
+//! it (the store refuses writes from then on), so nothing checked against
+//! an unflushed state lands without it. A replica has no early state:
+//! there each write is awaited until committed, one at a time, as Nomad's
+//! plan applier does.
 //!
 //! A plan committed whole is answered when its write starts, not when it
 //! ends (see [`PlanAnswer`]): its submitter learns nothing more from the
@@ -33,7 +34,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// The state as it will be once the plan being written is durable, for
+/// The state as it will be once the plans being written are durable, for
 /// workers to schedule against (see [`PlanApplier::in_flight_view`]).
 ///
 /// With two workers scheduling at once under binpack, both were drawn to
@@ -169,13 +170,13 @@ impl Ord for Queued {
     }
 }
 
-/// A plan that has been checked and is waiting for (or in) its write.
+/// A plan that has been checked, on its way to its write.
 struct Verified {
     command: Command,
     answer: Answer,
     /// The state it was checked against, and what the check found each
-    /// node it places on would hold there: the workers' view of it is that
-    /// state with these put in, not worked out a second time.
+    /// node it places on would hold there: the workers' view is that state
+    /// with these put in, not worked out a second time.
     judged_on: StateSnapshot,
     usage: Vec<(NodeId, Arc<NodeAllocUsage>)>,
 }
@@ -230,11 +231,12 @@ pub struct PlanApplier {
     enabled: bool,
     queue: BinaryHeap<Queued>,
     seq: u64,
-    /// The state plans are checked against while writes are in flight: the
-    /// newest state the store applied, plus the effect of the write it has
-    /// not applied yet, if any.
-    optimistic: Option<StateSnapshot>,
-    /// `optimistic`, shared with the workers.
+    /// While writes are in flight, the newest state the store has applied
+    /// for this applier (ahead of its flush): plans are checked against
+    /// it. `None`: against the store's published state, which then holds
+    /// every write.
+    newest_applied: Option<StateSnapshot>,
+    /// That state plus the write not yet applied, shared with the workers.
     view: InFlightView,
     /// The write submitted but not yet applied in memory (its number):
     /// the next starts only once it is.
@@ -246,7 +248,6 @@ pub struct PlanApplier {
     /// Plans that committed nothing, each with the last write submitted
     /// before it was checked: answered once that write is durable.
     no_ops: Vec<(u64, Answer)>,
-    next: Option<Verified>,
     stats: PlanQueueStats,
 }
 
@@ -258,76 +259,48 @@ impl PlanApplier {
             enabled: true,
             queue: BinaryHeap::new(),
             seq: 0,
-            optimistic: None,
+            newest_applied: None,
             view: InFlightView::default(),
             unapplied: None,
             in_flight: 0,
             writes: 0,
             no_ops: Vec::new(),
-            next: None,
             stats: PlanQueueStats::default(),
         }
     }
 
-    /// What workers may schedule against while a plan is being written:
-    /// the durable state plus that plan's placements and stops, and those
-    /// of the checked plan waiting behind it.
+    /// What workers may schedule against while plans are being written:
+    /// the newest state the store applied, plus the placements and stops
+    /// of the write it has not applied yet.
     pub fn in_flight_view(&self) -> InFlightView {
         self.view.clone()
     }
 
-    /// Moves work forward: verify the next plan if there is room, start a
-    /// write unless one is waiting to be applied.
+    /// Moves work forward: while no write is waiting to be applied, check
+    /// the next plan against the newest applied state and start its write.
+    ///
+    /// A plan is checked only once the write before it is applied, not
+    /// while it is: then the check's own numbers give the state the next
+    /// check starts from (`start_write`), where checking ahead against a
+    /// guess of that state worked each plan's usage out twice more (for
+    /// the guess, and again on the real state). The store applying a plan
+    /// takes a few milliseconds, and it encodes and flushes that plan
+    /// while the next is checked.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        loop {
-            if self.next.is_none() {
-                let Some(queued) = self.queue.pop() else {
-                    break;
-                };
-                self.next = Some(self.verify(queued));
-                self.publish_view();
-            }
-            if self.unapplied.is_some() {
+        while self.unapplied.is_none() {
+            let Some(queued) = self.queue.pop() else {
                 break;
-            }
-            if let Some(v) = self.next.take() {
-                self.start_write(v, ctx);
-            }
-        }
-        self.stats.depth = self.queue.len() + usize::from(self.next.is_some());
-        metrics::gauge!("herder.plan.queue_depth").set(self.stats.depth as f64);
-    }
-
-    /// Shows workers the plan being written and, once it is checked, the
-    /// one that follows: a worker answered ahead of its plan's write goes
-    /// on to its next evaluation while the other worker's plan may be the
-    /// checked one waiting, and scheduling without it ran into it.
-    fn publish_view(&mut self) {
-        let Some(optimistic) = &self.optimistic else {
-            return;
-        };
-        let mut view = optimistic.clone();
-        if let Some(Verified {
-            command: Command::ApplyPlanResults(plan),
-            judged_on,
-            usage,
-            ..
-        }) = &self.next
-        {
-            // Always so (see `pump`); the check keeps it true.
-            let judged = if judged_on.is_same_state(optimistic) {
-                &usage[..]
-            } else {
-                &[]
             };
-            view.apply_judged_usage(plan, judged);
+            let verified = self.verify(queued);
+            self.start_write(verified, ctx);
         }
-        self.view.set(Some(view));
+        self.stats.depth = self.queue.len();
+        metrics::gauge!("herder.plan.queue_depth").set(self.stats.depth as f64);
     }
 
     fn verify(&self, queued: Queued) -> Verified {
         let snap = self
-            .optimistic
+            .newest_applied
             .clone()
             .unwrap_or_else(|| self.store.snapshot());
         let verdict = judge_plan(&snap, &queued.plan);
@@ -380,11 +353,11 @@ impl PlanApplier {
         let Verified {
             command,
             mut answer,
-            ..
+            judged_on,
+            usage,
         } = v;
-        // Once its write starts, a plan is not checked again (only a
-        // verified plan waiting behind a failed write is): our share of it
-        // goes, so that the submitter's is the only one left and fills its
+        // Once its write starts, a plan is not checked again: our share of
+        // it goes, so that the submitter's is the only one left and fills its
         // answer by moving the entries, not copying them.
         answer.queued.plan = Arc::default();
         if answer.no_op {
@@ -398,17 +371,15 @@ impl PlanApplier {
             }
             return;
         }
-        let mut optimistic = self
-            .optimistic
-            .take()
-            .unwrap_or_else(|| self.store.snapshot());
-        // Only what verifying the next plan reads (see `apply_plan_usage`);
-        // a failed write resets the optimistic state below.
+        // Workers schedule against the state this plan was checked against
+        // plus this plan, from the check's own numbers: a worker answered
+        // ahead of the write goes on to its next evaluation, and without
+        // this plan in view would be drawn to the same nodes.
+        let mut view = judged_on;
         if let Command::ApplyPlanResults(plan) = &command {
-            optimistic.apply_plan_usage(plan);
+            view.apply_judged_usage(plan, &usage);
         }
-        self.optimistic = Some(optimistic);
-        self.publish_view();
+        self.view.set(Some(view));
         self.writes += 1;
         let write = self.writes;
         self.unapplied = Some(write);
@@ -453,34 +424,27 @@ impl PlanApplier {
             return;
         }
         self.unapplied = None;
-        self.optimistic = Some(state);
-        self.publish_view();
+        self.view.set(Some(state.clone()));
+        self.newest_applied = Some(state);
     }
 
-    /// Write `write` is durable (`ok`) or failed.
+    /// Write `write` is durable (`ok`) or failed. A failed write fails
+    /// every write after it too, each answered as its outcome arrives; no
+    /// plan has been checked against its effect but those.
     fn durable(&mut self, write: u64, ok: bool) {
         self.in_flight -= 1;
         if self.unapplied == Some(write) {
             self.unapplied = None;
         }
         if ok && (self.in_flight > 0 || self.unapplied.is_some()) {
-            // The optimistic state is still ahead of the durable one.
+            // The newest applied state is still ahead of the durable one.
             return;
         }
         // Nothing in flight: the store now holds every write and whatever
         // else landed meanwhile (nodes, client updates), and the next write
-        // starts from it, so the optimistic state never drifts from it.
-        self.optimistic = None;
+        // is checked against it, so the checks never drift from it.
+        self.newest_applied = None;
         self.view.set(None);
-        if !ok {
-            // A plan verified against the failed write's effect must be
-            // checked again (it has not been answered: only a plan whose
-            // write started is). Every write after the failed one fails
-            // too, and is answered so as its outcome arrives.
-            if let Some(stale) = self.next.take() {
-                self.queue.push(stale.answer.queued);
-            }
-        }
     }
 
     /// Answers the plans that committed nothing while write `write` (or
