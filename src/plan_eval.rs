@@ -260,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn the_plan_appliers_cheap_view_judges_the_next_plan_as_a_full_apply_would() {
+    fn the_workers_cheap_view_of_a_plan_judges_the_next_plan_as_a_full_apply_would() {
         let (a, b, c) = (node_fitting(3), node_fitting(3), node_fitting(3));
         let mut w = World::new(&[&a, &b, &c]);
         let (on_a, on_b) = (w.alloc(&a, 0), w.alloc(&b, 1));
@@ -288,7 +288,7 @@ mod tests {
         full.apply(w.index + 1, &Command::ApplyPlanResults(in_flight.clone()))
             .unwrap();
         let mut view = w.snap.clone();
-        view.apply_plan_usage(&in_flight);
+        view.apply_judged_usage(&in_flight, &[]);
         // The same plan judged against the same state, its view made from
         // the usage the check found instead of worked out again.
         let as_plan = Plan {

@@ -25,7 +25,7 @@ use crate::structs::{
 use imbl::OrdSet;
 use std::sync::Arc;
 
-/// `apply_plan_usage`'s stop: the allocation turns terminal as the store
+/// `apply_judged_usage`'s stop: the allocation turns terminal as the store
 /// would make it, and its node's usage lets go of it.
 fn stop_for_verification(t: &mut Tables, stop: &AllocStop, preemption: bool) {
     let Some(old) = t.allocs.get(&stop.id).cloned() else {
@@ -183,23 +183,21 @@ impl StateSnapshot {
     /// else, as if `plan` were applied: the allocations it stops or
     /// updates, and the usage of every node it touches.
     ///
-    /// The plan applier checks the next plan against this view while
-    /// `plan` is being written. A full `apply` there cost as much as the
-    /// store's own apply of the same plan, on the applier's one thread: at
-    /// a million allocations it was the pipeline's bottleneck. The view
-    /// has no indexes, summaries, evaluations or new allocations (nothing
-    /// that has not seen the plan can refer to them), its index does not
-    /// move, and it must never be published or used for anything else.
-    pub fn apply_plan_usage(&mut self, plan: &PlanResults) {
-        self.apply_judged_usage(plan, &[]);
-    }
-
-    /// [`Self::apply_plan_usage`], with the usage of the nodes in `judged`
-    /// taken from there instead of worked out again: what the check of
-    /// the plan against this very state found each node would hold
-    /// (`plan_eval::PlanVerdict::usage`, sorted by node). Against any
-    /// other state it would be wrong; the plan applier checks that the
-    /// state is the one the plan was judged against.
+    /// The plan applier shows workers this view of the plan being written
+    /// (the state it was checked against, plus the plan), so that they
+    /// schedule around its placements. A full `apply` there cost as much
+    /// as the store's own apply of the same plan, on the applier's one
+    /// thread. The view has no indexes, summaries, evaluations or new
+    /// allocations (nothing that has not seen the plan can refer to them),
+    /// its index does not move, and it must never be published or used
+    /// for anything else.
+    ///
+    /// The usage of the nodes in `judged` is taken from there instead of
+    /// worked out again: what the check of the plan against this very state
+    /// found each node would hold (`plan_eval::PlanVerdict::usage`, sorted
+    /// by node). Against any other state it would be wrong: the plan
+    /// applier builds the view on the state the plan was judged against.
+    /// Nodes not in `judged` (all, when it is empty) are worked out.
     pub fn apply_judged_usage(
         &mut self,
         plan: &PlanResults,
@@ -223,12 +221,6 @@ impl StateSnapshot {
                 t.node_usage.insert(*node_id, usage);
             }
         }
-    }
-
-    /// Whether `other` is this very state: the same tables, not merely
-    /// equal ones (O(1)).
-    pub fn is_same_state(&self, other: &StateSnapshot) -> bool {
-        Arc::ptr_eq(&self.tables, &other.tables)
     }
 
     /// The index of the last applied command.
