@@ -280,10 +280,10 @@ impl PlanApplier {
     /// the next plan against the newest applied state and start its write.
     ///
     /// A plan is checked only once the write before it is applied, not
-    /// while it is: then the check's own numbers give the state the next
-    /// check starts from (`start_write`), where checking ahead against a
-    /// guess of that state worked each plan's usage out twice more (for
-    /// the guess, and again on the real state). The store applying a plan
+    /// while it is: checking ahead against a guess of that state (the
+    /// state before it plus its usage) worked each plan's usage out twice
+    /// more, for the guess and for the workers' view of the plan waiting,
+    /// and cost more than the waiting it saved. The store applying a plan
     /// takes a few milliseconds, and it encodes and flushes that plan
     /// while the next is checked.
     fn pump(&mut self, ctx: &mut Context<Self>) {
@@ -440,9 +440,9 @@ impl PlanApplier {
             // The newest applied state is still ahead of the durable one.
             return;
         }
-        // Nothing in flight: the store now holds every write and whatever
-        // else landed meanwhile (nodes, client updates), and the next write
-        // is checked against it, so the checks never drift from it.
+        // Nothing in flight: the published state holds every write and
+        // whatever else landed since (nodes, client updates); the next plan
+        // is checked against it, and workers schedule against it.
         self.newest_applied = None;
         self.view.set(None);
     }
