@@ -440,18 +440,25 @@ impl PlanApplier {
             // The newest applied state is still ahead of the durable one.
             return;
         }
-        // Nothing in flight: the published state holds every write and
-        // whatever else landed since (nodes, client updates); the next plan
-        // is checked against it, and workers schedule against it.
+        // Nothing in flight, or a write failed: the published state holds
+        // every write before it and whatever else landed since (nodes,
+        // client updates); the next plan is checked against it, and
+        // workers schedule against it.
         self.newest_applied = None;
         self.view.set(None);
     }
 
     /// Answers the plans that committed nothing while write `write` (or
-    /// one before it) was the last in flight: the durable state now holds
-    /// everything they were checked against.
+    /// one before it) was the last in flight, and all of them once nothing
+    /// is in flight: the durable state now holds everything they were
+    /// checked against. (The second rule keeps a plan from waiting for
+    /// good should two writes' outcomes be handled out of order.)
     fn release_no_ops(&mut self, write: u64) {
-        let due = self.no_ops.iter().take_while(|(w, _)| *w <= write).count();
+        let due = if self.in_flight == 0 {
+            self.no_ops.len()
+        } else {
+            self.no_ops.iter().take_while(|(w, _)| *w <= write).count()
+        };
         let index = self.store.latest_index();
         for (_, answer) in self.no_ops.drain(..due).collect::<Vec<_>>() {
             self.finish(answer, Ok(index));
